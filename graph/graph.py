@@ -1,0 +1,221 @@
+"""The in-memory graph: nodes by id, by kind, and adjacency by edge kind.
+
+Collectors add to it, converters and skills read it. Adding a node whose id exists merges
+attributes into it (the newer value wins, provenance follows the value), so collectors can
+each contribute what they know about the same process or device.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .errors import UserError
+from .model import EDGE_ADAPTER, NODE_ADAPTER, Edge, Meta, Node
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+
+class GraphError(UserError):
+    """A graph that breaks the model's rules (an edge naming a missing node, …)."""
+
+
+class Graph:
+    def __init__(self, meta: Meta | None = None) -> None:
+        self.meta = meta or Meta()
+        self.nodes: dict[str, Node] = {}
+        self._by_kind: dict[str, dict[str, Node]] = defaultdict(dict)
+        self._edges: dict[tuple, Edge] = {}
+        self._out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        self._in: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+
+    # ------------------------------------------------------------------ building
+
+    def add_node(self, node: Node | dict[str, Any]) -> Node:
+        """Add a node, or merge it into the node with the same id."""
+        if isinstance(node, dict):
+            node = NODE_ADAPTER.validate_python(node)
+        existing = self.nodes.get(node.id)
+        if existing is None:
+            self.nodes[node.id] = node
+            self._by_kind[node.kind][node.id] = node
+            return node
+        if existing.kind != node.kind:
+            raise GraphError(
+                f"node {node.id!r} is a {existing.kind}, cannot merge a {node.kind} into it"
+            )
+        _merge_attrs(existing, node)
+        return existing
+
+    def add(self, kind: str, id: str, source: str | None = None, **attrs: Any) -> Node:
+        """Shorthand used by collectors: add or merge a node, recording its source."""
+        data: dict[str, Any] = {"id": id, "kind": kind, **attrs}
+        if source:
+            data["source"] = {name: source for name in attrs}
+        return self.add_node(data)
+
+    def add_edge(self, edge: Edge | dict[str, Any], strict: bool = True) -> Edge:
+        """Add an edge (both ends must exist when ``strict``), or merge into its twin."""
+        if isinstance(edge, dict):
+            edge = EDGE_ADAPTER.validate_python(edge)
+        if strict:
+            for end in (edge.src, edge.dst):
+                if end not in self.nodes:
+                    raise GraphError(f"edge {edge.kind} {edge.src} -> {edge.dst}: no node {end!r}")
+        ident = edge.ident
+        existing = self._edges.get(ident)
+        if existing is not None:
+            _merge_attrs(existing, edge)
+            return existing
+        self._edges[ident] = edge
+        self._out[edge.src][edge.kind].append(edge)
+        self._in[edge.dst][edge.kind].append(edge)
+        return edge
+
+    def link(self, kind: str, src: str, dst: str, source: str | None = None, **attrs: Any) -> Edge:
+        data: dict[str, Any] = {"src": src, "dst": dst, "kind": kind, **attrs}
+        if source:
+            data["source"] = {name: source for name in attrs if name != "key"}
+        return self.add_edge(data)
+
+    def remove_node(self, node_id: str) -> None:
+        """Remove a node and every edge touching it."""
+        node = self.nodes.pop(node_id, None)
+        if node is None:
+            return
+        self._by_kind[node.kind].pop(node_id, None)
+        doomed = [e for lists in self._out.pop(node_id, {}).values() for e in lists]
+        doomed += [e for lists in self._in.pop(node_id, {}).values() for e in lists]
+        for edge in doomed:
+            if self._edges.pop(edge.ident, None) is None:
+                continue
+            other_out = self._out.get(edge.src, {}).get(edge.kind)
+            if other_out and edge in other_out:
+                other_out.remove(edge)
+            other_in = self._in.get(edge.dst, {}).get(edge.kind)
+            if other_in and edge in other_in:
+                other_in.remove(edge)
+
+    def merge(self, other: Graph) -> Graph:
+        """Merge another graph into this one: same id → attributes merged, provenance kept."""
+        for node in other.nodes.values():
+            self.add_node(node.model_copy(deep=True))
+        for edge in other.edges():
+            self.add_edge(edge.model_copy(deep=True), strict=False)
+        for host in other.meta.hosts:
+            if host not in self.meta.hosts:
+                self.meta.hosts.append(host)
+        self.meta.collectors.extend(other.meta.collectors)
+        for name, value in other.meta.capabilities.items():
+            self.meta.capabilities.setdefault(name, value)
+        return self
+
+    # ------------------------------------------------------------------ reading
+
+    def __contains__(self, node_id: str) -> bool:
+        return node_id in self.nodes
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node(self, node_id: str) -> Node | None:
+        return self.nodes.get(node_id)
+
+    def of_kind(self, kind: str) -> list[Node]:
+        return list(self._by_kind.get(kind, {}).values())
+
+    def kinds(self) -> dict[str, int]:
+        return {kind: len(nodes) for kind, nodes in self._by_kind.items() if nodes}
+
+    def edges(self, kind: str | None = None) -> Iterator[Edge]:
+        if kind is None:
+            return iter(self._edges.values())
+        return (e for e in self._edges.values() if e.kind == kind)
+
+    @property
+    def edge_count(self) -> int:
+        return len(self._edges)
+
+    def edge_kinds(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for edge in self._edges.values():
+            counts[edge.kind] += 1
+        return dict(counts)
+
+    def out_edges(self, node_id: str, kind: str | None = None) -> list[Edge]:
+        by_kind = self._out.get(node_id)
+        if not by_kind:
+            return []
+        if kind is not None:
+            return list(by_kind.get(kind, ()))
+        return [e for lists in by_kind.values() for e in lists]
+
+    def in_edges(self, node_id: str, kind: str | None = None) -> list[Edge]:
+        by_kind = self._in.get(node_id)
+        if not by_kind:
+            return []
+        if kind is not None:
+            return list(by_kind.get(kind, ()))
+        return [e for lists in by_kind.values() for e in lists]
+
+    def successors(self, node_id: str, kind: str) -> list[Node]:
+        return [self.nodes[e.dst] for e in self.out_edges(node_id, kind) if e.dst in self.nodes]
+
+    def predecessors(self, node_id: str, kind: str) -> list[Node]:
+        return [self.nodes[e.src] for e in self.in_edges(node_id, kind) if e.src in self.nodes]
+
+    def neighbours(self, node_id: str) -> set[str]:
+        ids = {e.dst for e in self.out_edges(node_id)}
+        ids.update(e.src for e in self.in_edges(node_id))
+        ids.discard(node_id)
+        return ids
+
+    def process_family(self, pid: int) -> set[str]:
+        """Ids of a process, its ancestors and descendants (the `--pid` filter's scope)."""
+        root = f"proc:{pid}"
+        if root not in self.nodes:
+            return set()
+        family = {root}
+        up = root
+        while parents := self.predecessors(up, "parent_of"):
+            up = parents[0].id
+            family.add(up)
+        stack = [root]
+        while stack:
+            for child in self.successors(stack.pop(), "parent_of"):
+                if child.id not in family:
+                    family.add(child.id)
+                    stack.append(child.id)
+        return family
+
+    def to_networkx(self) -> nx.MultiDiGraph:
+        """A networkx view for algorithms (attributes are the model objects' dumps)."""
+        import networkx as nx
+
+        view = nx.MultiDiGraph()
+        for node in self.nodes.values():
+            view.add_node(node.id, **node.attrs())
+        for edge in self._edges.values():
+            attrs = edge.attrs()
+            attrs.pop("src")
+            attrs.pop("dst")
+            view.add_edge(edge.src, edge.dst, key=(edge.kind, edge.key), **attrs)
+        return view
+
+    def iter_nodes(self, kinds: Iterable[str] | None = None) -> Iterator[Node]:
+        if kinds is None:
+            return iter(self.nodes.values())
+        return (n for k in kinds for n in self._by_kind.get(k, {}).values())
+
+
+def _merge_attrs(target: Node | Edge, incoming: Node | Edge) -> None:
+    """Copy the attributes ``incoming`` set onto ``target``; provenance follows the value."""
+    values = incoming.model_dump(exclude_unset=True, exclude={"source", *incoming.ID_KEYS})
+    for name, value in values.items():
+        setattr(target, name, value)
+    if incoming.source:
+        if target.source is None:
+            target.source = {}
+        target.source.update(incoming.source)

@@ -1,0 +1,69 @@
+"""The `wp-mcp` command line.
+
+Each group of commands lives in its own module with a ``register(subparsers)`` function that
+adds its subcommands; a subcommand's handler takes the parsed arguments and returns an exit
+code. Handlers raise ``UserError`` for anything the user can fix: it is printed as one line
+on stderr with exit code 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from wp_mcp import __version__
+
+from .errors import UserError
+
+# Modules that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES = [
+    "wp_mcp.server.cli_graph",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wp-mcp",
+        description="Collect, show and diagnose the topology graph of an AI training/inference host.",
+    )
+    parser.add_argument("--version", action="version", version=f"wp-mcp {__version__}")
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        help="snapshot store directory (default: $WP_MCP_STORE or $XDG_DATA_HOME/wp-mcp)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"wp-mcp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wp-mcp: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
