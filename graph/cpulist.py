@@ -1,0 +1,68 @@
+"""Kernel cpulist syntax (``0-3,8,10-14:2``): parse to CPU numbers and format back.
+
+Used for sysfs ``cpulist`` files, ``Cpus_allowed_list`` in /proc/<pid>/status, NUMA node
+CPU sets and accelerator CPU affinities, so every collector reads and writes it one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class CpuListError(ValueError):
+    """A string that is not valid cpulist syntax."""
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-3,8,10-14:2"`` → ``[0, 1, 2, 3, 8, 10, 12, 14]`` (sorted, unique).
+
+    Empty text (a memoryless or CPU-less node) gives ``[]``. The ``a-b:stride`` form is the
+    one util-linux prints for strided sets.
+    """
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            cpus.update(_expand(part))
+        except ValueError as exc:
+            raise CpuListError(f"invalid cpulist item {part!r} in {text.strip()!r}") from exc
+    return sorted(cpus)
+
+
+def _expand(part: str) -> range:
+    span, _, stride = part.partition(":")
+    first, dash, last = span.partition("-")
+    start = int(first)
+    end = int(last) if dash else start
+    step = int(stride) if stride else 1
+    if end < start or step < 1 or start < 0:
+        raise ValueError(part)
+    return range(start, end + 1, step)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` → ``"0-3,8"`` (runs of consecutive CPUs collapse to ranges)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_cpumask(text: str) -> list[int]:
+    """A hex CPU mask as in sysfs ``cpumap``/``local_cpus`` (``ffff,00000000``) → CPUs."""
+    digits = text.strip().replace(",", "")
+    if not digits:
+        return []
+    try:
+        mask = int(digits, 16)
+    except ValueError as exc:
+        raise CpuListError(f"invalid CPU mask {text.strip()!r}") from exc
+    return [bit for bit in range(mask.bit_length()) if mask >> bit & 1]
