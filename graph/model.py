@@ -135,6 +135,9 @@ class ProcessNode(Node):
     numa_pages: dict[str, int] | None = None  # resident pages per NUMA node
     numa_page_share: PerNuma | None = None
     numa_locality: float | None = None  # P(CPU time and pages on the same node), 0..1
+    run_delay_pct: float | None = None  # summed over threads: 100 = one thread waiting all window
+    cpu_throttled_pct: float | None = None  # share of the window its CPU cgroup was throttled
+    major_faults_per_s: float | None = None
     devices: list[str] | None = None  # device files held open (/dev/nvidia0, /dev/davinci3…)
 
 
