@@ -1,0 +1,48 @@
+"""Reading any graph file we understand: native `wp-graph` or witty-profiler (bare/wrapped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import native, witty
+from .errors import FormatError
+from .graph import Graph
+from .rawio import read_json_file
+
+FORMATS = ("wp-graph", "witty")
+
+
+def detect(doc: object) -> str | None:
+    if native.is_native(doc):
+        return "wp-graph"
+    if witty.is_witty(doc):
+        return "witty"
+    return None
+
+
+def load_any(path: str | Path, max_bytes: int | None = None) -> Graph:
+    """Load a graph file of either format; one-line FormatError for anything else."""
+    origin = str(path)
+    doc = read_json_file(path, max_bytes)
+    kind = detect(doc)
+    if kind == "wp-graph":
+        return native.from_dict(doc, origin)
+    if kind == "witty":
+        return witty.from_witty(doc, origin)
+    if isinstance(doc, dict) and "format" in doc:
+        raise FormatError(
+            f"{origin}: unknown graph format {str(doc['format'])[:40]!r} "
+            "(wp-mcp reads wp-graph and witty-profiler graphs)"
+        )
+    raise FormatError(
+        f"{origin}: not a graph file: expected a wp-graph object "
+        '({"format": "wp-graph", ...}) or a witty-profiler graph ({"nodes": [...], "edges": [...]})'
+    )
+
+
+def dump(graph: Graph, path: str | Path, fmt: str = "wp-graph") -> Path:
+    if fmt == "wp-graph":
+        return native.dump(graph, path)
+    if fmt == "witty":
+        return witty.dump_witty(graph, path)
+    raise FormatError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")

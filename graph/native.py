@@ -1,0 +1,154 @@
+"""The native file format `wp-graph` v1.
+
+One JSON object::
+
+    {"format": "wp-graph", "version": 1, "meta": {...},
+     "nodes": [{"id", "kind", ...attributes}], "edges": [{"src", "dst", "kind", ...attributes}]}
+
+Edges reference node ids; nothing is embedded twice. Files ending in ``.gz`` (or starting with
+the gzip magic) are compressed. Reading validates everything and raises ``FormatError`` with
+one line saying which file, where, and what was expected.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from .errors import FormatError
+from .graph import Graph
+from .model import EDGES_ADAPTER, FORMAT_NAME, FORMAT_VERSION, NODES_ADAPTER, Meta
+from .rawio import read_json_file
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def to_dict(graph: Graph) -> dict[str, Any]:
+    meta = graph.meta.model_dump(exclude_none=True)
+    meta["format"] = FORMAT_NAME
+    meta["version"] = FORMAT_VERSION
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "meta": meta,
+        "nodes": [node.attrs() for node in graph.nodes.values()],
+        "edges": [edge.attrs() for edge in graph.edges()],
+    }
+
+
+def dumps(graph: Graph) -> bytes:
+    return orjson.dumps(to_dict(graph), option=_DUMP_OPTIONS)
+
+
+def dump(graph: Graph, path: str | Path) -> Path:
+    """Write atomically: a crash mid-write never leaves a truncated file at ``path``."""
+    path = Path(path)
+    data = dumps(graph)
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=5)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def is_native(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("format") == FORMAT_NAME
+
+
+def loads(data: bytes | str, origin: str = "<bytes>") -> Graph:
+    from .rawio import parse_json
+
+    return from_dict(parse_json(data, origin), origin)
+
+
+def load(path: str | Path, max_bytes: int | None = None) -> Graph:
+    origin = str(path)
+    return from_dict(read_json_file(path, max_bytes), origin)
+
+
+def from_dict(doc: Any, origin: str = "<graph>") -> Graph:
+    """Validate a parsed document and build the graph."""
+    if not isinstance(doc, dict):
+        raise FormatError(f"{origin}: expected a JSON object, got {_type_name(doc)}")
+    if doc.get("format") != FORMAT_NAME:
+        raise FormatError(
+            f"{origin}: not a {FORMAT_NAME} file (format is {doc.get('format')!r}); "
+            "witty-profiler graphs are imported with their own reader"
+        )
+    if doc.get("version") != FORMAT_VERSION:
+        raise FormatError(
+            f"{origin}: {FORMAT_NAME} version {doc.get('version')!r} is not supported "
+            f"(this wp-mcp reads version {FORMAT_VERSION})"
+        )
+    for key in ("meta", "nodes", "edges"):
+        if key not in doc:
+            raise FormatError(f"{origin}: missing top-level key {key!r}")
+    for key in ("nodes", "edges"):
+        if not isinstance(doc[key], list):
+            raise FormatError(f"{origin}: {key!r} must be a list, got {_type_name(doc[key])}")
+    try:
+        meta = Meta.model_validate(doc["meta"])
+    except ValidationError as exc:
+        raise FormatError(f"{origin}: {describe_validation_error(exc, 'meta')}") from None
+    try:
+        nodes = NODES_ADAPTER.validate_python(doc["nodes"])
+    except ValidationError as exc:
+        raise FormatError(f"{origin}: {describe_validation_error(exc, 'nodes')}") from None
+    try:
+        edges = EDGES_ADAPTER.validate_python(doc["edges"])
+    except ValidationError as exc:
+        raise FormatError(f"{origin}: {describe_validation_error(exc, 'edges')}") from None
+    return build(meta, nodes, edges, origin)
+
+
+def build(meta: Meta, nodes: list, edges: list, origin: str) -> Graph:
+    """Assemble a graph from validated parts, rejecting duplicates and dangling edges."""
+    graph = Graph(meta)
+    for position, node in enumerate(nodes):
+        if node.id in graph.nodes:
+            raise FormatError(f"{origin}: nodes[{position}]: duplicate node id {node.id!r}")
+        graph.add_node(node)
+    for position, edge in enumerate(edges):
+        for end_name in ("src", "dst"):
+            end = getattr(edge, end_name)
+            if end not in graph.nodes:
+                raise FormatError(
+                    f"{origin}: edges[{position}] ({edge.kind}): {end_name} {end!r} is not a node"
+                )
+        graph.add_edge(edge, strict=False)
+    return graph
+
+
+def describe_validation_error(exc: ValidationError, root: str) -> str:
+    """The first validation error as one line: where, what was expected, what was found."""
+    first = exc.errors(include_url=False)[0]
+    loc = list(first["loc"])
+    # In a list of a discriminated union, the element's tag follows its index; it is not a field.
+    if len(loc) >= 2 and isinstance(loc[0], int) and loc[1] in _UNION_TAGS:
+        del loc[1]
+    location = root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    found = first.get("input")
+    found_text = repr(found)
+    if len(found_text) > 60:
+        found_text = found_text[:57] + "..."
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{location}: {first['msg'].lower()}, got {found_text}{more}"
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# Discriminated-union tags appear in pydantic's error locations; they are not field names.
+_UNION_TAGS = {
+    "generic", "host", "numa_node", "process", "thread", "socket", "pipe", "shm", "mqueue",
+    "container", "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk", "talks_to",
+    "cpu_on", "mem_on", "local_to", "uses_device", "path", "holds",
+}  # fmt: skip

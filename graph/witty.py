@@ -1,0 +1,642 @@
+"""openEuler witty-profiler graphs: import into our model, export back.
+
+Their format is denormalised: ``{"nodes": [...], "edges": [...]}`` (optionally wrapped as
+``{"env": {...}, "content": graph}``), every entity has ``entity_namespace``, ``entity_type``
+and ``details`` plus type fields, every edge embeds full copies of both endpoints, and no
+ids are serialised — identity comes from each type's key fields.
+
+Import keeps every field of every entity and edge verbatim (renamed only where our model has
+the same fact under its own name, and renamed back on export), and *derives* what our layers
+and rules read: typed attributes (per-NUMA CPU and page shares, locality, context switches,
+allowed CPUs…) and semantic edges (``local_to``, ``cpu_on``, ``mem_on``, ``parent_of``,
+``holds``, ``talks_to``). Derived edges carry ``derived: "witty"`` and derived node
+attributes are listed per type, so export writes back exactly what was read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import ids
+from .cpulist import parse_cpulist
+from .errors import FormatError
+from .graph import Graph
+from .model import Edge, Meta, Node
+from .rawio import read_json_file
+
+DERIVED_MARK = "witty"
+NAMESPACE_DEFAULT = "local"
+
+
+@dataclass(frozen=True)
+class EntitySpec:
+    """How one witty entity type maps onto one of our node kinds."""
+
+    entity_type: str
+    kind: str
+    renames: dict[str, str] = field(default_factory=dict)  # witty field -> our attribute
+    derived: frozenset[str] = frozenset()  # attributes import computes; never exported
+
+
+ENTITY_SPECS = {
+    spec.entity_type: spec
+    for spec in (
+        EntitySpec(
+            "ProcessEntity",
+            "process",
+            derived=frozenset(
+                {
+                    "numa_cpu_share",
+                    "numa_pages",
+                    "numa_page_share",
+                    "numa_locality",
+                    "numa_locality_cosine",
+                    "vol_ctxt_switches",
+                    "invol_ctxt_switches",
+                    "cpus_allowed",
+                    "mems_allowed",
+                    "container_id",
+                    "num_threads",
+                }  # fmt: skip
+            ),
+        ),
+        EntitySpec(
+            "ThreadEntity",
+            "thread",
+            renames={"process": "witty_process"},
+            derived=frozenset(
+                {
+                    "pid",
+                    "vol_ctxt_switches",
+                    "invol_ctxt_switches",
+                    "cpus_allowed",
+                    "cpus_used",
+                    "mems_allowed",
+                }  # fmt: skip
+            ),
+        ),
+        EntitySpec(
+            "SocketEntity",
+            "socket",
+            renames={"socket_addr": "local_addr", "socket_port": "local_port"},
+            derived=frozenset({"proto", "family", "bytes_sent"}),
+        ),
+        EntitySpec("NPUEntity", "npu", renames={"id": "index"}, derived=frozenset({"numa_node"})),
+        EntitySpec(
+            "NumaEntity",
+            "numa_node",
+            renames={"cpu_set": "cpulist"},
+            derived=frozenset({"distances", "mem_total_bytes", "mem_free_bytes"}),
+        ),
+        EntitySpec("NumaSetEntity", "numa_set", derived=frozenset({"numa_ids"})),
+        EntitySpec(
+            "ContainerEntity",
+            "container",
+            renames={"container_name": "name", "container_type": "runtime"},
+        ),
+    )
+}
+KIND_TO_ENTITY = {spec.kind: spec for spec in ENTITY_SPECS.values()}
+KIND_TO_ENTITY["gpu"] = EntitySpec("NPUEntity", "gpu", renames={"id": "index"})
+GENERIC_ENTITY_KIND = "witty_entity"
+GENERIC_EDGE_KIND = "witty_edge"
+
+# witty edge type -> our edge kind. Two witty types share "numa_access"; the source's kind
+# (thread or process) tells them apart on export.
+EDGE_KINDS = {
+    "OwnEdge": "has_thread",
+    "BelongEdge": "belongs_to",
+    "SendToSocketEdge": "sends_to",
+    "NumaSetContainEdge": "contains",
+    "AccessWithProcStatusEdge": "numa_access",
+    "NumaAccessEdge": "numa_access",
+    "HostEdge": "hosts",
+    "RunOnEdge": "in_container",
+    "AffinitativeToNuma": "affine_to",
+    "AccessEdge": "uses_device",
+}
+_EXPORT_EDGE_TYPES = {
+    ("numa_access", "thread"): "AccessWithProcStatusEdge",
+    ("numa_access", "process"): "NumaAccessEdge",
+    **{(kind, None): witty for witty, kind in EDGE_KINDS.items() if kind != "numa_access"},
+}
+_EDGE_ENDPOINT_FIELDS = ("edge_type", "source_node", "target_node")
+
+
+# ============================================================================ import
+
+
+def is_witty(doc: Any) -> bool:
+    """Whether a parsed document looks like a witty-profiler graph (bare or wrapped)."""
+    if isinstance(doc, dict) and "content" in doc and "env" in doc:
+        doc = doc["content"]
+    if not (isinstance(doc, dict) and isinstance(doc.get("nodes"), list)):
+        return False
+    if "format" in doc or not isinstance(doc.get("edges"), list):
+        return False
+    sample = doc["nodes"][:1] + [
+        e.get("source_node") for e in doc["edges"][:1] if isinstance(e, dict)
+    ]
+    return all(isinstance(item, dict) and "entity_type" in item for item in sample)
+
+
+def load_witty(path: str | Path, max_bytes: int | None = None) -> Graph:
+    return from_witty(read_json_file(path, max_bytes), origin=str(path))
+
+
+def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
+    env = None
+    if isinstance(doc, dict) and "content" in doc and "env" in doc:
+        env, doc = doc["env"], doc["content"]
+    if not isinstance(doc, dict):
+        raise FormatError(
+            f"{origin}: expected a witty-profiler graph object, got {type(doc).__name__}"
+        )
+    for key in ("nodes", "edges"):
+        if not isinstance(doc.get(key), list):
+            raise FormatError(f"{origin}: witty-profiler graph needs a {key!r} list")
+    importer = _Importer(origin)
+    for position, entity in enumerate(doc["nodes"]):
+        importer.entity(entity, f"nodes[{position}]")
+    for position, edge in enumerate(doc["edges"]):
+        importer.edge(edge, f"edges[{position}]")
+    graph = importer.finish()
+    graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
+    if env is not None:
+        graph.meta.witty_env = env
+    extra_keys = {k: v for k, v in doc.items() if k not in ("nodes", "edges")}
+    if extra_keys:
+        graph.meta.witty_extra = extra_keys
+    return graph
+
+
+class _Importer:
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.graph = Graph(Meta(collectors=[], capabilities={}))
+        self.node_ids: dict[tuple, str] = {}  # identity key -> our id
+        self.raw: dict[str, dict] = {}  # our id -> the entity as first read (to spot stale copies)
+
+    # ------------------------------------------------------------------ entities
+
+    def fail(self, where: str, message: str) -> FormatError:
+        return FormatError(f"{self.origin}: {where}: {message}")
+
+    def entity(self, data: Any, where: str) -> str:
+        """Add (or find) the node for one witty entity and return its id."""
+        if not isinstance(data, dict):
+            raise self.fail(where, f"expected an entity object, got {type(data).__name__}")
+        entity_type = data.get("entity_type")
+        if not isinstance(entity_type, str):
+            raise self.fail(where, "entity has no 'entity_type' string")
+        key = self.identity(entity_type, data, where)
+        known = self.node_ids.get(key)
+        if known is not None:
+            return known
+        spec = ENTITY_SPECS.get(entity_type)
+        attrs = self.attributes(spec, data, where)
+        node_id = self.node_id(entity_type, key, data)
+        kind = spec.kind if spec else GENERIC_ENTITY_KIND
+        if spec and spec.kind == "npu" and data.get("device_type") == "gpu":
+            kind = "gpu"
+            node_id = ids.gpu(attrs["index"])
+        try:
+            self.graph.add_node({"id": node_id, "kind": kind, **attrs})
+        except Exception as exc:  # pydantic ValidationError: a field of the wrong type
+            raise self.fail(where, _short_validation(exc)) from None
+        self.node_ids[key] = node_id
+        self.raw[node_id] = data
+        return node_id
+
+    def identity(self, entity_type: str, data: dict, where: str) -> tuple:
+        fields = {
+            "ProcessEntity": ("pid", "ppid"),
+            "ThreadEntity": ("tid",),
+            "SocketEntity": ("socket_addr", "socket_port", "socket_type"),
+            "NPUEntity": ("id", "cpu_affinity"),
+            "NumaEntity": ("numa_id",),
+            "NumaSetEntity": ("numa_id_str",),
+            "ContainerEntity": ("container_id",),
+        }.get(entity_type)
+        if fields is None:
+            return (entity_type, _digest(data))
+        missing = [name for name in fields if name not in data and name != "ppid"]
+        if missing:
+            raise self.fail(where, f"{entity_type} lacks its key field {missing[0]!r}")
+        return (entity_type, *(_hashable(data.get(name)) for name in fields))
+
+    def node_id(self, entity_type: str, key: tuple, data: dict) -> str:
+        match entity_type:
+            case "ProcessEntity":
+                base = ids.process(data["pid"])
+                # the same pid under another parent is pid reuse: a different process
+                taken = base in self.graph.nodes
+                return f"{base}@{data.get('ppid')}" if taken else base
+            case "ThreadEntity":
+                return ids.thread(data["tid"])
+            case "SocketEntity":
+                proto = str(data.get("socket_type") or "sock")
+                return ids.socket_endpoint(proto, str(data["socket_addr"]), data["socket_port"])
+            case "NPUEntity":
+                base = ids.npu(data["id"])
+                return (
+                    base if base not in self.graph.nodes else f"{base}@{data.get('cpu_affinity')}"
+                )
+            case "NumaEntity":
+                return ids.numa(data["numa_id"])
+            case "NumaSetEntity":
+                return f"numaset:{data['numa_id_str']}"
+            case "ContainerEntity":
+                return ids.container(str(data["container_id"]))
+        return f"witty:{entity_type}:{key[1][:12]}"
+
+    def attributes(self, spec: EntitySpec | None, data: dict, where: str) -> dict[str, Any]:
+        attrs: dict[str, Any] = {}
+        renames = spec.renames if spec else {}
+        for name, value in data.items():
+            if name == "entity_type":
+                if spec is None:
+                    attrs["entity_type"] = value
+                continue
+            if name == "entity_namespace" and value == NAMESPACE_DEFAULT:
+                continue
+            if name == "details" and value == {}:
+                continue
+            attrs[renames.get(name, name)] = value
+        if spec is not None:
+            self.derive_entity(spec, data, attrs, where)
+        return attrs
+
+    def derive_entity(self, spec: EntitySpec, data: dict, attrs: dict, where: str) -> None:
+        if spec.kind == "thread":
+            # A thread embeds a copy of its process; keep it only when it differs from the
+            # process entity itself (export re-embeds the entity otherwise).
+            process = attrs.pop("witty_process", None)
+            if isinstance(process, dict):
+                attrs["pid"] = process.get("pid")
+                process_id = self.entity(process, f"{where}.process")
+                if self.raw.get(process_id) != process:
+                    attrs["witty_process"] = process
+            elif "process" in data:
+                attrs["witty_process"] = process
+        elif spec.kind == "socket":
+            attrs["proto"] = str(data.get("socket_type", "")).lower() or None
+            addr = str(data.get("socket_addr", ""))
+            attrs["family"] = "inet6" if ":" in addr else "inet"
+        elif spec.kind == "numa_node":
+            distances = data.get("distance_to_all_numa")
+            if isinstance(distances, dict):
+                attrs["distances"] = {str(k): v for k, v in distances.items()}
+            mem_info = data.get("mem_info")
+            if isinstance(mem_info, dict):
+                attrs["mem_total_bytes"] = _kb_to_bytes(mem_info.get("MemTotal"))
+                attrs["mem_free_bytes"] = _kb_to_bytes(mem_info.get("MemFree"))
+        elif spec.kind == "numa_set":
+            try:
+                attrs["numa_ids"] = sorted(parse_cpulist(str(data.get("numa_id_str", ""))))
+            except ValueError:
+                attrs["numa_ids"] = []
+
+    # ------------------------------------------------------------------ edges
+
+    def edge(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise self.fail(where, f"expected an edge object, got {type(data).__name__}")
+        edge_type = data.get("edge_type")
+        if not isinstance(edge_type, str):
+            raise self.fail(where, "edge has no 'edge_type' string")
+        for end in ("source_node", "target_node"):
+            if not isinstance(data.get(end), dict):
+                raise self.fail(where, f"{edge_type} has no {end!r} entity")
+        src = self.entity(data["source_node"], f"{where}.source_node")
+        dst = self.entity(data["target_node"], f"{where}.target_node")
+        attrs = {k: v for k, v in data.items() if k not in _EDGE_ENDPOINT_FIELDS}
+        kind = EDGE_KINDS.get(edge_type)
+        if kind is None:
+            kind = GENERIC_EDGE_KIND
+            attrs["edge_type"] = edge_type
+        record = {"src": src, "dst": dst, "kind": kind, **attrs}
+        # witty graphs may repeat an edge between the same pair: keep each, told apart by key
+        twin = 1
+        while (src, kind, dst, record.get("key")) in self.graph._edges:
+            twin += 1
+            record["key"] = str(twin)
+        try:
+            self.graph.add_edge(record, strict=False)
+        except Exception as exc:
+            raise self.fail(where, _short_validation(exc)) from None
+
+    # ------------------------------------------------------------------ derivation
+
+    def finish(self) -> Graph:
+        graph = self.graph
+        _derive(graph)
+        return graph
+
+
+# ============================================================================ derivation
+
+
+def _derive(graph: Graph) -> None:
+    """Compute the typed attributes and semantic edges our layers and rules read."""
+    mark = {"derived": DERIVED_MARK}
+    numa_sets = {
+        n.id: [f"numa:{i}" for i in n.get("numa_ids", []) if f"numa:{i}" in graph.nodes]
+        for n in graph.of_kind("numa_set")
+    }
+    # process tree from ppid
+    for process in graph.of_kind("process"):
+        parent = ids.process(process.ppid) if process.ppid is not None else None
+        if parent in graph.nodes and parent != process.id:
+            graph.add_edge({"src": parent, "dst": process.id, "kind": "parent_of", **mark})
+    # container membership
+    for edge in list(graph.edges("in_container")):
+        container = graph.nodes[edge.dst]
+        graph.nodes[edge.src].container_id = container.get("container_id")
+    # device -> NUMA node
+    for edge in list(graph.edges("affine_to")):
+        device = graph.nodes[edge.src]
+        nodes = numa_sets.get(edge.dst, [])
+        for numa_id in nodes:
+            graph.add_edge(
+                {"src": device.id, "dst": numa_id, "kind": "local_to", "confidence": 1.0, **mark}
+            )
+        if len(nodes) == 1:
+            device.numa_node = graph.nodes[nodes[0]].numa_id
+    # per-entity NUMA access statistics
+    for edge in list(graph.edges("numa_access")):
+        entity = graph.nodes[edge.src]
+        if entity.kind == "thread":
+            _derive_thread_status(entity, edge.get("proc_status"))
+        elif entity.kind == "process":
+            _derive_process_numa(graph, entity, edge.get("numa_access_info"), mark)
+    for process in graph.of_kind("process"):
+        threads = graph.out_edges(process.id, "has_thread")
+        if threads:
+            process.num_threads = len(threads)
+    _derive_socket_flows(graph, mark)
+
+
+def _derive_thread_status(thread: Node, status: Any) -> None:
+    if not isinstance(status, dict):
+        return
+    thread.vol_ctxt_switches = status.get("voluntary_ctxt_switches")
+    thread.invol_ctxt_switches = status.get("involuntary_ctxt_switches")
+    thread.cpus_allowed = status.get("cpus_allowed_list") or None
+    thread.cpus_used = status.get("cpus_accessed_list") or None
+    thread.mems_allowed = status.get("mems_allowed_list") or None
+
+
+def _derive_process_numa(graph: Graph, process: Node, info: Any, mark: dict) -> None:
+    if not isinstance(info, dict):
+        return
+    status = info.get("proc_status") or {}
+    if isinstance(status, dict):
+        process.vol_ctxt_switches = status.get("voluntary_ctxt_switches")
+        process.invol_ctxt_switches = status.get("involuntary_ctxt_switches")
+        process.cpus_allowed = status.get("cpus_allowed_list") or None
+        process.mems_allowed = status.get("mems_allowed_list") or None
+    affinity = info.get("numa_affinity_info") or {}
+    cpu = _per_node(affinity.get("cpu_runtime_pct_in_each_numa"))
+    pages = _per_node(affinity.get("mem_pages_in_each_numa"))
+    total_pages = info.get("total_pages")
+    if isinstance(total_pages, dict):
+        process.numa_pages = {str(k): int(v) for k, v in total_pages.items()}
+    cpu_share = _normalise(cpu)
+    page_share = _normalise(pages)
+    if cpu_share:
+        process.numa_cpu_share = cpu_share
+    if page_share:
+        process.numa_page_share = page_share
+    if cpu_share and page_share:
+        process.numa_locality = round(
+            sum(share * page_share.get(node, 0.0) for node, share in cpu_share.items()), 4
+        )
+    if "cpu_mem_access_cosine_similarity" in affinity:
+        process.numa_locality_cosine = affinity["cpu_mem_access_cosine_similarity"]
+    for node, share in cpu_share.items():
+        if f"numa:{node}" in graph.nodes:
+            graph.add_edge(
+                {"src": process.id, "dst": f"numa:{node}", "kind": "cpu_on", "share": share, **mark}
+            )
+    for node, share in page_share.items():
+        if f"numa:{node}" in graph.nodes:
+            graph.add_edge(
+                {
+                    "src": process.id,
+                    "dst": f"numa:{node}",
+                    "kind": "mem_on",
+                    "share": share,
+                    "pages": int(pages.get(node, 0)),
+                    **mark,
+                }  # fmt: skip
+            )
+
+
+def _derive_socket_flows(graph: Graph, mark: dict) -> None:
+    """Sockets belong to threads; threads send to sockets: pair them into process flows."""
+    owner: dict[str, str] = {}
+    for edge in graph.edges("belongs_to"):
+        thread = graph.nodes[edge.dst]
+        pid = thread.get("pid")
+        process = ids.process(pid) if pid is not None else None
+        if process in graph.nodes:
+            owner[edge.src] = process
+    for socket_id, process in owner.items():
+        graph.add_edge({"src": process, "dst": socket_id, "kind": "holds", **mark})
+    flows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"bytes": 0, "flows": 0, "start": None, "end": None, "transport": None}
+    )
+    for edge in list(graph.edges("sends_to")):
+        sender_thread = graph.nodes[edge.src]
+        pid = sender_thread.get("pid")
+        sender = ids.process(pid) if pid is not None else None
+        receiver = owner.get(edge.dst)
+        flow = edge.get("data_flow") or {}
+        size = flow.get("data_size") if isinstance(flow, dict) else None
+        socket = graph.nodes[edge.dst]
+        if isinstance(size, int | float):
+            socket.bytes_sent = int(size)
+        if sender not in graph.nodes or receiver is None or sender == receiver:
+            continue
+        total = flows[(sender, receiver)]
+        total["bytes"] += int(size or 0)
+        total["flows"] += 1
+        total["transport"] = str(edge.get("connection_type") or socket.get("proto") or "").lower()
+        for bound, pick in (("start", min), ("end", max)):
+            value = flow.get(f"{bound}_time") if isinstance(flow, dict) else None
+            if isinstance(value, int | float):
+                total[bound] = value if total[bound] is None else pick(total[bound], value)
+    for (sender, receiver), total in flows.items():
+        window = None
+        if (
+            total["start"] is not None
+            and total["end"] is not None
+            and total["end"] > total["start"]
+        ):
+            window = (total["end"] - total["start"]) / 1e9  # witty stamps are nanoseconds
+        attrs = {
+            "transport": total["transport"] or None,
+            "bytes": total["bytes"],
+            "flows": total["flows"],
+        }
+        if window:
+            attrs["window_s"] = round(window, 3)
+            attrs["bytes_per_s"] = round(total["bytes"] / window, 1)
+        graph.add_edge({"src": sender, "dst": receiver, "kind": "talks_to", **attrs, **mark})
+
+
+# ============================================================================ export
+
+
+def to_witty(graph: Graph) -> dict[str, Any]:
+    """Our graph as a witty-profiler document (wrapped if it was imported wrapped)."""
+    entities: dict[str, dict[str, Any]] = {}
+    for node in graph.nodes.values():
+        entity = _entity_of(node)
+        if entity is not None:
+            entities[node.id] = entity
+    for node in graph.of_kind("thread"):
+        entity = entities[node.id]
+        if "process" not in entity:
+            pid = node.get("pid")
+            entity["process"] = entities.get(ids.process(pid)) if pid is not None else None
+    edges: list[dict[str, Any]] = []
+    for edge in graph.edges():
+        if edge.get("derived") == DERIVED_MARK:
+            continue
+        record = _edge_of(graph, edge, entities)
+        if record is not None:
+            edges.append(record)
+    doc: dict[str, Any] = {"nodes": list(entities.values()), "edges": edges}
+    extra = getattr(graph.meta, "witty_extra", None)
+    if isinstance(extra, dict):
+        doc.update(extra)
+    env = getattr(graph.meta, "witty_env", None)
+    return {"env": env, "content": doc} if env is not None else doc
+
+
+def dump_witty(graph: Graph, path: str | Path) -> Path:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(orjson.dumps(to_witty(graph), option=orjson.OPT_NON_STR_KEYS))
+    tmp.replace(path)
+    return path
+
+
+def _entity_of(node: Node) -> dict[str, Any] | None:
+    spec = KIND_TO_ENTITY.get(node.kind)
+    attrs = node.attrs()
+    attrs.pop("id")
+    attrs.pop("kind")
+    attrs.pop("source", None)
+    if node.kind == GENERIC_ENTITY_KIND:
+        entity_type = attrs.pop("entity_type", "UnknownEntity")
+        return {"entity_namespace": attrs.pop("entity_namespace", NAMESPACE_DEFAULT),
+                "entity_type": entity_type, "details": attrs.pop("details", {}), **attrs}  # fmt: skip
+    if spec is None:
+        return None
+    back = {ours: theirs for theirs, ours in spec.renames.items()}
+    entity: dict[str, Any] = {
+        "entity_namespace": attrs.pop("entity_namespace", NAMESPACE_DEFAULT),
+        "entity_type": spec.entity_type,
+        "details": attrs.pop("details", {}),
+    }
+    native = not any(
+        name in attrs for name in ("device_type", "socket_type", "cpu_set", "numa_id_str")
+    )
+    for name, value in attrs.items():
+        if name in spec.derived:
+            continue
+        entity[back.get(name, name)] = value
+    if native:
+        _fill_collected_entity(node, entity)
+    return entity
+
+
+def _fill_collected_entity(node: Node, entity: dict[str, Any]) -> None:
+    """Entities of graphs we collected ourselves: add the fields witty readers expect."""
+    if node.kind == "socket":
+        entity.setdefault("socket_type", str(node.get("proto", "")).upper() or None)
+        entity.setdefault("socket_addr", node.get("local_addr"))
+        entity.setdefault("socket_port", node.get("local_port"))
+        entity.setdefault("socket_thread", None)
+        entity.setdefault("socket_process", None)
+    elif node.kind in ("npu", "gpu"):
+        entity.setdefault("device_type", node.kind)
+        entity.setdefault("device_id", "device-id-unknown")
+    elif node.kind == "numa_node" and node.get("distances"):
+        entity.setdefault("distance_to_all_numa", node.get("distances"))
+
+
+def _edge_of(graph: Graph, edge: Edge, entities: dict[str, dict]) -> dict[str, Any] | None:
+    src, dst = entities.get(edge.src), entities.get(edge.dst)
+    if src is None or dst is None:
+        return None
+    attrs = edge.attrs()
+    for name in ("src", "dst", "kind", "key", "source"):
+        attrs.pop(name, None)
+    if edge.kind == GENERIC_EDGE_KIND:
+        edge_type = attrs.pop("edge_type", "UnknownEdge")
+    else:
+        src_kind = graph.nodes[edge.src].kind if edge.kind == "numa_access" else None
+        edge_type = _EXPORT_EDGE_TYPES.get((edge.kind, src_kind))
+        if edge_type is None:
+            return None
+    attrs.setdefault("weight", None)
+    return {"edge_type": edge_type, **attrs, "source_node": src, "target_node": dst}
+
+
+# ============================================================================ helpers
+
+
+def _per_node(values: Any) -> dict[str, float]:
+    if isinstance(values, list):
+        return {str(i): float(v) for i, v in enumerate(values) if isinstance(v, int | float) and v}
+    if isinstance(values, dict):
+        return {str(k): float(v) for k, v in values.items() if isinstance(v, int | float) and v}
+    return {}
+
+
+def _normalise(values: dict[str, float]) -> dict[str, float]:
+    total = sum(values.values())
+    if total <= 0:
+        return {}
+    return {node: round(value / total, 4) for node, value in values.items()}
+
+
+def _kb_to_bytes(text: Any) -> int | None:
+    if not isinstance(text, str):
+        return None
+    number, _, unit = text.strip().partition(" ")
+    try:
+        return int(number) * (1024 if unit.strip().lower() == "kb" else 1)
+    except ValueError:
+        return None
+
+
+def _digest(data: dict) -> str:
+    return hashlib.blake2b(
+        orjson.dumps(data, option=orjson.OPT_SORT_KEYS), digest_size=8
+    ).hexdigest()
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return value
+
+
+def _short_validation(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in first["loc"][1:]) or "value"
+        return f"{loc}: {first['msg'].lower()}, got {first.get('input')!r:.60}"
+    return str(exc)
