@@ -76,6 +76,8 @@ def _describe_decode_error(exc: orjson.JSONDecodeError) -> str:
     message = str(exc.msg) if getattr(exc, "msg", None) else str(exc)
     if "recursion" in message.lower() or "depth limit" in message.lower():
         return "nested too deeply (more than 1024 levels)"
+    if "utf-8" in message.lower():
+        return f"not UTF-8 text (binary data?) at byte {exc.pos}"
     return f"{message} at line {exc.lineno} column {exc.colno} (byte {exc.pos})"
 
 

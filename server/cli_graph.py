@@ -1,9 +1,83 @@
-"""Graph commands: import, snapshots, export."""
+"""Graph commands: import a file, list snapshots, export one, delete one."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+
+import orjson
+from wp_mcp.graph import formats, native, witty
+from wp_mcp.graph.store import Store
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    """The store named by --store, else $WP_MCP_STORE, else the user's data directory."""
+    return Store(getattr(args, "store", None))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    return None
+    p = sub.add_parser(
+        "import", help="import a wp-graph or witty-profiler file; prints the snapshot id"
+    )
+    p.add_argument("file", help="graph file (.json or .json.gz)")
+    p.add_argument("--label", help="a note to show in `snapshots`")
+    p.set_defaults(handler=cmd_import)
+
+    p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--limit", type=int, default=None)
+    p.set_defaults(handler=cmd_snapshots)
+
+    p = sub.add_parser("export", help="write a stored snapshot to a file or stdout")
+    p.add_argument("snapshot", help="snapshot id, unique prefix, or 'latest'")
+    p.add_argument("--format", choices=formats.FORMATS, default="wp-graph")
+    p.add_argument("--out", help="output file (default: stdout); .gz compresses wp-graph")
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser("delete", help="delete a stored snapshot and its reports")
+    p.add_argument("snapshot", help="snapshot id or unique prefix")
+    p.set_defaults(handler=cmd_delete)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    graph = formats.load_any(args.file)  # validates fully before anything is stored
+    snapshot_id = open_store(args).put(graph, label=args.label)
+    print(snapshot_id)
+    kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(graph.kinds().items()))
+    print(
+        f"imported {args.file}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_snapshots(args: argparse.Namespace) -> int:
+    infos = open_store(args).list(limit=args.limit)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps([info.__dict__ for info in infos]) + b"\n")
+        return 0
+    if not infos:
+        print("no snapshots yet: `wp-mcp import FILE` or `wp-mcp collect`", file=sys.stderr)
+        return 0
+    print(f"{'ID':<9} {'CREATED':<19} {'NODES':>7} {'EDGES':>8}  ORIGIN")
+    for info in infos:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created))
+        origin = (info.origin or "") + (f"  [{info.label}]" if info.label else "")
+        print(f"{info.id:<9} {created:<19} {info.nodes:>7} {info.edges:>8}  {origin}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    graph = open_store(args).get(args.snapshot)
+    if args.out:
+        formats.dump(graph, args.out, args.format)
+        return 0
+    data = native.dumps(graph) if args.format == "wp-graph" else orjson.dumps(witty.to_witty(graph))
+    sys.stdout.buffer.write(data + b"\n")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    print(open_store(args).delete(args.snapshot))
+    return 0
