@@ -1,0 +1,307 @@
+"""Snapshot diff: what appeared, what vanished and what changed beyond noise.
+
+Used to verify an optimisation ("after numactl, is the worker's locality up and its CPU
+share down?"). Two snapshots of one host are compared node by node and edge by edge:
+
+- a node or edge present on one side only *appeared* or *vanished*; a process whose pid
+  was reused (same id, different start time) counts as one vanished and one appeared;
+- an attribute present on both sides *changed* when the difference is larger than the
+  noise of its unit (percent points for ``_pct``, relative change for rates and sizes,
+  absolute change for 0..1 shares);
+- cumulative counters (CPU seconds, bytes since start, switch counts…) always grow between
+  two snapshots, so they are not compared; their rates are.
+
+The result renders to compact text within a token budget and pages with a cursor, like
+every other view.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wp_mcp.graph.errors import UserError
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Edge, Graph, Node
+
+# Attributes that say nothing about a change: provenance, identity, counters since start,
+# and placement that moves every few milliseconds.
+_IGNORED = frozenset(
+    {
+        "source", "id", "kind", "src", "dst", "key", "start_time", "pid", "tid", "ppid",
+        "inode", "state", "last_cpu", "cpus_used", "cpu_time_s", "vol_ctxt_switches",
+        "invol_ctxt_switches", "major_faults", "io_read_bytes", "io_write_bytes", "bytes_sent",
+        "bytes_received", "bytes", "retrans_total", "lost", "numa_stats", "numa_cpu_time",
+        "numa_pages", "pages", "rx_queue", "tx_queue", "window_s",
+    }
+)  # fmt: skip
+
+PCT_NOISE_POINTS = 5.0  # a _pct value must move by more than this many points
+REL_NOISE = 0.2  # rates, sizes, latencies: more than 20 % relative change
+SHARE_NOISE = 0.05  # 0..1 shares and localities: more than 0.05 absolute
+AGGREGATE_OVER = 5  # more appeared/vanished entities of one kind than this → one line
+
+
+@dataclass(frozen=True)
+class Change:
+    """One attribute of one entity that moved beyond noise."""
+
+    entity: str  # node id, or "src -kind-> dst" for an edge
+    attr: str
+    before: Any
+    after: Any
+    weight: float  # how far beyond noise, for ordering (larger first)
+
+
+@dataclass
+class GraphDiff:
+    appeared: list[Node | Edge] = field(default_factory=list)
+    vanished: list[Node | Edge] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+    reused_pids: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "appeared": len(self.appeared),
+            "vanished": len(self.vanished),
+            "changed": len(self.changed),
+        }
+
+    @property
+    def empty(self) -> bool:
+        return not (self.appeared or self.vanished or self.changed)
+
+
+@dataclass
+class DiffPage:
+    text: str
+    tokens: int
+    next_cursor: str | None
+    page: int
+    pages: int
+    counts: dict[str, int]
+
+
+def diff_graphs(before: Graph, after: Graph) -> GraphDiff:
+    """Compare two graphs (usually two snapshots of one host)."""
+    result = GraphDiff()
+    for node_id, old in before.nodes.items():
+        new = after.nodes.get(node_id)
+        if new is None or new.kind != old.kind:
+            result.vanished.append(old)
+        elif _pid_reused(old, new):
+            result.vanished.append(old)
+            result.appeared.append(new)
+            result.reused_pids.append(node_id)
+        else:
+            result.changed.extend(_attr_changes(node_id, old, new))
+    for node_id, new in after.nodes.items():
+        old = before.nodes.get(node_id)
+        if old is None or old.kind != new.kind:
+            result.appeared.append(new)
+
+    old_edges = {edge.ident: edge for edge in before.edges()}
+    new_edges = {edge.ident: edge for edge in after.edges()}
+    reused = set(result.reused_pids)
+    for ident, old in old_edges.items():
+        new = new_edges.get(ident)
+        if new is None or old.src in reused or old.dst in reused:
+            result.vanished.append(old)
+        else:
+            result.changed.extend(_attr_changes(_edge_label(old), old, new))
+    for ident, new in new_edges.items():
+        if ident not in old_edges or new.src in reused or new.dst in reused:
+            result.appeared.append(new)
+
+    result.changed.sort(key=lambda c: (-c.weight, c.entity, c.attr))
+    return result
+
+
+def render_diff(
+    diff: GraphDiff,
+    *,
+    before_id: str,
+    after_id: str,
+    max_tokens: int = 4000,
+    cursor: str | None = None,
+) -> DiffPage:
+    """Compact text of a diff, one page within ``max_tokens`` (cursor for the next page)."""
+    from wp_mcp.converters import count_tokens
+
+    lines = _body_lines(diff)
+    start = _decode_cursor(cursor, len(lines))
+    counts = diff.counts()
+    header = (
+        f"# diff {before_id} → {after_id} · appeared {counts['appeared']} · "
+        f"vanished {counts['vanished']} · changed {counts['changed']} (beyond noise: "
+        f"pct ±{PCT_NOISE_POINTS:g} pts, rates/sizes ±{REL_NOISE:.0%}, shares ±{SHARE_NOISE:g})"
+    )
+    legend = "legend: ~ changed entity attr before→after · + appeared · - vanished"
+    if not lines:
+        text = f"{header}\nno difference beyond noise: the two snapshots match on every compared attribute"
+        return DiffPage(text, count_tokens(text), None, 1, 1, counts)
+
+    budget = max_tokens - count_tokens(header) - count_tokens(legend) - 40  # footer room
+    taken: list[str] = []
+    used = 0
+    for line in lines[start:]:
+        cost = count_tokens(line) + 1
+        if taken and used + cost > budget:
+            break
+        taken.append(line)
+        used += cost
+    end = start + len(taken)
+    per_page = max(1, len(taken))
+    page = start // per_page + 1
+    pages = max(page, page + -(-(len(lines) - end) // per_page))
+    parts = [f"{header} · page {page}/{pages}", legend, *taken]
+    next_cursor = None
+    if end < len(lines):
+        next_cursor = _encode_cursor(end)
+        parts.append(
+            f"(cut: {len(lines) - end} more lines; call wp_diff again with cursor={next_cursor!r})"
+        )
+    text = "\n".join(parts)
+    return DiffPage(text, count_tokens(text), next_cursor, page, pages, counts)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _pid_reused(old: Node, new: Node) -> bool:
+    if old.kind != "process":
+        return False
+    a, b = old.get("start_time"), new.get("start_time")
+    return a is not None and b is not None and abs(a - b) > 0.5
+
+
+def _attr_changes(entity: str, old: Node | Edge, new: Node | Edge) -> Iterable[Change]:
+    before, after = old.attrs(), new.attrs()
+    for attr in sorted(before.keys() & after.keys()):
+        if attr in _IGNORED:
+            continue
+        weight = _beyond_noise(attr, before[attr], after[attr])
+        if weight > 0:
+            yield Change(entity, attr, before[attr], after[attr], weight)
+
+
+def _beyond_noise(attr: str, a: Any, b: Any) -> float:
+    """How far beyond noise the move from ``a`` to ``b`` is; 0 when within noise."""
+    if a == b:
+        return 0.0
+    if _is_number(a) and _is_number(b):
+        return _numeric_weight(attr, float(a), float(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = a.keys() | b.keys()
+        if all(_is_number(a.get(k, 0)) and _is_number(b.get(k, 0)) for k in keys):
+            moves = [abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in keys]
+            scale = SHARE_NOISE if _looks_like_share(a, b) else None
+            if scale is None:
+                return max(
+                    (_numeric_weight(attr, float(a.get(k, 0)), float(b.get(k, 0))) for k in keys),
+                    default=0.0,
+                )
+            return max(moves, default=0.0) / scale if max(moves, default=0.0) > scale else 0.0
+    # strings, lists, flags: any difference is a real change (affinity, binding, model…)
+    return 1.0
+
+
+def _numeric_weight(attr: str, a: float, b: float) -> float:
+    delta = abs(b - a)
+    if attr.endswith("_pct"):
+        return delta / PCT_NOISE_POINTS if delta > PCT_NOISE_POINTS else 0.0
+    if attr in ("share", "numa_locality", "confidence") or (0 <= a <= 1 and 0 <= b <= 1):
+        return delta / SHARE_NOISE if delta > SHARE_NOISE else 0.0
+    scale = max(abs(a), abs(b))
+    rel = delta / scale if scale else 0.0
+    return rel / REL_NOISE if rel > REL_NOISE else 0.0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _looks_like_share(a: dict, b: dict) -> bool:
+    values = [float(v) for v in (*a.values(), *b.values())]
+    return all(0 <= v <= 1 for v in values)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _body_lines(diff: GraphDiff) -> list[str]:
+    lines = [_change_line(change) for change in diff.changed]
+    lines += _presence_lines("+", diff.appeared, set(diff.reused_pids))
+    lines += _presence_lines("-", diff.vanished, set(diff.reused_pids))
+    return lines
+
+
+def _change_line(change: Change) -> str:
+    return f"~ {change.entity} {change.attr} {_fmt(change.before)}→{_fmt(change.after)}"
+
+
+def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> list[str]:
+    nodes = [item for item in items if not hasattr(item, "src")]
+    edges = [item for item in items if hasattr(item, "src")]
+    lines: list[str] = []
+    by_kind: dict[str, list[Node]] = defaultdict(list)
+    for node in nodes:
+        by_kind[node.kind].append(node)
+    for kind, group in sorted(by_kind.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if len(group) > AGGREGATE_OVER:
+            sample = ", ".join(node.id for node in group[:3])
+            lines.append(f"{sign} {len(group)}× {kind} ({sample}, …)")
+            continue
+        for node in group:
+            label = f' "{_escape(node.name)}"' if node.name else ""
+            note = " (pid reused)" if node.id in reused else ""
+            lines.append(f"{sign} {node.id} {kind}{label}{note}")
+    edge_kinds: dict[str, list[Edge]] = defaultdict(list)
+    for edge in edges:
+        edge_kinds[edge.kind].append(edge)
+    for kind, group in sorted(edge_kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if len(group) > AGGREGATE_OVER:
+            sample = ", ".join(_edge_label(edge) for edge in group[:2])
+            lines.append(f"{sign} {len(group)}× edge {kind} ({sample}, …)")
+            continue
+        lines.extend(f"{sign} {_edge_label(edge)}" for edge in group)
+    return lines
+
+
+def _edge_label(edge: Edge) -> str:
+    return f"{edge.src} -{edge.kind}-> {edge.dst}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.4g}"
+    if isinstance(value, dict):
+        inner = ",".join(f"{k}:{_fmt(v)}" for k, v in sorted(value.items()))
+        return "{" + inner + "}"
+    if isinstance(value, str):
+        return f'"{_escape(value)}"'
+    return _escape(json.dumps(value, default=str))
+
+
+def _escape(text: str) -> str:
+    """Host strings on one line, quotes escaped, so they can never forge a line."""
+    return json.dumps(str(text), ensure_ascii=False)[1:-1]
+
+
+def _encode_cursor(offset: int) -> str:
+    return f"d{offset}"
+
+
+def _decode_cursor(cursor: str | None, total: int) -> int:
+    if cursor is None:
+        return 0
+    if cursor.startswith("d") and cursor[1:].isdigit() and int(cursor[1:]) < max(total, 1):
+        return int(cursor[1:])
+    raise UserError(
+        f"unknown diff cursor {cursor!r}: use the next_cursor of the previous wp_diff answer, "
+        "or call wp_diff without a cursor for the first page"
+    )

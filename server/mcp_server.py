@@ -1,0 +1,725 @@
+"""The MCP server: thin glue from MCP tools, resources and prompts to the shared functions.
+
+Every tool calls the same functions the CLI uses (store, formats, converters, skills,
+collectors) and returns compact text in ``content`` plus a small ``structuredContent``
+(ids, counts, cursor; never a whole layer, since some clients show the model only that).
+Anything a caller can fix comes back as an error result whose text says what to call
+instead. Heavy modules are imported inside the tools, so the server answers its first
+``tools/list`` quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from functools import wraps
+from typing import Annotated, Any, Literal
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+from wp_mcp.graph.errors import UserError
+
+from wp_mcp import __version__
+
+from .mcp_state import ServerState
+from .mcp_text import DIAGNOSE_PROMPT, INSTRUCTIONS, SKILL_PROMPT, page_text
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 4000  # mirrors wp_mcp.converters.DEFAULT_MAX_TOKENS (checked by a test)
+HARD_MAX_TOKENS = 8000
+OVERVIEW_TOKENS = 600  # the summary that follows wp_collect / wp_open
+CANCEL_GRACE_S = 30.0  # how long a cancelled collection may take to close its collectors
+
+# The skills, as the skills package names them; kept here too so building the server (and
+# answering tools/list) does not import the skill engines. A test checks both agree.
+SKILLS = ("dataflow-topology-restore", "bottleneck-identification", "hotspot-thread-discovery")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+WRITES_STORE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+Snapshot = Annotated[
+    str, Field(description="snapshot id, unique id prefix, or 'latest' (see wp_snapshots)")
+]
+MaxTokens = Annotated[
+    int, Field(ge=200, le=HARD_MAX_TOKENS, description="token budget of the answer")
+]
+Cursor = Annotated[
+    str | None, Field(description="next_cursor of the previous answer, for the next page")
+]
+
+
+class WpServer(MCPServer):
+    """MCPServer that rejects unknown tool arguments instead of silently ignoring them.
+
+    A model that misspells ``max_tokens`` should learn it, not get a default-sized answer.
+    """
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            valid = sorted(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - set(valid))
+            if unknown:
+                raise ToolError(
+                    f"{name}: unknown argument(s) {', '.join(unknown)}; valid arguments: "
+                    f"{', '.join(valid) or '(none)'}"
+                )
+        return await super().call_tool(name, arguments, context)
+
+
+def _result(text: str, **structured: Any) -> CallToolResult:
+    small = {k: v for k, v in structured.items() if v is not None}
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=small or None
+    )
+
+
+def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the shared functions' UserError into a tool error the model sees verbatim."""
+
+    @wraps(fn)
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            raise ToolError(str(exc)) from None
+
+    return sync_wrapper
+
+
+def _page_result(page: Any, snapshot_id: str, hint: str) -> CallToolResult:
+    """A converters Page as a tool result; an empty page says what to try instead."""
+    text = page.text
+    if page.total_items == 0 and hint:
+        text = f"{text}\n(hint: {hint})"
+    return _result(
+        text,
+        snapshot_id=snapshot_id,
+        view=page.view,
+        page=page.page,
+        pages=page.pages,
+        total_items=page.total_items,
+        tokens=page.tokens,
+        next_cursor=page.next_cursor,
+    )
+
+
+def build_server(state: ServerState | None = None) -> WpServer:
+    """The wp-mcp MCP server over ``state`` (a fresh default state when None)."""
+    state = state or ServerState()
+    server = WpServer(
+        name="wp-mcp",
+        title="wp-mcp: host topology diagnosis",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+    )
+    _register_data_tools(server, state)
+    _register_view_tools(server, state)
+    _register_skill_tools(server, state)
+    _register_resources(server, state)
+    _register_prompts(server)
+    return server
+
+
+# --------------------------------------------------------------------------- shared logic
+
+
+def _render(state: ServerState, ref: str, view: str, **kwargs: Any) -> tuple[Any, str]:
+    """Render one view of a stored snapshot (cached: stored snapshots never change)."""
+    from wp_mcp.converters import render_view
+
+    snapshot_id = state.resolve_snapshot(ref)
+    key = (snapshot_id, view, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+    def make() -> Any:
+        return render_view(state.graph(snapshot_id), view, snapshot_id=snapshot_id, **kwargs)
+
+    return state.cached(key, make), snapshot_id
+
+
+def _coverage(graph: Any) -> tuple[str, dict[str, int]]:
+    statuses = graph.meta.collectors
+    counts = Counter(s.status for s in statuses)
+    not_ok = [f"{s.name} {s.status}: {s.reason}" for s in statuses if s.status != "ok" and s.reason]
+    line = "coverage: " + (", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "n/a")
+    if not_ok:
+        line += "\n" + "\n".join(f"  {item}" for item in not_ok[:12])
+    return line, dict(counts)
+
+
+def _stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str) -> CallToolResult:
+    from wp_mcp.converters import render_view
+
+    coverage, counts = _coverage(graph)
+    summary = render_view(graph, "summary", max_tokens=OVERVIEW_TOKENS, snapshot_id=snapshot_id)
+    text = (
+        f"{verb} snapshot {snapshot_id} ({len(graph.nodes)} nodes, {graph.edge_count} edges)\n"
+        f"{coverage}\n{summary.text}\n"
+        f"next: wp_layer view=<layer> snapshot={snapshot_id}, or wp_run_skill skill=all"
+    )
+    return _result(
+        text,
+        snapshot_id=snapshot_id,
+        nodes=len(graph.nodes),
+        edges=graph.edge_count,
+        collectors=counts or None,
+    )
+
+
+# --------------------------------------------------------------------------- data tools
+
+
+def _register_data_tools(server: WpServer, state: ServerState) -> None:
+    @server.tool(
+        name="wp_collect",
+        title="Collect a snapshot of this host",
+        annotations=WRITES_STORE,
+        description=(
+            "Collect a topology snapshot of the host the server runs on (processes, threads, "
+            "sockets/IPC, NUMA, devices, metrics over window_s seconds, eBPF when usable) and "
+            "store it. Reports progress per collector; cancellable. Returns the snapshot id, "
+            "collector coverage and a short overview."
+        ),
+    )
+    async def wp_collect(
+        ctx: Context,
+        window_s: Annotated[float, Field(ge=0, le=60, description="metrics window")] = 3.0,
+        ebpf: Literal["auto", "on", "off"] = "auto",
+        pids: Annotated[
+            list[int] | None, Field(description="only these processes and their families")
+        ] = None,
+        label: Annotated[str | None, Field(max_length=200)] = None,
+    ) -> CallToolResult:
+        return await _collect(state, ctx, window_s, ebpf, pids, label)
+
+    @server.tool(
+        name="wp_open",
+        title="Import a graph file",
+        annotations=WRITES_STORE,
+        description=(
+            "Import a wp-graph (.json/.json.gz) or witty-profiler graph file into the store. "
+            "Only files below the allowed roots (working directory, the store, --allow-dir) "
+            "and below the size limit. Returns the snapshot id and a short overview."
+        ),
+    )
+    @_user_errors
+    def wp_open(
+        path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
+        label: Annotated[str | None, Field(max_length=200)] = None,
+    ) -> CallToolResult:
+        from wp_mcp.graph.formats import load_any
+
+        real = state.check_import_path(path)
+        graph = load_any(real)
+        snapshot_id = state.store.put(graph, label=label or real.name)
+        return _stored_overview(state, snapshot_id, graph, "imported")
+
+    @server.tool(
+        name="wp_snapshots",
+        title="List stored snapshots",
+        annotations=READ_ONLY,
+        description="List stored snapshots, newest first: id, time, label, origin, size.",
+    )
+    @_user_errors
+    def wp_snapshots(limit: Annotated[int, Field(ge=1, le=200)] = 20) -> CallToolResult:
+        return _result(*_snapshot_listing(state, limit))
+
+
+def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, Any]]:
+    import time
+
+    infos = sorted(state.store.list(), key=lambda s: s.created, reverse=True)
+    if not infos:
+        text = (
+            "no snapshots stored (hint: call wp_collect to snapshot this host, or wp_open "
+            "with a wp-graph or witty-profiler file)"
+        )
+        return text, {"total": 0}
+    lines = [f"# {len(infos)} snapshots (newest first, showing {min(limit, len(infos))})"]
+    lines.append("legend: id · created UTC · label · origin · hosts · nodes/edges")
+    for info in infos[:limit]:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(info.created))
+        hosts = ",".join(info.hosts) if info.hosts else "-"
+        lines.append(
+            f"{info.id} · {created} · {_one_line(info.label)} · {_one_line(info.origin)} · "
+            f"{_one_line(hosts)} · {info.nodes}/{info.edges}"
+        )
+    if len(infos) > limit:
+        lines.append(f"({len(infos) - limit} older; call wp_snapshots with a larger limit)")
+    return "\n".join(lines), {"total": len(infos), "latest": infos[0].id}
+
+
+def _one_line(value: Any) -> str:
+    """A host-provided string on one line (labels and origins come from users and files)."""
+    import json
+
+    return "-" if value in (None, "") else json.dumps(str(value), ensure_ascii=False)[1:-1]
+
+
+async def _collect(
+    state: ServerState,
+    ctx: Context,
+    window_s: float,
+    ebpf: str,
+    pids: list[int] | None,
+    label: str | None,
+) -> CallToolResult:
+    """Collect in a worker thread; forward progress; on cancellation stop the collectors.
+
+    The event loop stays free, so other calls are answered during the window. When the
+    client cancels, ``cancel`` is set and we wait (shielded) until the orchestrator has
+    closed every collector, so no thread or BPF program outlives the request.
+    """
+    from wp_mcp.collectors.base import Context as CollectContext
+
+    done = threading.Event()
+    events = iter(range(1, 1_000_000))
+
+    def progress(collector: str, phase: str, detail: str) -> None:
+        message = f"{collector}: {phase}" + (f" ({detail})" if detail else "")
+        try:
+            anyio.from_thread.run(ctx.report_progress, next(events), None, message)
+        except Exception:  # a gone client must not fail the collection
+            log.debug("progress not delivered: %s", message)
+
+    cctx = CollectContext(
+        window_s=window_s, ebpf=ebpf, pids=set(pids) if pids else None, progress=progress
+    )
+
+    def work() -> tuple[str, Any]:
+        try:
+            from wp_mcp.collectors import collect_snapshot
+
+            graph = collect_snapshot(cctx)
+            if cctx.cancel.is_set():
+                return "", graph
+            return state.store.put(graph, label=label), graph
+        finally:
+            done.set()
+
+    try:
+        snapshot_id, graph = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        cctx.cancel.set()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(done.wait, CANCEL_GRACE_S)
+        raise
+    except UserError as exc:
+        raise ToolError(str(exc)) from None
+    if not snapshot_id:
+        raise ToolError("collection cancelled; nothing stored")
+    return _stored_overview(state, snapshot_id, graph, "collected")
+
+
+# --------------------------------------------------------------------------- view tools
+
+
+def _register_view_tools(server: WpServer, state: ServerState) -> None:
+    @server.tool(
+        name="wp_summary",
+        title="Snapshot summary",
+        annotations=READ_ONLY,
+        description=(
+            "Summary of a snapshot in a few hundred tokens: host, counts, coverage, top "
+            "signals and what each layer would cost. Start here."
+        ),
+    )
+    @_user_errors
+    def wp_summary(
+        snapshot: Snapshot = "latest", fmt: Literal["txt", "json"] = "txt"
+    ) -> CallToolResult:
+        page, sid = _render(state, snapshot, "summary", fmt=fmt)
+        return _page_result(page, sid, "")
+
+    @server.tool(
+        name="wp_layer",
+        title="One layer or view of a snapshot",
+        annotations=READ_ONLY,
+        description=(
+            "One layer (compute, memory, interconnect, network, storage, control, data) or view "
+            "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
+            "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid, "
+            "name (glob), min_<metric> (e.g. min_cpu_pct)."
+        ),
+    )
+    @_user_errors
+    def wp_layer(
+        view: Annotated[str, Field(description="layer or view name")],
+        snapshot: Snapshot = "latest",
+        fmt: Literal["txt", "json", "mermaid", "dot"] = "txt",
+        cursor: Cursor = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        filters: Annotated[
+            dict[str, str | int | float] | None,
+            Field(description='e.g. {"kind": "thread", "min_cpu_pct": 50}'),
+        ] = None,
+    ) -> CallToolResult:
+        page, sid = _render(
+            state, snapshot, view, fmt=fmt, cursor=cursor, max_tokens=max_tokens, filters=filters
+        )
+        return _page_result(
+            page,
+            sid,
+            "nothing matches; loosen filters, or call wp_summary to see which layers have data",
+        )
+
+    @server.tool(
+        name="wp_entity",
+        title="One entity with its neighbours",
+        annotations=READ_ONLY,
+        description=(
+            "One node (process, thread, socket, device, NUMA node…) by id with every attribute "
+            "and its neighbours up to depth hops. Find ids with wp_search or wp_layer."
+        ),
+    )
+    @_user_errors
+    def wp_entity(
+        id: Annotated[str, Field(description="node id, e.g. proc:1234, npu:0, numa:6")],
+        snapshot: Snapshot = "latest",
+        depth: Annotated[int, Field(ge=0, le=3)] = 1,
+        fmt: Literal["txt", "json"] = "txt",
+        cursor: Cursor = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> CallToolResult:
+        page, sid = _render(
+            state, snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
+            max_tokens=max_tokens,
+        )  # fmt: skip
+        return _page_result(page, sid, "")
+
+    @server.tool(
+        name="wp_search",
+        title="Find entities",
+        annotations=READ_ONLY,
+        description="Find entities by id, name, command line or address; returns ids to pass to wp_entity.",
+    )
+    @_user_errors
+    def wp_search(
+        query: Annotated[str, Field(min_length=1, max_length=200)],
+        snapshot: Snapshot = "latest",
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> CallToolResult:
+        from wp_mcp.converters import search
+
+        sid = state.resolve_snapshot(snapshot)
+        page = state.cached(
+            (sid, "search", query, limit), lambda: search(state.graph(sid), query, limit=limit)
+        )
+        return _page_result(
+            page, sid, "no match; try a shorter query, a pid, a process name or an address"
+        )
+
+    @server.tool(
+        name="wp_diff",
+        title="Compare two snapshots",
+        annotations=READ_ONLY,
+        description=(
+            "What appeared, vanished or changed beyond noise between two snapshots (e.g. "
+            "before and after an optimisation)."
+        ),
+    )
+    @_user_errors
+    def wp_diff(
+        before: Snapshot,
+        after: Snapshot = "latest",
+        cursor: Cursor = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> CallToolResult:
+        from wp_mcp.converters.diff import diff_graphs, render_diff
+
+        old, new = state.resolve_snapshot(before), state.resolve_snapshot(after)
+        if old == new:
+            raise UserError(
+                f"before and after are the same snapshot {old}; collect again (wp_collect) "
+                "after the change, then diff the two ids from wp_snapshots"
+            )
+        diff = state.cached(
+            (old, new, "diff"), lambda: diff_graphs(state.graph(old), state.graph(new))
+        )
+        page = render_diff(diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor)
+        return _result(
+            page.text, before=old, after=new, **page.counts, page=page.page,
+            pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- skill tools
+
+
+def _register_skill_tools(server: WpServer, state: ServerState) -> None:
+    @server.tool(
+        name="wp_run_skill",
+        title="Run a diagnosis skill",
+        annotations=WRITES_STORE,
+        description=(
+            "Run a skill on a snapshot and store its report: dataflow-topology-restore, "
+            "bottleneck-identification, hotspot-thread-discovery, or all (one combined report). "
+            "Returns the report id and the findings in brief; read details with wp_report."
+        ),
+    )
+    @_user_errors
+    def wp_run_skill(
+        skill: Annotated[str, Field(description="skill name or 'all'")],
+        snapshot: Snapshot = "latest",
+        max_tokens: Annotated[int, Field(ge=200, le=HARD_MAX_TOKENS)] = 1500,
+    ) -> CallToolResult:
+        from wp_mcp.skills import diagnose, run_skill
+
+        sid = state.resolve_snapshot(snapshot)
+        graph = state.graph(sid)
+        report = diagnose(graph) if skill == "all" else run_skill(skill, graph)
+        report_id = state.store.put_report(
+            sid, report.skill, report.to_dict(), report.to_markdown()
+        )
+        by_priority = Counter(f.priority for f in report.findings)
+        text = (
+            f"report {report_id} ({report.skill} on snapshot {sid})\n"
+            f"{report.brief(max_tokens=max_tokens - 100)}\n"
+            f"next: wp_report report={report_id} finding=<id> or section=<name>"
+        )
+        return _result(
+            text, report_id=report_id, snapshot_id=sid, skill=report.skill,
+            findings=len(report.findings), by_priority=dict(sorted(by_priority.items())) or None,
+        )  # fmt: skip
+
+    @server.tool(
+        name="wp_report",
+        title="Read a stored report",
+        annotations=READ_ONLY,
+        description=(
+            "Read a stored report: whole (paged), one section, or one finding with its "
+            "evidence and action; md or json."
+        ),
+    )
+    @_user_errors
+    def wp_report(
+        report: Annotated[str, Field(description="report id, prefix, or 'latest'")] = "latest",
+        section: Annotated[str | None, Field(description="section name")] = None,
+        finding: Annotated[str | None, Field(description="finding id")] = None,
+        fmt: Literal["md", "json"] = "md",
+        cursor: Cursor = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> CallToolResult:
+        report_id = state.resolve_report(report)
+        text = state.cached(
+            ("report", report_id, section, finding, fmt),
+            lambda: _report_text(state, report_id, section, finding, fmt),
+        )
+        page = page_text(
+            text, max_tokens=max_tokens, cursor=cursor, again=f"wp_report report={report_id}"
+        )
+        return _result(
+            page.text, report_id=report_id, page=page.page, pages=page.pages,
+            next_cursor=page.next_cursor,
+        )  # fmt: skip
+
+    @server.tool(
+        name="wp_skill_docs",
+        title="Skill documentation",
+        annotations=READ_ONLY,
+        description=(
+            "Without arguments: list the skills. With skill: its SKILL.md (method, rules, "
+            "outputs) and its references. With skill and reference: that reference file."
+        ),
+    )
+    @_user_errors
+    def wp_skill_docs(
+        skill: str | None = None,
+        reference: Annotated[str | None, Field(description="file name under references/")] = None,
+        cursor: Cursor = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> CallToolResult:
+        if skill is None:
+            if reference is not None:
+                raise UserError(
+                    "reference needs skill; call wp_skill_docs without arguments to list skills"
+                )
+            return _result(_skill_listing(), skills=len(SKILLS))
+        text = _skill_doc(skill, reference)
+        page = page_text(
+            text, max_tokens=max_tokens, cursor=cursor,
+            again=f"wp_skill_docs skill={skill}" + (f" reference={reference}" if reference else ""),
+        )  # fmt: skip
+        return _result(
+            page.text, skill=skill, page=page.page, pages=page.pages, next_cursor=page.next_cursor
+        )
+
+
+def _report_text(
+    state: ServerState, report_id: str, section: str | None, finding: str | None, fmt: str
+) -> str:
+    import orjson
+    from wp_mcp.skills import Report
+
+    stored = state.store.get_report(report_id)
+    if section is None and finding is None:
+        if fmt == "json":
+            return orjson.dumps(stored.data, option=orjson.OPT_INDENT_2).decode()
+        return stored.markdown
+    report = Report.from_dict(stored.data)
+    if finding is not None:
+        return _finding_text(report, finding, fmt)
+    if section not in report.section_names():
+        raise UserError(
+            f"unknown section {section!r} in report {report_id}; sections: "
+            f"{', '.join(report.section_names())}"
+        )
+    if fmt == "json":
+        findings = [f.to_dict() for f in report.findings if f.layer == section]
+        return orjson.dumps(findings, option=orjson.OPT_INDENT_2).decode()
+    return report.to_markdown(section=section)
+
+
+def _finding_text(report: Any, finding_id: str, fmt: str) -> str:
+    import orjson
+
+    try:
+        found = report.finding(finding_id)
+    except (KeyError, UserError):
+        ids = ", ".join(f.id for f in report.findings[:20]) or "(no findings)"
+        raise UserError(f"unknown finding {finding_id!r}; findings in this report: {ids}") from None
+    if fmt == "json":
+        return orjson.dumps(found.to_dict(), option=orjson.OPT_INDENT_2).decode()
+    return found.to_markdown()
+
+
+def _skill_listing() -> str:
+    from wp_mcp.skills import bundle_dir
+
+    lines = ["# skills (read one with wp_skill_docs skill=<name>; run it with wp_run_skill)"]
+    for name in SKILLS:
+        lines.append(f"{name}: {_one_line(_description(bundle_dir(name) / 'SKILL.md'))}")
+    return "\n".join(lines)
+
+
+def _description(skill_md: Any) -> str:
+    """The front matter's description of a SKILL.md."""
+    in_front = False
+    for line in skill_md.read_text(encoding="utf-8").splitlines():
+        if line.strip() == "---":
+            if in_front:
+                break
+            in_front = True
+        elif in_front and line.startswith("description:"):
+            return line.partition(":")[2].strip().strip("\"'")
+    return ""
+
+
+def _skill_doc(skill: str, reference: str | None) -> str:
+    from wp_mcp.skills import bundle_dir
+
+    if skill not in SKILLS:
+        raise UserError(f"unknown skill {skill!r}; skills: {', '.join(SKILLS)}")
+    folder = bundle_dir(skill)
+    refs_dir = folder / "references"
+    refs = sorted(p.name for p in refs_dir.iterdir() if p.is_file()) if refs_dir.is_dir() else []
+    if reference is None:
+        listing = ", ".join(refs) or "(none)"
+        return f"{(folder / 'SKILL.md').read_text(encoding='utf-8')}\n\nreferences: {listing}"
+    if reference not in refs:  # names only: no path can escape the bundle
+        raise UserError(
+            f"unknown reference {reference!r} for {skill}; references: {', '.join(refs) or '(none)'}"
+        )
+    return (refs_dir / reference).read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def _resource_errors(fn: Callable[..., str]) -> Callable[..., str]:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> str:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            raise ResourceError(str(exc)) from None
+
+    return wrapper
+
+
+def _register_resources(server: WpServer, state: ServerState) -> None:
+    @server.resource("wp://snapshots", name="snapshots", mime_type="text/plain",
+                     description="Stored snapshots (as wp_snapshots)")  # fmt: skip
+    @_resource_errors
+    def snapshots() -> str:
+        return _snapshot_listing(state, 50)[0]
+
+    @server.resource("wp://snapshots/{id}/summary", name="snapshot-summary", mime_type="text/plain",
+                     description="Summary of a snapshot (as wp_summary)")  # fmt: skip
+    @_resource_errors
+    def summary(id: str) -> str:
+        return _render(state, id, "summary")[0].text
+
+    @server.resource("wp://snapshots/{id}/layers/{layer}", name="snapshot-layer",
+                     mime_type="text/plain",
+                     description="First page of a layer or view (as wp_layer)")  # fmt: skip
+    @_resource_errors
+    def layer(id: str, layer: str) -> str:
+        return _render(state, id, layer, max_tokens=DEFAULT_MAX_TOKENS)[0].text
+
+    @server.resource("wp://reports/{id}", name="report", mime_type="text/markdown",
+                     description="First page of a stored report (as wp_report)")  # fmt: skip
+    @_resource_errors
+    def report(id: str) -> str:
+        report_id = state.resolve_report(id)
+        text = _report_text(state, report_id, None, None, "md")
+        return page_text(text, max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
+                         again=f"wp_report report={report_id}").text  # fmt: skip
+
+    @server.resource("skill://{name}/SKILL.md", name="skill", mime_type="text/markdown",
+                     description="A skill's SKILL.md (as wp_skill_docs)")  # fmt: skip
+    @_resource_errors
+    def skill_md(name: str) -> str:
+        return _skill_doc(name, None)
+
+    @server.resource("skill://{name}/references/{reference}", name="skill-reference",
+                     mime_type="text/markdown",
+                     description="A skill's reference file")  # fmt: skip
+    @_resource_errors
+    def skill_reference(name: str, reference: str) -> str:
+        return _skill_doc(name, reference)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def _register_prompts(server: WpServer) -> None:
+    def diagnose(snapshot: str = "latest") -> str:
+        return DIAGNOSE_PROMPT.format(snapshot=snapshot)
+
+    server.add_prompt(
+        Prompt.from_function(
+            diagnose,
+            name="diagnose",
+            title="Diagnose a host (four steps)",
+            description="Collect or load, look layer by layer, run the skills, report by priority.",
+        )
+    )
+    for skill in SKILLS:
+        server.add_prompt(
+            Prompt.from_function(
+                _skill_prompt(skill),
+                name=skill,
+                title=f"Run {skill}",
+                description=f"Run the {skill} skill on a snapshot and explain its findings.",
+            )
+        )
+
+
+def _skill_prompt(skill: str) -> Callable[..., str]:
+    def prompt(snapshot: str = "latest") -> str:
+        return SKILL_PROMPT.format(skill=skill, snapshot=snapshot)
+
+    return prompt

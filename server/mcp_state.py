@@ -1,0 +1,178 @@
+"""What one `wp-mcp serve` process holds: the store, caches, and the import guard.
+
+Tools run in worker threads (sync tools) and may be called concurrently, so every shared
+cache is guarded by a lock. Stored snapshots and reports never change once written, which
+makes caching loaded graphs and rendered pages safe: the same arguments always give the same
+answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from wp_mcp.graph.errors import UserError
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
+    from wp_mcp.graph.store import Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_MAX_FILE_MB = 512
+GRAPH_CACHE_SIZE = 4  # whole graphs are large; a session rarely juggles more than a few
+PAGE_CACHE_SIZE = 256  # rendered pages are small
+
+
+class _Lru:
+    """A tiny thread-safe LRU map (functools.lru_cache cannot key on a snapshot's content)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_make(self, key: Hashable, make: Callable[[], T]) -> T:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = make()  # outside the lock: other keys stay servable while this one loads
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+@dataclass
+class ServerState:
+    """Configuration and shared state of one server process."""
+
+    store_path: str | Path | None = None
+    allow_dirs: Sequence[str | Path] = ()
+    max_file_mb: float = DEFAULT_MAX_FILE_MB
+    _store: Store | None = field(default=None, init=False, repr=False)
+    _store_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _graphs: _Lru = field(default_factory=lambda: _Lru(GRAPH_CACHE_SIZE), init=False, repr=False)
+    _pages: _Lru = field(default_factory=lambda: _Lru(PAGE_CACHE_SIZE), init=False, repr=False)
+
+    # ------------------------------------------------------------------ store
+
+    @property
+    def store(self) -> Store:
+        """The snapshot store, opened on first use (keeps the server's start fast)."""
+        with self._store_lock:
+            if self._store is None:
+                from wp_mcp.graph.store import Store
+
+                self._store = Store(self.store_path)
+            return self._store
+
+    def resolve_snapshot(self, ref: str) -> str:
+        """A snapshot id from an id, a unique prefix or 'latest'; errors say what to call."""
+        store = self.store
+        if ref == "latest" and not store.list():
+            raise UserError(
+                "no snapshot stored yet: call wp_collect to snapshot this host, or wp_open "
+                "to import a wp-graph or witty-profiler file"
+            )
+        try:
+            return store.resolve(ref)
+        except UserError as exc:
+            raise UserError(f"{exc} (call wp_snapshots to list the stored snapshots)") from None
+
+    def graph(self, snapshot_id: str) -> Graph:
+        return self._graphs.get_or_make(snapshot_id, lambda: self.store.get(snapshot_id))
+
+    def cached(self, key: Hashable, make: Callable[[], T]) -> T:
+        """A rendered answer for a stored (immutable) snapshot, computed once."""
+        return self._pages.get_or_make(key, make)
+
+    def resolve_report(self, ref: str) -> str:
+        reports = self.store.list_reports()
+        if not reports:
+            raise UserError(
+                "no report stored yet: call wp_run_skill on a snapshot first "
+                "(wp_snapshots lists them)"
+            )
+        if ref == "latest":
+            return max(reports, key=lambda r: r.created).id
+        matches = [r.id for r in reports if r.id == ref] or [
+            r.id for r in reports if r.id.startswith(ref)
+        ]
+        if len(matches) == 1:
+            return matches[0]
+        newest = sorted(reports, key=lambda r: r.created, reverse=True)[:5]
+        valid = ", ".join(r.id for r in newest)
+        what = "ambiguous" if matches else "unknown"
+        raise UserError(
+            f"{what} report {ref!r}; recent reports: {valid} (or 'latest'); "
+            "wp_run_skill makes a new one"
+        )
+
+    # ------------------------------------------------------------------ imports
+
+    def allowed_roots(self) -> list[Path]:
+        roots = [Path.cwd(), *map(Path, self.allow_dirs)]
+        store_dir = self._store_dir()
+        if store_dir is not None:
+            roots.append(store_dir)
+        resolved: list[Path] = []
+        for root in roots:
+            try:
+                resolved.append(root.expanduser().resolve(strict=True))
+            except OSError:
+                continue  # an allowed dir that does not exist allows nothing
+        return resolved
+
+    def _store_dir(self) -> Path | None:
+        if self.store_path is not None:
+            return Path(self.store_path)
+        env = os.environ.get("WP_MCP_STORE")
+        if env:
+            return Path(env)
+        data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        return Path(data_home) / "wp-mcp"
+
+    def check_import_path(self, path: str) -> Path:
+        """The real path of a file the model may import, or a UserError saying why not.
+
+        Symlinks are resolved before the check, so a link inside an allowed root cannot
+        point outside it.
+        """
+        roots = self.allowed_roots()
+        listed = ", ".join(str(r) for r in roots) or "(none)"
+        candidate = Path(path).expanduser()
+        if not candidate.is_absolute():
+            candidate = Path.cwd() / candidate
+        try:
+            real = candidate.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise UserError(
+                f"no such file: {path!r}; give a path below an allowed root ({listed})"
+            ) from None
+        if not any(real == root or real.is_relative_to(root) for root in roots):
+            raise UserError(
+                f"{path!r} is outside the allowed roots ({listed}); move the file there, or "
+                "restart the server with --allow-dir DIR"
+            )
+        if not real.is_file():
+            raise UserError(
+                f"{path!r} is not a regular file; give a graph file (.json or .json.gz)"
+            )
+        size_mb = real.stat().st_size / 2**20
+        if size_mb > self.max_file_mb:
+            raise UserError(
+                f"{path!r} is {size_mb:.1f} MiB, over the {self.max_file_mb:g} MiB limit; "
+                "restart the server with --max-file-mb N to allow it"
+            )
+        return real
