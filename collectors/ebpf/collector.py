@@ -1,0 +1,158 @@
+"""The eBPF tier (T2) as a collector: compile, attach, read once, detach — always.
+
+``begin`` compiles every program whose tracepoints exist into one BPF object and attaches
+it; ``collect`` reads the maps at the end of the window, detaches, then merges the records
+into the graph; ``close`` detaches whatever is still attached and is safe to call twice.
+A watchdog detaches the programs on its own if nobody calls ``collect``/``close`` within
+the run-time cap (a stuck or crashed orchestrator); if the process itself dies, the kernel
+unloads them with its file descriptors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from wp_mcp.graph.errors import UserError
+
+from ..base import Cancelled, Collector, Context, Outcome
+from . import blockio, retrans, runqlat, sockbytes
+from .bccmod import load_bcc
+from .btf import BtfError, kernel_btf
+from .probe import probe_details
+from .program import COMMON_C, OFFSETS, Program, Scope
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
+
+PROGRAMS: tuple[Program, ...] = (
+    sockbytes.PROGRAM,
+    retrans.PROGRAM,
+    runqlat.PROGRAM,
+    blockio.PROGRAM,
+)
+
+
+class EbpfCollector(Collector):
+    name: ClassVar[str] = "ebpf"
+    tier: ClassVar[str] = "T2"
+    timeout_s: ClassVar[float] = 30.0
+    # programs never stay attached longer than the window plus this, whatever happens
+    detach_margin_s: ClassVar[float] = 60.0
+
+    def __init__(self, programs: tuple[Program, ...] = PROGRAMS) -> None:
+        self.programs = programs
+        self._lock = threading.Lock()
+        self._bpf: Any = None
+        self._loaded: tuple[Program, ...] = ()
+        self._missing: list[str] = []
+        self._attached_at: float | None = None
+        self._watchdog: threading.Timer | None = None
+        self._expired = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def probe(self, ctx: Context) -> str | None:
+        if ctx.ebpf == "off":
+            reason = "disabled (--ebpf off)"
+            ctx.capabilities["ebpf"] = {"backend": "bcc", "usable": False, "reason": reason}
+            return reason
+        details = probe_details()
+        ctx.capabilities["ebpf"] = details
+        reason = details["reason"]
+        if reason and ctx.ebpf == "on":
+            raise UserError(f"eBPF was required (--ebpf on) but cannot run here: {reason}")
+        return reason
+
+    def begin(self, ctx: Context) -> None:
+        if ctx.ebpf == "off":
+            raise UserError("eBPF is disabled (--ebpf off)")
+        ctx.report(self.name, "compile", ", ".join(p.name for p in self.programs))
+        bcc = load_bcc()
+        self._loaded = tuple(p for p in self.programs if _tracepoints_exist(bcc, p))
+        self._missing = [p.name for p in self.programs if p not in self._loaded]
+        try:
+            text = build_source(self._loaded)
+        except BtfError as exc:
+            raise UserError(f"eBPF: cannot locate kernel structures: {exc}") from exc
+        bpf = bcc.BPF(text=text)  # compiles and attaches every TRACEPOINT_PROBE
+        with self._lock:
+            self._bpf = bpf
+            self._expired = False
+            self._attached_at = time.monotonic()
+            self._watchdog = threading.Timer(ctx.window_s + self.detach_margin_s, self._expire)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+        ctx.report(self.name, "attached", f"{len(self._loaded)} programs")
+        if ctx.cancel.is_set():
+            self.close()
+            raise Cancelled()
+
+    def collect(self, graph: Graph, ctx: Context) -> Outcome:
+        if self._attached_at is None:  # used on its own: open our own window
+            self.begin(ctx)
+            if ctx.cancel.wait(ctx.window_s):
+                self.close()
+                raise Cancelled()
+        ctx.check_cancelled()
+        with self._lock:
+            if self._bpf is None:
+                reason = "programs detached by the run-time cap before the window ended"
+                return Outcome("failed", reason if self._expired else "programs not attached")
+            window_s = time.monotonic() - (self._attached_at or time.monotonic())
+            records = {p.name: p.read(self._bpf) for p in self._loaded}
+            lost = _lost_events(self._bpf, self._loaded)
+        self.close()  # the window is over: stop paying for the probes before merging
+        ctx.report(self.name, "merge", "")
+        scope = Scope(window_s=max(window_s, 1e-6), pids=ctx.pids)
+        for program in self._loaded:
+            program.merge(graph, records[program.name], scope)
+        ctx.capabilities.setdefault("ebpf", {})["programs"] = [p.name for p in self._loaded]
+        return _outcome(self._missing, lost)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+            bpf, self._bpf = self._bpf, None
+            self._attached_at = None
+        if bpf is not None:
+            bpf.cleanup()  # detaches the tracepoints, closes program and map fds
+
+    def _expire(self) -> None:
+        self._expired = True
+        self.close()
+
+
+def build_source(programs: tuple[Program, ...]) -> str:
+    """The C of the given programs with the macros they need prepended."""
+    btf = kernel_btf()
+    lines = ["#include <linux/socket.h>"]
+    lines += [f"#define {macro} {btf.offset(*where)}" for macro, where in OFFSETS.items()]
+    for program in PROGRAMS:  # every index defined: the shared C refers to any of them
+        lines.append(f"#define PROGRAM_{program.name.upper()} {program.index}")
+    for program in programs:
+        lines += [f"#define {macro} {size}" for macro, size in program.limits.items()]
+    return "\n".join([*lines, COMMON_C, *(p.c_text for p in programs)])
+
+
+def _tracepoints_exist(bcc: Any, program: Program) -> bool:
+    return all(bcc.BPF.tracepoint_exists(cat, event) for cat, event in program.tracepoints)
+
+
+def _lost_events(bpf: Any, programs: tuple[Program, ...]) -> dict[str, int]:
+    table = bpf["lost_events"]
+    counts = {p.name: table[table.Key(p.index)].value for p in programs}
+    return {name: count for name, count in counts.items() if count}
+
+
+def _outcome(missing: list[str], lost: dict[str, int]) -> Outcome:
+    reasons = []
+    if missing:
+        reasons.append(f"tracepoints missing on this kernel for: {', '.join(missing)}")
+    if lost:
+        detail = ", ".join(f"{name} {count}" for name, count in lost.items())
+        reasons.append(f"maps full, events not counted: {detail}")
+    return Outcome.partial("; ".join(reasons)) if reasons else Outcome()

@@ -1,0 +1,74 @@
+"""Small helpers the eBPF programs share: process/thread nodes, names, addresses."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wp_mcp.graph import ids
+
+from .program import SOURCE
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
+
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+
+
+def comm_of(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def ensure_process(graph: Graph, pid: int, comm: str = "", proc_root: Path = Path("/proc")) -> str:
+    """Id of the process node, adding a minimal one when polling did not see the process
+    (it exited during the window, or polling did not run)."""
+    node_id = ids.process(pid)
+    if node_id not in graph:
+        name = _read_comm(proc_root, pid) or comm or None
+        graph.add("process", node_id, source=SOURCE, pid=pid, name=name)
+    return node_id
+
+
+def ensure_thread(graph: Graph, tid: int, pid: int | None, comm: str = "") -> str:
+    node_id = ids.thread(tid)
+    if node_id not in graph:
+        graph.add("thread", node_id, source=SOURCE, tid=tid, pid=pid, name=comm or None)
+    if pid is not None:
+        proc_id = ensure_process(graph, pid)
+        if not graph.in_edges(node_id, "has_thread"):
+            graph.link("has_thread", proc_id, node_id, source=SOURCE)
+    return node_id
+
+
+def _read_comm(proc_root: Path, pid: int) -> str | None:
+    try:
+        return (proc_root / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def format_addr(family: int, raw: bytes) -> str | None:
+    """Text form of an IPv4/IPv6 address as the kernel stores it (network byte order)."""
+    if family == AF_INET:
+        return str(ipaddress.IPv4Address(bytes(raw[:4])))
+    if family == AF_INET6:
+        address = ipaddress.IPv6Address(bytes(raw[:16]))
+        # v4-mapped addresses are how dual-stack sockets see IPv4 peers
+        return str(address.ipv4_mapped or address)
+    return None
+
+
+def set_missing(graph: Graph, node_id: str, **attrs: object) -> None:
+    """Set attributes a polling collector has not already set (identity fields such as
+    addresses: both sources agree, and the polling value keeps its provenance)."""
+    node = graph.nodes[node_id]
+    for name, value in attrs.items():
+        if value is not None and getattr(node, name, None) is None:
+            node.set(name, value, SOURCE)
+
+
+def add_counter(graph: Graph, node_id: str, name: str, value: float) -> None:
+    """Add to an ebpf_* counter (several sockets or flows sum into one process)."""
+    node = graph.nodes[node_id]
+    node.set(name, (getattr(node, name, None) or 0) + value, SOURCE)

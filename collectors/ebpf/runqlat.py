@@ -1,0 +1,183 @@
+"""Run-queue latency and off-CPU time per thread, from ``sched:sched_wakeup``,
+``sched:sched_wakeup_new`` and ``sched:sched_switch``.
+
+A thread becomes runnable when woken (or when preempted while still runnable); the time
+until it is switched in is run-queue latency: it wanted a CPU and had none. The time
+between being switched out and switched in, minus that wait, is off-CPU time proper
+(sleeping, blocked on I/O or a lock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .common import comm_of, ensure_thread
+from .program import SOURCE, Program, Scope
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
+
+C_TEXT = r"""
+/* sched_switch reports a preempted task as TASK_REPORT_MAX (0x100) and a task that
+   yielded as 0: both are still runnable. Any bit in the low byte means it went to sleep. */
+#define TASK_SLEEP_MASK 0xff
+
+struct thread_val_t {
+    u64 runq_ns;
+    u64 runq_max_ns;
+    u64 runq_waits;
+    u64 off_cpu_ns;
+    u64 switches_in;
+    u64 preempted;
+    u32 tgid;
+    u32 pad;
+    char comm[16];
+};
+BPF_HASH(runnable_since, u32, u64, THREAD_MAX_ENTRIES);
+BPF_HASH(off_cpu_since, u32, u64, THREAD_MAX_ENTRIES);
+BPF_HASH(threads, u32, struct thread_val_t, THREAD_MAX_ENTRIES);
+
+static __always_inline struct thread_val_t *thread_stats(u32 tid)
+{
+    struct thread_val_t *val = threads.lookup(&tid);
+    if (val)
+        return val;
+    struct thread_val_t zero = {};
+    if (threads.update(&tid, &zero) < 0) {
+        count_lost(PROGRAM_RUNQLAT);
+        return NULL;
+    }
+    return threads.lookup(&tid);
+}
+
+static __always_inline int mark_runnable(u32 tid)
+{
+    if (!tid)
+        return 0;  /* the idle task */
+    u64 now = bpf_ktime_get_ns();
+    if (runnable_since.update(&tid, &now) < 0)
+        count_lost(PROGRAM_RUNQLAT);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    return mark_runnable(args->pid);
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup_new)
+{
+    return mark_runnable(args->pid);
+}
+
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u32 prev = args->prev_pid, next = args->next_pid;
+    if (prev) {
+        /* the current task is still prev here: its tgid and comm are at hand */
+        struct thread_val_t *val = thread_stats(prev);
+        if (val) {
+            val->tgid = bpf_get_current_pid_tgid() >> 32;
+            bpf_get_current_comm(&val->comm, sizeof(val->comm));
+            if (!(args->prev_state & TASK_SLEEP_MASK)) {
+                val->preempted++;
+                runnable_since.update(&prev, &now);
+            }
+        }
+        off_cpu_since.update(&prev, &now);
+    }
+    if (!next)
+        return 0;
+    struct thread_val_t *val = thread_stats(next);
+    if (!val)
+        return 0;
+    val->switches_in++;
+    u64 *since = runnable_since.lookup(&next);
+    u64 waited = 0;
+    if (since) {
+        waited = now - *since;
+        val->runq_ns += waited;
+        val->runq_waits++;
+        if (waited > val->runq_max_ns)
+            val->runq_max_ns = waited;
+        runnable_since.delete(&next);
+    }
+    since = off_cpu_since.lookup(&next);
+    if (since) {
+        u64 away = now - *since;
+        val->off_cpu_ns += away > waited ? away - waited : 0;
+        off_cpu_since.delete(&next);
+    }
+    return 0;
+}
+"""
+
+NS_PER_MS = 1e6
+
+
+@dataclass
+class ThreadRecord:
+    tid: int
+    tgid: int  # 0 when the thread was never switched out during the window
+    comm: str
+    runq_ns: int
+    runq_max_ns: int
+    runq_waits: int
+    off_cpu_ns: int
+    switches_in: int
+    preempted: int
+
+
+def read(bpf: Any) -> list[ThreadRecord]:
+    return [
+        ThreadRecord(
+            tid=tid.value,
+            tgid=val.tgid,
+            comm=comm_of(bytes(val.comm)),
+            runq_ns=val.runq_ns,
+            runq_max_ns=val.runq_max_ns,
+            runq_waits=val.runq_waits,
+            off_cpu_ns=val.off_cpu_ns,
+            switches_in=val.switches_in,
+            preempted=val.preempted,
+        )
+        for tid, val in bpf["threads"].items()
+    ]
+
+
+def merge(graph: Graph, records: list[ThreadRecord], scope: Scope) -> None:
+    window_ms = scope.window_s * 1000
+    for record in records:
+        if not record.tgid or not scope.includes(graph, record.tgid):
+            continue
+        thread_id = ensure_thread(graph, record.tid, record.tgid, record.comm)
+        node = graph.nodes[thread_id]
+        run_delay_ms = record.runq_ns / NS_PER_MS
+        values = {
+            "ebpf_run_delay_ms": round(run_delay_ms, 3),
+            "ebpf_run_delay_max_ms": round(record.runq_max_ns / NS_PER_MS, 3),
+            "ebpf_run_delay_pct": round(min(100.0, 100 * run_delay_ms / window_ms), 2),
+            "ebpf_runq_waits": record.runq_waits,
+            "ebpf_off_cpu_ms": round(record.off_cpu_ns / NS_PER_MS, 3),
+            "ebpf_switches_in": record.switches_in,
+            "ebpf_preempted": record.preempted,
+        }
+        for name, value in values.items():
+            node.set(name, value, SOURCE)
+
+
+PROGRAM = Program(
+    name="runqlat",
+    index=2,
+    tracepoints=(
+        ("sched", "sched_wakeup"),
+        ("sched", "sched_wakeup_new"),
+        ("sched", "sched_switch"),
+    ),
+    c_text=C_TEXT,
+    read=read,
+    merge=merge,
+    limits={"THREAD_MAX_ENTRIES": 16384},
+)

@@ -1,0 +1,323 @@
+"""Socket bytes per (process, socket, direction), from ``sock:sock_send_length`` and
+``sock:sock_recv_length``.
+
+Both tracepoints fire in ``sock_sendmsg``/``sock_recvmsg`` for every socket family (TCP,
+UDP, UNIX…) with the byte count the call returned, in the context of the calling task, so
+bytes are attributed to the process that moved them — short-lived connections and UDP
+included. Sockets are named by their inode (the same ``sock:<inode>`` id polling uses);
+the first event on a socket also records its addresses (or, for UNIX sockets, its peer) so
+flows can be paired into process→process ``talks_to`` edges after the socket is gone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wp_mcp.graph import ids
+
+from .common import (
+    AF_INET,
+    AF_INET6,
+    AF_UNIX,
+    add_counter,
+    comm_of,
+    ensure_process,
+    format_addr,
+    set_missing,
+)
+from .program import SOURCE, Program, Scope
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
+
+C_TEXT = r"""
+#define MSG_PEEK_FLAG 2
+
+struct sock_key_t {
+    u64 ino;   /* socket inode, 0 for sockets without a file */
+    u64 sk;    /* struct sock address: tells sockets apart when ino is 0 or reused */
+    u32 tgid;
+    u32 pad;
+};
+struct sock_val_t {
+    u64 sent;
+    u64 received;
+    u64 sends;
+    u64 recvs;
+    char comm[16];
+};
+struct sock_id_t {
+    u64 ino;
+    u64 sk;
+};
+struct sock_info_t {
+    u64 peer;       /* UNIX: the peer's struct sock */
+    u16 family;
+    u16 protocol;
+    u16 type;
+    u16 lport;      /* host order */
+    u16 rport;      /* network order as stored by the kernel */
+    u16 pad[3];
+    u8 laddr[16];
+    u8 raddr[16];
+};
+BPF_HASH(sock_bytes, struct sock_key_t, struct sock_val_t, SOCK_MAX_ENTRIES);
+BPF_HASH(sock_info, struct sock_id_t, struct sock_info_t, SOCK_MAX_ENTRIES);
+
+static __always_inline void describe_sock(const void *sk, u64 ino, u16 family, u16 protocol)
+{
+    struct sock_id_t id = {.ino = ino, .sk = (u64)sk};
+    struct sock_info_t *known = sock_info.lookup(&id);
+    /* re-read while the remote end is unknown: a UDP socket may connect after its first send */
+    if (known && (known->rport || family == AF_UNIX))
+        return;
+    struct sock_info_t info = {.family = family, .protocol = protocol};
+    bpf_probe_read_kernel(&info.type, sizeof(info.type), (char *)sk + OFF_SOCK_SK_TYPE);
+    if (family == AF_INET) {
+        bpf_probe_read_kernel(&info.laddr, 4, (char *)sk + OFF_SKC_RCV_SADDR);
+        bpf_probe_read_kernel(&info.raddr, 4, (char *)sk + OFF_SKC_DADDR);
+    } else if (family == AF_INET6) {
+        bpf_probe_read_kernel(&info.laddr, 16, (char *)sk + OFF_SKC_V6_RCV_SADDR);
+        bpf_probe_read_kernel(&info.raddr, 16, (char *)sk + OFF_SKC_V6_DADDR);
+    }
+    if (family == AF_INET || family == AF_INET6) {
+        bpf_probe_read_kernel(&info.lport, 2, (char *)sk + OFF_SKC_NUM);
+        bpf_probe_read_kernel(&info.rport, 2, (char *)sk + OFF_SKC_DPORT);
+    } else if (family == AF_UNIX) {
+        bpf_probe_read_kernel(&info.peer, sizeof(info.peer), (char *)sk + OFF_UNIX_SOCK_PEER);
+    }
+    if (sock_info.update(&id, &info) < 0)
+        count_lost(PROGRAM_SOCKBYTES);
+}
+
+static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol, int ret,
+                                       int flags, int sending)
+{
+    if (ret <= 0 || (!sending && (flags & MSG_PEEK_FLAG)))
+        return 0;  /* errors, EOF, and peeks (the bytes are read again later) */
+    u64 ino = sock_inode(sk);
+    struct sock_key_t key = {.ino = ino, .sk = (u64)sk, .tgid = bpf_get_current_pid_tgid() >> 32};
+    struct sock_val_t zero = {};
+    struct sock_val_t *val = sock_bytes.lookup(&key);
+    if (!val) {
+        bpf_get_current_comm(&zero.comm, sizeof(zero.comm));
+        if (sock_bytes.update(&key, &zero) < 0) {
+            count_lost(PROGRAM_SOCKBYTES);
+            return 0;
+        }
+        val = sock_bytes.lookup(&key);
+        if (!val)
+            return 0;
+        describe_sock(sk, ino, family, protocol);
+    } else if (family == AF_INET || family == AF_INET6) {
+        describe_sock(sk, ino, family, protocol);
+    }
+    if (sending) {
+        __sync_fetch_and_add(&val->sent, ret);
+        __sync_fetch_and_add(&val->sends, 1);
+    } else {
+        __sync_fetch_and_add(&val->received, ret);
+        __sync_fetch_and_add(&val->recvs, 1);
+    }
+    return 0;
+}
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    return count_bytes(args->sk, args->family, args->protocol, args->ret, args->flags, 1);
+}
+
+TRACEPOINT_PROBE(sock, sock_recv_length)
+{
+    return count_bytes(args->sk, args->family, args->protocol, args->ret, args->flags, 0);
+}
+"""
+
+PROTOCOLS = {6: "tcp", 17: "udp", 132: "sctp", 262: "mptcp"}
+UNIX_TYPES = {1: "stream", 2: "dgram", 5: "seqpacket"}
+FAMILIES = {AF_UNIX: "unix", AF_INET: "inet", AF_INET6: "inet6"}
+
+
+@dataclass
+class SocketRecord:
+    """What eBPF saw of one socket during the window."""
+
+    ino: int
+    sk: int
+    family: int
+    protocol: int
+    sock_type: int = 0
+    laddr: str | None = None
+    lport: int | None = None
+    raddr: str | None = None
+    rport: int | None = None
+    peer: int = 0
+    # pid -> [sent, received, sends, recvs]; a socket shared across fork has several
+    by_pid: dict[int, list[int]] = field(default_factory=dict)
+    comms: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def proto(self) -> str:
+        if self.family == AF_UNIX:
+            return "unix"
+        return PROTOCOLS.get(self.protocol, f"ip{self.protocol}")
+
+    @property
+    def sent(self) -> int:
+        return sum(v[0] for v in self.by_pid.values())
+
+    @property
+    def received(self) -> int:
+        return sum(v[1] for v in self.by_pid.values())
+
+
+def read(bpf: Any) -> list[SocketRecord]:
+    infos = {(k.ino, k.sk): v for k, v in bpf["sock_info"].items()}
+    records: dict[tuple[int, int], SocketRecord] = {}
+    for key, val in bpf["sock_bytes"].items():
+        ident = (key.ino, key.sk)
+        record = records.get(ident)
+        if record is None:
+            record = records[ident] = _record(key.ino, key.sk, infos.get(ident))
+        record.by_pid[key.tgid] = [val.sent, val.received, val.sends, val.recvs]
+        record.comms[key.tgid] = comm_of(bytes(val.comm))
+    return list(records.values())
+
+
+def _record(ino: int, sk: int, info: Any) -> SocketRecord:
+    if info is None:  # the info map was full: bytes still count, the flow stays unpaired
+        return SocketRecord(ino, sk, family=0, protocol=0)
+    record = SocketRecord(ino, sk, info.family, info.protocol, info.type, peer=info.peer)
+    if info.family in (AF_INET, AF_INET6):
+        record.laddr = format_addr(info.family, bytes(info.laddr))
+        record.raddr = format_addr(info.family, bytes(info.raddr))
+        record.lport = info.lport
+        record.rport = int.from_bytes(info.rport.to_bytes(2, "little"), "big")
+    return record
+
+
+def merge(graph: Graph, records: list[SocketRecord], scope: Scope) -> None:
+    socket_ids: dict[tuple[int, int], str] = {}
+    for record in records:
+        pids = [pid for pid in record.by_pid if scope.includes(graph, pid)]
+        if not pids:
+            continue
+        sock_id = _merge_socket(graph, record) if record.ino else None
+        for pid in pids:
+            sent, received, sends, recvs = record.by_pid[pid]
+            proc_id = ensure_process(graph, pid, record.comms.get(pid, ""))
+            add_counter(graph, proc_id, "ebpf_bytes_sent", sent)
+            add_counter(graph, proc_id, "ebpf_bytes_received", received)
+            if sock_id is not None and not _holds(graph, proc_id, sock_id):
+                graph.link("holds", proc_id, sock_id, source=SOURCE)
+        if sock_id is not None:
+            socket_ids[(record.ino, record.sk)] = sock_id
+    _merge_flows(graph, [r for r in records if (r.ino, r.sk) in socket_ids], scope.window_s)
+
+
+def _holds(graph: Graph, proc_id: str, sock_id: str) -> bool:
+    return any(edge.dst == sock_id for edge in graph.out_edges(proc_id, "holds"))
+
+
+def _merge_socket(graph: Graph, record: SocketRecord) -> str:
+    sock_id = ids.socket_inode(record.ino)
+    if sock_id not in graph:
+        graph.add("socket", sock_id, source=SOURCE, inode=record.ino)
+    set_missing(
+        graph,
+        sock_id,
+        proto=record.proto if record.family else None,
+        family=FAMILIES.get(record.family),
+        local_addr=record.laddr,
+        local_port=record.lport,
+        remote_addr=record.raddr if record.rport else None,
+        remote_port=record.rport or None,
+    )
+    node = graph.nodes[sock_id]
+    node.set("ebpf_bytes_sent", record.sent, SOURCE)
+    node.set("ebpf_bytes_received", record.received, SOURCE)
+    node.set("ebpf_sends", sum(v[2] for v in record.by_pid.values()), SOURCE)
+    node.set("ebpf_recvs", sum(v[3] for v in record.by_pid.values()), SOURCE)
+    if record.family == AF_UNIX and record.sock_type in UNIX_TYPES:
+        set_missing(graph, sock_id, unix_type=UNIX_TYPES[record.sock_type])
+    return sock_id
+
+
+def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> None:
+    """Pair sockets into flows and add sender→receiver ``talks_to`` edges.
+
+    Each edge carries the bytes its source process sent to its destination process
+    (``ebpf_bytes``, one direction); the reverse direction is its own edge.
+    """
+    by_tuple = {}
+    unconnected = {}
+    by_sk = {}
+    for record in records:
+        local = (record.proto, record.laddr, record.lport)
+        if record.rport:
+            by_tuple[(*local, record.raddr, record.rport)] = record
+        elif record.lport:
+            unconnected[local] = record
+        by_sk[record.sk] = record
+    flows: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for record in records:
+        peer = _peer(record, by_tuple, unconnected, by_sk)
+        if peer is None:
+            continue
+        # the peer's processes that read from it (all of them when none read yet)
+        readers = [pid for pid, c in peer.by_pid.items() if c[1]] or list(peer.by_pid)
+        for pid, counters in record.by_pid.items():
+            for reader in readers:
+                flow = flows[(ids.process(pid), ids.process(reader), record.proto)]
+                flow[0] += counters[0] // len(readers)
+                flow[1] += 1
+    for (src, dst, proto), (sent, count) in flows.items():
+        if sent <= 0 or src not in graph or dst not in graph:
+            continue
+        graph.link(
+            "talks_to",
+            src,
+            dst,
+            source=SOURCE,
+            key=proto,
+            transport=proto,
+            ebpf_bytes=sent,
+            ebpf_bytes_per_s=round(sent / window_s, 1),
+            ebpf_flows=count,
+            window_s=round(window_s, 3),
+        )
+
+
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def _peer(
+    record: SocketRecord, by_tuple: dict, unconnected: dict, by_sk: dict
+) -> SocketRecord | None:
+    """The socket at the other end of ``record``'s flow, if eBPF saw it too."""
+    if record.family == AF_UNIX:
+        return by_sk.get(record.peer) if record.peer else None
+    if not record.rport:
+        return None  # unconnected UDP: destinations vary per datagram
+    exact = by_tuple.get((record.proto, record.raddr, record.rport, record.laddr, record.lport))
+    if exact is not None:
+        return exact
+    # a connected sender talking to an unconnected (bound) UDP receiver
+    for addr in (record.raddr, *WILDCARDS):
+        bound = unconnected.get((record.proto, addr, record.rport))
+        if bound is not None:
+            return bound
+    return None
+
+
+PROGRAM = Program(
+    name="sockbytes",
+    index=0,
+    tracepoints=(("sock", "sock_send_length"), ("sock", "sock_recv_length")),
+    c_text=C_TEXT,
+    read=read,
+    merge=merge,
+    limits={"SOCK_MAX_ENTRIES": 16384},
+)
