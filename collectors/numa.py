@@ -90,11 +90,11 @@ def parse_numactl_hardware(text: str) -> dict[int, NumaNodeInfo]:
     columns: list[int] = []
     for line in text.splitlines():
         words = line.split()
-        if len(words) >= 3 and words[0] == "node" and words[1].isdigit():
+        if words[:1] == ["node"] and len(words) > 1 and all(w.isdigit() for w in words[1:]):
+            columns = [int(w) for w in words[1:]]  # header of the distance table
+        elif len(words) >= 3 and words[0] == "node" and words[1].isdigit():
             info = nodes.setdefault(int(words[1]), NumaNodeInfo(int(words[1])))
             _numactl_node_line(info, words[2].rstrip(":"), words[3:])
-        elif words[:1] == ["node"] and all(w.isdigit() for w in words[1:]) and len(words) > 1:
-            columns = [int(w) for w in words[1:]]  # header of the distance table
         elif columns and words and words[0].endswith(":") and words[0][:-1].isdigit():
             row = int(words[0][:-1])
             info = nodes.setdefault(row, NumaNodeInfo(row))
