@@ -17,13 +17,14 @@ every other view.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph.errors import UserError
+
+from .text import escape, quote, show_id
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Edge, Graph, Node
@@ -98,7 +99,7 @@ def diff_graphs(before: Graph, after: Graph) -> GraphDiff:
             result.appeared.append(new)
             result.reused_pids.append(node_id)
         else:
-            result.changed.extend(_attr_changes(node_id, old, new))
+            result.changed.extend(_attr_changes(show_id(node_id), old, new))
     for node_id, new in after.nodes.items():
         old = before.nodes.get(node_id)
         if old is None or old.kind != new.kind:
@@ -241,7 +242,7 @@ def _body_lines(diff: GraphDiff) -> list[str]:
 
 
 def _change_line(change: Change) -> str:
-    return f"~ {change.entity} {change.attr} {_fmt(change.before)}→{_fmt(change.after)}"
+    return f"~ {change.entity} {escape(change.attr)} {_fmt(change.before)}→{_fmt(change.after)}"
 
 
 def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> list[str]:
@@ -253,13 +254,13 @@ def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> li
         by_kind[node.kind].append(node)
     for kind, group in sorted(by_kind.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if len(group) > AGGREGATE_OVER:
-            sample = ", ".join(node.id for node in group[:3])
+            sample = ", ".join(show_id(node.id) for node in group[:3])
             lines.append(f"{sign} {len(group)}× {kind} ({sample}, …)")
             continue
         for node in group:
-            label = f' "{_escape(node.name)}"' if node.name else ""
+            label = f" {quote(node.name)}" if node.name else ""
             note = " (pid reused)" if node.id in reused else ""
-            lines.append(f"{sign} {node.id} {kind}{label}{note}")
+            lines.append(f"{sign} {show_id(node.id)} {kind}{label}{note}")
     edge_kinds: dict[str, list[Edge]] = defaultdict(list)
     for edge in edges:
         edge_kinds[edge.kind].append(edge)
@@ -273,23 +274,20 @@ def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> li
 
 
 def _edge_label(edge: Edge) -> str:
-    return f"{edge.src} -{edge.kind}-> {edge.dst}"
+    return f"{show_id(edge.src)} -{edge.kind}-> {show_id(edge.dst)}"
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.4g}"
     if isinstance(value, dict):
-        inner = ",".join(f"{k}:{_fmt(v)}" for k, v in sorted(value.items()))
+        inner = ",".join(f"{escape(str(k))}:{_fmt(v)}" for k, v in sorted(value.items()))
         return "{" + inner + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_fmt(v) for v in value) + "]"
     if isinstance(value, str):
-        return f'"{_escape(value)}"'
-    return _escape(json.dumps(value, default=str))
-
-
-def _escape(text: str) -> str:
-    """Host strings on one line, quotes escaped, so they can never forge a line."""
-    return json.dumps(str(text), ensure_ascii=False)[1:-1]
+        return quote(value)
+    return escape(str(value))
 
 
 def _encode_cursor(offset: int) -> str:

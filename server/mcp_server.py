@@ -222,7 +222,7 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
         from wp_mcp.graph.formats import load_any
 
         real = state.check_import_path(path)
-        graph = load_any(real)
+        graph = load_any(real, max_bytes=state.max_file_bytes)
         snapshot_id = state.store.put(graph, label=label or real.name)
         return _stored_overview(state, snapshot_id, graph, "imported")
 
@@ -263,9 +263,9 @@ def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, An
 
 def _one_line(value: Any) -> str:
     """A host-provided string on one line (labels and origins come from users and files)."""
-    import json
+    from wp_mcp.converters.text import escape
 
-    return "-" if value in (None, "") else json.dumps(str(value), ensure_ascii=False)[1:-1]
+    return "-" if value in (None, "") else escape(str(value))
 
 
 async def _collect(
@@ -512,7 +512,7 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
         cursor: Cursor = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> CallToolResult:
-        report_id = state.resolve_report(report)
+        report_id = state.store.get_report(report).id
         text = state.cached(
             ("report", report_id, section, finding, fmt),
             lambda: _report_text(state, report_id, section, finding, fmt),
@@ -673,7 +673,7 @@ def _register_resources(server: WpServer, state: ServerState) -> None:
                      description="First page of a stored report (as wp_report)")  # fmt: skip
     @_resource_errors
     def report(id: str) -> str:
-        report_id = state.resolve_report(id)
+        report_id = state.store.get_report(id).id
         text = _report_text(state, report_id, None, None, "md")
         return page_text(text, max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
                          again=f"wp_report report={report_id}").text  # fmt: skip

@@ -9,7 +9,6 @@ answer.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -27,8 +27,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_MAX_FILE_MB = 512
-GRAPH_CACHE_SIZE = 4  # whole graphs are large; a session rarely juggles more than a few
+DEFAULT_MAX_FILE_MB = DEFAULT_MAX_BYTES / 2**20  # the graph readers' own limit
 PAGE_CACHE_SIZE = 256  # rendered pages are small
 
 
@@ -62,7 +61,6 @@ class ServerState:
     max_file_mb: float = DEFAULT_MAX_FILE_MB
     _store: Store | None = field(default=None, init=False, repr=False)
     _store_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _graphs: _Lru = field(default_factory=lambda: _Lru(GRAPH_CACHE_SIZE), init=False, repr=False)
     _pages: _Lru = field(default_factory=lambda: _Lru(PAGE_CACHE_SIZE), init=False, repr=False)
 
     # ------------------------------------------------------------------ store
@@ -80,7 +78,7 @@ class ServerState:
     def resolve_snapshot(self, ref: str) -> str:
         """A snapshot id from an id, a unique prefix or 'latest'; errors say what to call."""
         store = self.store
-        if ref == "latest" and not store.list():
+        if ref == "latest" and not store.list(limit=1):
             raise UserError(
                 "no snapshot stored yet: call wp_collect to snapshot this host, or wp_open "
                 "to import a wp-graph or witty-profiler file"
@@ -91,41 +89,16 @@ class ServerState:
             raise UserError(f"{exc} (call wp_snapshots to list the stored snapshots)") from None
 
     def graph(self, snapshot_id: str) -> Graph:
-        return self._graphs.get_or_make(snapshot_id, lambda: self.store.get(snapshot_id))
+        return self.store.get(snapshot_id)  # the store keeps recent graphs parsed
 
     def cached(self, key: Hashable, make: Callable[[], T]) -> T:
         """A rendered answer for a stored (immutable) snapshot, computed once."""
         return self._pages.get_or_make(key, make)
 
-    def resolve_report(self, ref: str) -> str:
-        reports = self.store.list_reports()
-        if not reports:
-            raise UserError(
-                "no report stored yet: call wp_run_skill on a snapshot first "
-                "(wp_snapshots lists them)"
-            )
-        if ref == "latest":
-            return max(reports, key=lambda r: r.created).id
-        matches = [r.id for r in reports if r.id == ref] or [
-            r.id for r in reports if r.id.startswith(ref)
-        ]
-        if len(matches) == 1:
-            return matches[0]
-        newest = sorted(reports, key=lambda r: r.created, reverse=True)[:5]
-        valid = ", ".join(r.id for r in newest)
-        what = "ambiguous" if matches else "unknown"
-        raise UserError(
-            f"{what} report {ref!r}; recent reports: {valid} (or 'latest'); "
-            "wp_run_skill makes a new one"
-        )
-
     # ------------------------------------------------------------------ imports
 
     def allowed_roots(self) -> list[Path]:
-        roots = [Path.cwd(), *map(Path, self.allow_dirs)]
-        store_dir = self._store_dir()
-        if store_dir is not None:
-            roots.append(store_dir)
+        roots = [Path.cwd(), *map(Path, self.allow_dirs), self.store.path]
         resolved: list[Path] = []
         for root in roots:
             try:
@@ -133,15 +106,6 @@ class ServerState:
             except OSError:
                 continue  # an allowed dir that does not exist allows nothing
         return resolved
-
-    def _store_dir(self) -> Path | None:
-        if self.store_path is not None:
-            return Path(self.store_path)
-        env = os.environ.get("WP_MCP_STORE")
-        if env:
-            return Path(env)
-        data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        return Path(data_home) / "wp-mcp"
 
     def check_import_path(self, path: str) -> Path:
         """The real path of a file the model may import, or a UserError saying why not.
@@ -176,3 +140,7 @@ class ServerState:
                 "restart the server with --max-file-mb N to allow it"
             )
         return real
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 2**20)
