@@ -126,6 +126,7 @@ _EXPORT_EDGE_TYPES = {
     ("numa_access", "process"): "NumaAccessEdge",
     **{(kind, None): witty for witty, kind in EDGE_KINDS.items() if kind != "numa_access"},
 }
+_AMBIGUOUS_SOURCES = {"AccessWithProcStatusEdge": "thread", "NumaAccessEdge": "process"}
 _EDGE_ENDPOINT_FIELDS = ("edge_type", "source_node", "target_node")
 
 
@@ -318,6 +319,9 @@ class _Importer:
         dst = self.entity(data["target_node"], f"{where}.target_node")
         attrs = {k: v for k, v in data.items() if k not in _EDGE_ENDPOINT_FIELDS}
         kind = EDGE_KINDS.get(edge_type)
+        expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
+        if expected_src and self.graph.nodes[src].kind != expected_src:
+            kind = None  # export could not tell it apart: keep it generic with its type
         if kind is None:
             kind = GENERIC_EDGE_KIND
             attrs["edge_type"] = edge_type
@@ -356,11 +360,10 @@ def _derive(graph: Graph) -> None:
         if parent in graph.nodes and parent != process.id:
             graph.add_edge({"src": parent, "dst": process.id, "kind": "parent_of", **mark})
     # container membership
-    for edge in list(graph.edges("in_container")):
-        container = graph.nodes[edge.dst]
-        graph.nodes[edge.src].container_id = container.get("container_id")
+    for edge in _edges_between(graph, "in_container", "process", "container"):
+        graph.nodes[edge.src].container_id = graph.nodes[edge.dst].get("container_id")
     # device -> NUMA node
-    for edge in list(graph.edges("affine_to")):
+    for edge in _edges_between(graph, "affine_to", ("npu", "gpu"), "numa_set"):
         device = graph.nodes[edge.src]
         nodes = numa_sets.get(edge.dst, [])
         for numa_id in nodes:
@@ -381,6 +384,18 @@ def _derive(graph: Graph) -> None:
         if threads:
             process.num_threads = len(threads)
     _derive_socket_flows(graph, mark)
+
+
+def _edges_between(
+    graph: Graph, kind: str, src_kinds: str | tuple, dst_kinds: str | tuple
+) -> list[Edge]:
+    """Edges of one kind whose ends are of the expected kinds (odd files may link anything)."""
+    src_kinds = (src_kinds,) if isinstance(src_kinds, str) else src_kinds
+    dst_kinds = (dst_kinds,) if isinstance(dst_kinds, str) else dst_kinds
+    return [
+        e for e in graph.edges(kind)
+        if graph.nodes[e.src].kind in src_kinds and graph.nodes[e.dst].kind in dst_kinds
+    ]  # fmt: skip
 
 
 def _derive_thread_status(thread: Node, status: Any) -> None:
@@ -442,7 +457,7 @@ def _derive_process_numa(graph: Graph, process: Node, info: Any, mark: dict) -> 
 def _derive_socket_flows(graph: Graph, mark: dict) -> None:
     """Sockets belong to threads; threads send to sockets: pair them into process flows."""
     owner: dict[str, str] = {}
-    for edge in graph.edges("belongs_to"):
+    for edge in _edges_between(graph, "belongs_to", "socket", "thread"):
         thread = graph.nodes[edge.dst]
         pid = thread.get("pid")
         process = ids.process(pid) if pid is not None else None
@@ -453,7 +468,7 @@ def _derive_socket_flows(graph: Graph, mark: dict) -> None:
     flows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
         lambda: {"bytes": 0, "flows": 0, "start": None, "end": None, "transport": None}
     )
-    for edge in list(graph.edges("sends_to")):
+    for edge in _edges_between(graph, "sends_to", "thread", "socket"):
         sender_thread = graph.nodes[edge.src]
         pid = sender_thread.get("pid")
         sender = ids.process(pid) if pid is not None else None
