@@ -13,6 +13,14 @@ A collector reads one source (procfs, sock_diag, sysfs PCI, NVML, eBPF…). The 
    (BPF programs, netlink sockets, threads) outlives the collection.
 
 It times each step and turns an exception into a ``failed`` status for that collector only.
+
+Ordering: a collector that needs another one's nodes names it in ``after`` (e.g. the ipc
+collector reads the sockets and ``holds`` edges that procfs and sockets produced). Names of
+collectors that are not part of a collection are ignored. Collectors without ``after`` run
+concurrently, each into its own ``Graph`` (``Graph`` is not thread-safe), and are merged;
+the others then run one at a time on the merged graph, in dependency order, so they can
+read what came before. ``Outcome.details`` holds small counts (processes seen, sockets…)
+that end up in the collector's status.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class Cancelled(Exception):
 class Outcome:
     status: Status = "ok"
     reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def partial(cls, reason: str) -> Outcome:
@@ -74,6 +83,7 @@ class Collector:
     name: ClassVar[str] = "collector"
     tier: ClassVar[str] = "T0"  # T0 static, T1 window, T2 eBPF
     timeout_s: ClassVar[float] = 10.0
+    after: ClassVar[tuple[str, ...]] = ()  # names of collectors whose output this one reads
 
     def probe(self, ctx: Context) -> str | None:
         return None

@@ -1,0 +1,319 @@
+"""Runs a collection: probe, open the window, collect, merge, record what happened.
+
+``collect_snapshot`` is the one entry point (the CLI's ``collect`` and the MCP server's
+``wp_collect`` both call it). The steps, for the collectors given or those of the registry:
+
+1. probe each collector; unusable ones are recorded ``skipped`` with the probe's reason
+   (``ebpf="on"`` turns a skipped eBPF collector into an error, ``"off"`` leaves it out);
+2. ``begin`` on every usable one, then wait ``ctx.window_s`` seconds (cancellable);
+3. collectors without ``after`` run concurrently, each into its own ``Graph`` with its own
+   timeout; the rest then run one by one, in dependency order, on the merged graph;
+4. edges whose ends no collector produced are dropped and their collector marked
+   ``partial``; with a pid filter, sockets/pipes/shm nobody in scope holds are dropped;
+5. ``close`` always runs on every collector that was set up.
+
+Each collector's status (ok / partial / skipped / failed / cancelled, reason, duration,
+details) lands in ``graph.meta.collectors``, capabilities in ``graph.meta.capabilities``.
+Cancellation (``ctx.cancel``) stops waiting at once, asks the running collectors to stop,
+marks what did not finish ``cancelled`` and returns the partial graph with
+``meta.cancelled = True``. Progress goes to ``ctx.progress(collector, phase, detail)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
+
+from wp_mcp import __version__
+
+from .base import Cancelled, Collector, Context, Outcome
+
+log = logging.getLogger(__name__)
+
+SHARED_KINDS = ("socket", "pipe", "shm", "mqueue")
+_STOP_GRACE_S = 1.0  # how long a timed-out or cancelled collector gets to notice
+
+
+@dataclass
+class _Run:
+    """One collector's part in a collection."""
+
+    collector: Collector
+    ctx: Context
+    status: CollectorStatus | None = None
+    graph: Graph | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.collector.name
+
+    def finish(self, status: str, reason: str | None = None, details: dict | None = None) -> None:
+        self.status = CollectorStatus(
+            name=self.name,
+            status=status,
+            reason=reason,
+            duration_s=round(time.monotonic() - self.started, 4),
+            **(details or {}),
+        )
+
+
+def collect_snapshot(
+    ctx: Context | None = None, collectors: list[Collector] | None = None
+) -> Graph:
+    """Collect a snapshot of this host (see the module docstring)."""
+    ctx = ctx or Context()
+    if collectors is None:
+        from . import default_collectors
+
+        collectors = default_collectors(ctx)
+    if ctx.ebpf == "off":
+        collectors = [c for c in collectors if c.tier != "T2"]
+    graph = Graph()
+    graph.meta.started_at = time.time()
+    graph.meta.tool_version = __version__
+    graph.meta.origin = "live"
+    ctx.capabilities.update(probe_capabilities(ctx))
+    runs = [_Run(c, _own_context(ctx)) for c in collectors]
+    try:
+        usable = _probe(runs, ctx)
+        _begin(usable, ctx)
+        window_started = time.monotonic()
+        ctx.report("window", "start", f"{ctx.window_s:g}s")
+        if ctx.window_s > 0 and ctx.cancel.wait(ctx.window_s):
+            raise Cancelled()
+        graph.meta.window_s = round(time.monotonic() - window_started, 3) if ctx.window_s > 0 else 0
+        _collect(usable, ctx, graph)
+    except Cancelled:
+        graph.meta.cancelled = True  # type: ignore[attr-defined]
+        for run in runs:
+            if run.status is None:
+                run.finish("cancelled", "collection was cancelled")
+    finally:
+        for run in runs:
+            _close(run)
+    _add_host(graph, ctx)
+    graph.meta.collectors = [run.status for run in runs if run.status is not None]
+    graph.meta.capabilities.update(ctx.capabilities)
+    ctx.report("snapshot", "done", f"{len(graph.nodes)} nodes, {graph.edge_count} edges")
+    return graph
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _own_context(ctx: Context) -> Context:
+    """A collector's view of the context: its own cancel flag (set on timeout or when the
+    whole collection is cancelled), everything else shared."""
+    return dataclasses.replace(ctx, cancel=threading.Event())
+
+
+def _probe(runs: list[_Run], ctx: Context) -> list[_Run]:
+    usable = []
+    for run in runs:
+        ctx.check_cancelled()
+        run.started = time.monotonic()
+        try:
+            reason = run.collector.probe(run.ctx)
+        except Exception as exc:  # a probe that breaks means the source is unusable
+            reason = f"probe failed: {exc}"
+        if reason is None:
+            usable.append(run)
+            continue
+        if run.collector.tier == "T2" and ctx.ebpf == "on":
+            raise UserError(f"eBPF was required (--ebpf on) but is not usable: {reason}")
+        run.finish("skipped", reason)
+        ctx.report(run.name, "skipped", reason)
+    return usable
+
+
+def _begin(usable: list[_Run], ctx: Context) -> None:
+    for run in list(usable):
+        ctx.check_cancelled()
+        run.started = time.monotonic()
+        try:
+            run.collector.begin(run.ctx)
+        except Cancelled:
+            raise
+        except Exception as exc:
+            log.warning("collector %s failed to begin", run.name, exc_info=True)
+            run.finish("failed", f"begin failed: {exc}")
+            usable.remove(run)
+
+
+def _collect(usable: list[_Run], ctx: Context, graph: Graph) -> None:
+    names = {run.name for run in usable}
+    first = [run for run in usable if not set(run.collector.after) & names]
+    later = _dependency_order([run for run in usable if run not in first], names)
+    for run in first:
+        run.graph = Graph()
+    _run_concurrently(first, ctx)
+    _merge(graph, [run for run in first if run.graph is not None], ctx)
+    for run in later:
+        run.graph = graph
+        _run_concurrently([run], ctx)
+
+
+def _dependency_order(runs: list[_Run], names: set[str]) -> list[_Run]:
+    """Order collectors so each runs after those it names (cycles run in list order)."""
+    done = names - {run.name for run in runs}
+    ordered: list[_Run] = []
+    pending = list(runs)
+    while pending:
+        ready = [r for r in pending if set(r.collector.after) & names <= done | {r.name}]
+        for run in ready or pending[:1]:
+            ordered.append(run)
+            done.add(run.name)
+            pending.remove(run)
+    return ordered
+
+
+def _run_concurrently(runs: list[_Run], ctx: Context) -> None:
+    """Run ``collect`` of each in a thread; enforce timeouts and cancellation."""
+    threads = {}
+    for run in runs:
+        run.started = time.monotonic()
+        ctx.report(run.name, "collect", "")
+        thread = threading.Thread(target=_collect_one, args=(run,), name=f"wp-mcp-{run.name}",
+                                  daemon=True)  # fmt: skip
+        threads[run.name] = thread
+        thread.start()
+    for run in runs:
+        thread = threads[run.name]
+        deadline = run.started + run.collector.timeout_s
+        while thread.is_alive():
+            if ctx.cancel.wait(0.005 if len(runs) == 1 else 0.02):
+                for other in runs:
+                    other.ctx.cancel.set()
+                for other in runs:
+                    threads[other.name].join(_STOP_GRACE_S)
+                raise Cancelled()
+            thread.join(0.01)
+            if thread.is_alive() and time.monotonic() > deadline:
+                run.ctx.cancel.set()
+                thread.join(_STOP_GRACE_S)
+                run.graph = None  # whatever it half-wrote into its own graph is discarded
+                run.finish("failed", f"timed out after {run.collector.timeout_s:g}s")
+                break
+
+
+def _collect_one(run: _Run) -> None:
+    assert run.graph is not None
+    try:
+        outcome = run.collector.collect(run.graph, run.ctx)
+    except Cancelled:
+        if run.status is None:
+            run.finish("cancelled", "collection was cancelled")
+        return
+    except Exception as exc:
+        log.warning("collector %s failed", run.name, exc_info=True)
+        if run.status is None:
+            run.graph = None
+            run.finish("failed", f"{type(exc).__name__}: {exc}")
+        return
+    if run.status is None:  # a timed-out run already has its status
+        outcome = outcome or Outcome()
+        run.finish(outcome.status, outcome.reason, outcome.details)
+        run.ctx.report(run.name, "done", outcome.status)
+
+
+def _close(run: _Run) -> None:
+    try:
+        run.collector.close()
+    except Exception:
+        log.warning("collector %s failed to close", run.name, exc_info=True)
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> None:
+    """Merge the collectors' own graphs; drop edges to nodes nobody produced."""
+    node_ids: set[str] = set()
+    for run in runs:
+        node_ids.update(run.graph.nodes)
+    if ctx.pids:
+        node_ids -= _unheld_shared_objects(runs)
+    for run in runs:
+        for node_id, node in run.graph.nodes.items():
+            if node_id in node_ids:
+                graph.add_node(node)
+        dropped = 0
+        for edge in run.graph.edges():
+            if edge.src in node_ids and edge.dst in node_ids:
+                graph.add_edge(edge, strict=False)
+            elif not ctx.pids:
+                dropped += 1
+        if dropped and run.status is not None and run.status.status == "ok":
+            run.status.status = "partial"
+            run.status.reason = f"{dropped} edges dropped: their other end was not collected"
+        for host in run.graph.meta.hosts:
+            if host not in graph.meta.hosts:
+                graph.meta.hosts.append(host)
+        for name, value in run.graph.meta.capabilities.items():
+            graph.meta.capabilities.setdefault(name, value)
+
+
+def _unheld_shared_objects(runs: list[_Run]) -> set[str]:
+    """With a pid filter: sockets, pipes and shm that no process in scope holds."""
+    held: set[str] = set()
+    shared: set[str] = set()
+    for run in runs:
+        held.update(e.dst for e in run.graph.edges("holds"))
+        for kind in SHARED_KINDS:
+            shared.update(n.id for n in run.graph.of_kind(kind))
+    return shared - held
+
+
+# --------------------------------------------------------------------------- host facts
+
+
+def probe_capabilities(ctx: Context) -> dict[str, object]:
+    """What this collection may see: privileges, kernel features (DESIGN §3 metadata)."""
+    caps: dict[str, object] = {
+        "root": os.geteuid() == 0,
+        "kernel": platform.release(),
+        "btf": os.path.exists("/sys/kernel/btf/vmlinux"),
+        "ebpf_mode": ctx.ebpf,
+        "window_s": ctx.window_s,
+        "redacted_cmdlines": ctx.redact,
+    }
+    effective = _effective_capabilities(ctx)
+    if effective is not None:
+        # CAP_SYS_ADMIN (21) enters other network namespaces; CAP_SYS_PTRACE (19) reads
+        # other users' fds; CAP_BPF (39) and CAP_PERFMON (38) load eBPF programs
+        caps["cap_sys_admin"] = bool(effective >> 21 & 1)
+        caps["cap_sys_ptrace"] = bool(effective >> 19 & 1)
+        caps["cap_bpf"] = bool(effective >> 39 & 1)
+        caps["cap_perfmon"] = bool(effective >> 38 & 1)
+    if ctx.pids:
+        caps["pid_filter"] = sorted(ctx.pids)
+    return caps
+
+
+def _effective_capabilities(ctx: Context) -> int | None:
+    try:
+        text = (ctx.proc_root / "self" / "status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return None
+
+
+def _add_host(graph: Graph, ctx: Context) -> None:
+    name = socket.gethostname()
+    uname = platform.uname()
+    graph.add("host", ids.host(), source="orchestrator", hostname=name, kernel=uname.release,
+              arch=uname.machine, cpus=os.cpu_count())  # fmt: skip
+    if name not in graph.meta.hosts:
+        graph.meta.hosts.insert(0, name)
