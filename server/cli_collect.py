@@ -1,0 +1,124 @@
+"""`wp-mcp collect`: snapshot this host, store it, print its id.
+
+On a terminal a progress bar (rich) is drawn on stderr while the window runs; on a pipe
+nothing but the snapshot id reaches stdout, so `id=$(wp-mcp collect)` just works. Ctrl-C
+cancels the collection cleanly (collectors are closed, nothing is stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from wp_mcp.collectors import Context, collect_snapshot
+from wp_mcp.graph import Graph, UserError, native
+
+from .cli_graph import open_store
+
+MAX_DURATION_S = 600.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "collect",
+        help="collect a snapshot of this host, store it and print its id",
+        description="Collect processes, threads, sockets/IPC, NUMA, devices, containers and "
+        "metrics over a window; store the snapshot and print its id on stdout.",
+    )
+    p.add_argument("--duration", type=float, default=3.0, metavar="S",
+                   help="metrics window in seconds (default 3; 0 = static facts only)")  # fmt: skip
+    p.add_argument("--pid", type=int, action="append", metavar="P",
+                   help="only this process and its family (repeatable)")  # fmt: skip
+    p.add_argument("--out", metavar="FILE", help="also write the graph to FILE (.gz compresses)")
+    p.add_argument("--ebpf", choices=("auto", "on", "off"), default="auto",
+                   help="eBPF tier: auto (when usable), on (required), off")  # fmt: skip
+    p.add_argument("--label", help="a note to show in `snapshots`")
+    p.add_argument("--no-redact", action="store_true",
+                   help="keep secrets in command lines (redacted by default)")  # fmt: skip
+    p.set_defaults(handler=cmd_collect)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    ctx = _context(args)
+    graph = _run(ctx, interactive=sys.stderr.isatty())
+    if getattr(graph.meta, "cancelled", False):
+        raise KeyboardInterrupt
+    if args.out:
+        try:
+            native.dump(graph, args.out)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+    snapshot_id = open_store(args).put(graph, label=args.label)
+    print(snapshot_id)
+    return 0
+
+
+def _context(args: argparse.Namespace) -> Context:
+    if not 0 <= args.duration <= MAX_DURATION_S:
+        raise UserError(f"--duration must be between 0 and {MAX_DURATION_S:g} seconds")
+    pids = set(args.pid or ())
+    missing = sorted(pid for pid in pids if not os.path.exists(f"/proc/{pid}"))
+    if missing:
+        raise UserError(f"no such process: {', '.join(map(str, missing))} (see `ps -e`)")
+    return Context(window_s=args.duration, pids=pids or None, ebpf=args.ebpf,
+                   redact=not args.no_redact)  # fmt: skip
+
+
+def _run(ctx: Context, interactive: bool) -> Graph:
+    """Collect in a worker thread so Ctrl-C in the main thread can cancel it."""
+    result: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            result["graph"] = collect_snapshot(ctx)
+        except BaseException as exc:  # handed to the main thread, raised there
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="wp-mcp-collect", daemon=True)
+    try:
+        if interactive:
+            _with_progress(ctx, worker)
+        else:
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.1)
+    except KeyboardInterrupt:
+        ctx.cancel.set()
+        worker.join(5)
+        raise
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    return result["graph"]  # type: ignore[return-value]
+
+
+def _with_progress(ctx: Context, worker: threading.Thread) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("probing sources", total=max(ctx.window_s, 0.01) + 1)
+        state = {"window_started": None}
+        ctx.progress = _progress_updater(bar, task, state)
+        worker.start()
+        while worker.is_alive():
+            if state["window_started"] is not None:
+                elapsed = min(time.monotonic() - state["window_started"], ctx.window_s)
+                bar.update(task, completed=elapsed)
+            worker.join(0.1)
+        bar.update(task, completed=ctx.window_s + 1)
+
+
+def _progress_updater(bar, task, state: dict) -> Callable[[str, str, str], None]:
+    def update(collector: str, phase: str, detail: str) -> None:
+        if collector == "window" and phase == "start":
+            state["window_started"] = time.monotonic()
+            bar.update(task, description=f"measuring for {detail}")
+        elif phase == "collect":
+            bar.update(task, description=f"reading {collector}")
+
+    return update
