@@ -114,7 +114,7 @@ def read(bpf: Any) -> list[BlockRecord]:
             v.write_ios,
             v.write_bytes,
         )
-        for pid, v in bpf["blk_by_pid"].items()
+        for pid, v in bpf[b"blk_by_pid"].items()
     ]
 
 

@@ -38,6 +38,8 @@ class EbpfCollector(Collector):
     name: ClassVar[str] = "ebpf"
     tier: ClassVar[str] = "T2"
     timeout_s: ClassVar[float] = 30.0
+    # merge onto the polling nodes and edges (set_missing, talks_to orientation)
+    after: ClassVar[tuple[str, ...]] = ("procfs", "sockets", "ipc")
     # programs never stay attached longer than the window plus this, whatever happens
     detach_margin_s: ClassVar[float] = 60.0
 
@@ -76,7 +78,7 @@ class EbpfCollector(Collector):
             text = build_source(self._loaded)
         except BtfError as exc:
             raise UserError(f"eBPF: cannot locate kernel structures: {exc}") from exc
-        bpf = bcc.BPF(text=text)  # compiles and attaches every TRACEPOINT_PROBE
+        bpf = bcc.BPF(text=text.encode())  # compiles and attaches every TRACEPOINT_PROBE
         with self._lock:
             self._bpf = bpf
             self._expired = False
@@ -143,7 +145,7 @@ def _tracepoints_exist(bcc: Any, program: Program) -> bool:
 
 
 def _lost_events(bpf: Any, programs: tuple[Program, ...]) -> dict[str, int]:
-    table = bpf["lost_events"]
+    table = bpf[b"lost_events"]
     counts = {p.name: table[table.Key(p.index)].value for p in programs}
     return {name: count for name, count in counts.items() if count}
 

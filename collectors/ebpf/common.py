@@ -41,6 +41,17 @@ def ensure_thread(graph: Graph, tid: int, pid: int | None, comm: str = "") -> st
     return node_id
 
 
+def tgid_of(tid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """The process a thread belongs to (``/proc/<tid>`` resolves any thread id)."""
+    try:
+        for line in (proc_root / str(tid) / "status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _read_comm(proc_root: Path, pid: int) -> str | None:
     try:
         return (proc_root / str(pid) / "comm").read_text().strip()

@@ -73,7 +73,7 @@ class RetransRecord:
 
 def read(bpf: Any) -> list[RetransRecord]:
     out = []
-    for _sk, val in bpf["retrans"].items():
+    for _sk, val in bpf[b"retrans"].items():
         family = val.family
         out.append(
             RetransRecord(

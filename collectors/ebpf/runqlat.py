@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .common import comm_of, ensure_thread
+from .common import comm_of, ensure_thread, tgid_of
 from .program import SOURCE, Program, Scope
 
 if TYPE_CHECKING:
@@ -143,16 +143,18 @@ def read(bpf: Any) -> list[ThreadRecord]:
             switches_in=val.switches_in,
             preempted=val.preempted,
         )
-        for tid, val in bpf["threads"].items()
+        for tid, val in bpf[b"threads"].items()
     ]
 
 
 def merge(graph: Graph, records: list[ThreadRecord], scope: Scope) -> None:
     window_ms = scope.window_s * 1000
     for record in records:
-        if not record.tgid or not scope.includes(graph, record.tgid):
+        # a thread that ran all through the window was never seen leaving the CPU
+        tgid = record.tgid or tgid_of(record.tid)
+        if not tgid or not scope.includes(graph, tgid):
             continue
-        thread_id = ensure_thread(graph, record.tid, record.tgid, record.comm)
+        thread_id = ensure_thread(graph, record.tid, tgid, record.comm)
         node = graph.nodes[thread_id]
         run_delay_ms = record.runq_ns / NS_PER_MS
         values = {

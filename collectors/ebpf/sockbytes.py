@@ -30,7 +30,7 @@ from .common import (
 from .program import SOURCE, Program, Scope
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph
+    from wp_mcp.graph import Edge, Graph
 
 C_TEXT = r"""
 #define MSG_PEEK_FLAG 2
@@ -174,9 +174,9 @@ class SocketRecord:
 
 
 def read(bpf: Any) -> list[SocketRecord]:
-    infos = {(k.ino, k.sk): v for k, v in bpf["sock_info"].items()}
+    infos = {(k.ino, k.sk): v for k, v in bpf[b"sock_info"].items()}
     records: dict[tuple[int, int], SocketRecord] = {}
-    for key, val in bpf["sock_bytes"].items():
+    for key, val in bpf[b"sock_bytes"].items():
         ident = (key.ino, key.sk)
         record = records.get(ident)
         if record is None:
@@ -248,8 +248,8 @@ def _merge_socket(graph: Graph, record: SocketRecord) -> str:
 def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> None:
     """Pair sockets into flows and add sender→receiver ``talks_to`` edges.
 
-    Each edge carries the bytes its source process sent to its destination process
-    (``ebpf_bytes``, one direction); the reverse direction is its own edge.
+    A connection's two directions land on the same edge: ``ebpf_bytes_src_to_dst`` and
+    ``ebpf_bytes_dst_to_src``, summed in ``ebpf_bytes``.
     """
     by_tuple = {}
     unconnected = {}
@@ -261,7 +261,8 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
         elif record.lport:
             unconnected[local] = record
         by_sk[record.sk] = record
-    flows: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    sent: dict[tuple[str, str, str], int] = defaultdict(int)
+    flows: dict[tuple[str, str, str], int] = defaultdict(int)
     for record in records:
         peer = _peer(record, by_tuple, unconnected, by_sk)
         if peer is None:
@@ -270,24 +271,40 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
         readers = [pid for pid, c in peer.by_pid.items() if c[1]] or list(peer.by_pid)
         for pid, counters in record.by_pid.items():
             for reader in readers:
-                flow = flows[(ids.process(pid), ids.process(reader), record.proto)]
-                flow[0] += counters[0] // len(readers)
-                flow[1] += 1
-    for (src, dst, proto), (sent, count) in flows.items():
-        if sent <= 0 or src not in graph or dst not in graph:
-            continue
-        graph.link(
-            "talks_to",
-            src,
-            dst,
-            source=SOURCE,
-            key=proto,
-            transport=proto,
-            ebpf_bytes=sent,
-            ebpf_bytes_per_s=round(sent / window_s, 1),
-            ebpf_flows=count,
-            window_s=round(window_s, 3),
-        )
+                key = (ids.process(pid), ids.process(reader), record.proto)
+                sent[key] += counters[0] // len(readers)
+                flows[key] += 1
+    for (src, dst, proto), count in flows.items():
+        if src in graph and dst in graph and src != dst:
+            _link_flow(graph, src, dst, proto, sent[(src, dst, proto)], count, window_s)
+
+
+def _link_flow(
+    graph: Graph, src: str, dst: str, proto: str, sent: int, flows: int, window_s: float
+) -> None:
+    """Add one direction's bytes to the pair's ``talks_to`` edge (one edge per process pair
+    and transport, ``key`` = transport, as the polling ipc collector makes them)."""
+    edge = _edge(graph, src, dst, proto)
+    forward = edge is not None
+    if edge is None:
+        edge = _edge(graph, dst, src, proto)
+    if edge is None:
+        edge = graph.link("talks_to", src, dst, source=SOURCE, key=proto, transport=proto)
+        forward = True
+    name = "ebpf_bytes_src_to_dst" if forward else "ebpf_bytes_dst_to_src"
+    edge.set(name, (edge.get(name) or 0) + sent, SOURCE)
+    total = (edge.get("ebpf_bytes_src_to_dst") or 0) + (edge.get("ebpf_bytes_dst_to_src") or 0)
+    edge.set("ebpf_bytes", total, SOURCE)
+    edge.set("ebpf_bytes_per_s", round(total / window_s, 1), SOURCE)
+    edge.set("ebpf_flows", (edge.get("ebpf_flows") or 0) + flows, SOURCE)
+    edge.set("ebpf_window_s", round(window_s, 3), SOURCE)
+
+
+def _edge(graph: Graph, src: str, dst: str, proto: str) -> Edge | None:
+    for edge in graph.out_edges(src, "talks_to"):
+        if edge.dst == dst and edge.key == proto:
+            return edge
+    return None
 
 
 WILDCARDS = ("0.0.0.0", "::")
