@@ -177,3 +177,42 @@ def wait_until(predicate, timeout_s: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.05)
+
+
+def pci_device(
+    sys_root: Path,
+    path: list[str],
+    *,
+    root: str = "pci0000:00",
+    vendor: str = "0x8086",
+    pci_class: str = "0x060400",
+    numa: int = 0,
+    local_cpulist: str = "",
+    speed: float | None = 16.0,
+    width: int | None = 16,
+    max_speed: float | None = None,
+    max_width: int | None = None,
+) -> str:
+    """A PCI function at ``root/path[0]/…/path[-1]``, linked from bus/pci/devices."""
+    folder = sys_root / "devices" / root / Path(*path)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "vendor": vendor,
+        "class": pci_class,
+        "numa_node": str(numa),
+        "local_cpulist": local_cpulist,
+    }
+    if speed is not None:
+        files["current_link_speed"] = f"{speed} GT/s PCIe"
+        files["max_link_speed"] = f"{max_speed or speed} GT/s PCIe"
+    if width is not None:
+        files["current_link_width"] = str(width)
+        files["max_link_width"] = str(max_width or width)
+    for name, value in files.items():
+        (folder / name).write_text(value + "\n")
+    links = sys_root / "bus" / "pci" / "devices"
+    links.mkdir(parents=True, exist_ok=True)
+    link = links / path[-1]
+    if not link.is_symlink():
+        link.symlink_to(Path("../../..") / "devices" / root / Path(*path))
+    return path[-1]
