@@ -10,6 +10,7 @@ instead. Heavy modules are imported inside the tools, so the server answers its 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections import Counter
@@ -86,14 +87,43 @@ def _result(text: str, **structured: Any) -> CallToolResult:
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the shared functions' UserError into a tool error the model sees verbatim."""
+    """Errors as tool results the model can act on.
+
+    A UserError from the shared functions becomes its message verbatim; anything else is a
+    bug, reported briefly (details go to the log on stderr) so the model knows the server
+    is still up.
+    """
+
+    def translate(exc: Exception) -> ToolError:
+        if isinstance(exc, UserError):
+            return ToolError(str(exc))
+        log.exception("%s failed", fn.__name__)
+        return ToolError(
+            f"internal error in {fn.__name__} ({type(exc).__name__}); the server is still up: "
+            "other calls work, and the server log on stderr has the details"
+        )
+
+    if inspect.iscoroutinefunction(fn):
+
+        @wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except ToolError:
+                raise
+            except Exception as exc:
+                raise translate(exc) from None
+
+        return async_wrapper
 
     @wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except UserError as exc:
-            raise ToolError(str(exc)) from None
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from None
 
     return sync_wrapper
 
@@ -193,6 +223,7 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
             "collector coverage and a short overview."
         ),
     )
+    @_user_errors
     async def wp_collect(
         ctx: Context,
         window_s: Annotated[float, Field(ge=0, le=60, description="metrics window")] = 3.0,
@@ -234,7 +265,8 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
     )
     @_user_errors
     def wp_snapshots(limit: Annotated[int, Field(ge=1, le=200)] = 20) -> CallToolResult:
-        return _result(*_snapshot_listing(state, limit))
+        listing, counts = _snapshot_listing(state, limit)
+        return _result(listing, **counts)
 
 
 def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, Any]]:
@@ -303,7 +335,7 @@ async def _collect(
             from wp_mcp.collectors import collect_snapshot
 
             graph = collect_snapshot(cctx)
-            if cctx.cancel.is_set():
+            if cctx.cancel.is_set() or getattr(graph.meta, "cancelled", False):
                 return "", graph
             return state.store.put(graph, label=label), graph
         finally:
@@ -316,8 +348,6 @@ async def _collect(
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(done.wait, CANCEL_GRACE_S)
         raise
-    except UserError as exc:
-        raise ToolError(str(exc)) from None
     if not snapshot_id:
         raise ToolError("collection cancelled; nothing stored")
     return _stored_overview(state, snapshot_id, graph, "collected")

@@ -41,3 +41,9 @@ def allowed(tmp_path: Path) -> Path:
 @pytest.fixture
 def server(store_dir: Path, allowed: Path):
     return build_server(ServerState(store_path=store_dir, allow_dirs=(allowed,)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: spawns node clients or real collections (seconds per test)"
+    )
