@@ -16,6 +16,7 @@ names) and runs until its stdin closes; then it stops the children and removes t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import mmap
@@ -167,10 +168,8 @@ def main(ranks: int) -> None:
         for child in children:
             child.wait()
         for name in shm_names:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/{name}")
-            except FileNotFoundError:
-                pass
 
 
 if __name__ == "__main__":
