@@ -1,0 +1,423 @@
+"""Readings of the graph every skill shares: NUMA placement, device homes, process roles.
+
+Each helper reads the typed attribute first and falls back to the edges that carry the same
+fact (``numa_cpu_share`` or ``cpu_on`` shares, ``numa_node`` or ``local_to``), because live
+collectors and imports fill different ones. Nothing here judges; rules do.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from wp_mcp.graph import Graph, Node
+from wp_mcp.graph import ids as graph_ids
+from wp_mcp.graph.cpulist import CpuListError, format_cpulist, parse_cpulist
+
+ACCELERATOR_KINDS = ("gpu", "npu")
+
+# NUMA locality grades (issue 6): share of the work that is local to one node.
+GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
+
+_DATALOADER_NAME = re.compile(r"pt_data_worker|dataloader|data_worker|loader", re.I)
+_FRONT_END_HINT = re.compile(r"\b(serve|api_server|server|gateway|frontend)\b", re.I)
+
+
+def grade(share: float) -> str:
+    """``0.85`` → ``good``, ``0.6`` → ``mild``, ``0.4`` → ``moderate``, ``0.1`` → ``severe``."""
+    for floor, name in GRADES:
+        if share >= floor:
+            return name
+    return "severe"
+
+
+def cpus(cpulist: str | None) -> set[int]:
+    if not cpulist:
+        return set()
+    try:
+        return set(parse_cpulist(cpulist))
+    except CpuListError:
+        return set()
+
+
+def host_prefix(node_id: str) -> str:
+    return graph_ids.split_host(node_id)[0]
+
+
+def numa_id(node: Node) -> int | None:
+    value = node.get("numa_id")
+    return int(value) if value is not None else None
+
+
+def _shares(values: dict[str, float] | None) -> dict[int, float]:
+    """Per-node values → shares summing to 1 (empty when there is nothing to share)."""
+    if not values:
+        return {}
+    clean = {int(k): float(v) for k, v in values.items() if v is not None and float(v) > 0}
+    total = sum(clean.values())
+    return {k: v / total for k, v in clean.items()} if total > 0 else {}
+
+
+@dataclass
+class Placement:
+    """Where a process runs relative to the accelerator it uses."""
+
+    process: str
+    device: str
+    device_node: int
+    device_node_how: str  # numa_node | local_to | cpu_affinity
+    device_node_certain: bool
+    cpu_share: dict[int, float]
+    page_share: dict[int, float]
+    cpu_on_device_node: float
+    pages_on_device_node: float | None
+    dominant_cpu_node: int
+    grade: str
+
+    @property
+    def mismatched(self) -> bool:
+        return self.dominant_cpu_node != self.device_node
+
+
+@dataclass
+class Group:
+    """Processes working together: ranks of one job, or a serving engine's workers."""
+
+    kind: str  # "device ranks" | "tcp ranks"
+    members: list[str]
+    parent: str | None
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    rendezvous: str | None = None  # "proc:ID port N"
+    front_end: str | None = None
+
+    @property
+    def label(self) -> str:
+        devices = sorted({d for ds in self.devices.values() for d in ds})
+        on = f" on {', '.join(devices)}" if devices else ""
+        return f"{len(self.members)} {self.kind}{on}"
+
+
+class Analysis:
+    """Cached readings of one graph (rules call them many times)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    # ------------------------------------------------------------------ NUMA
+
+    @cached_property
+    def numa_nodes(self) -> dict[str, dict[int, Node]]:
+        """host prefix → NUMA id → node."""
+        out: dict[str, dict[int, Node]] = defaultdict(dict)
+        for node in self.graph.of_kind("numa_node"):
+            number = numa_id(node)
+            if number is not None:
+                out[host_prefix(node.id)][number] = node
+        return out
+
+    def numa_cpulist(self, prefix: str, node: int) -> str | None:
+        found = self.numa_nodes.get(prefix, {}).get(node)
+        return found.get("cpulist") if found else None
+
+    def node_of_cpus(self, prefix: str, cpu_set: set[int]) -> int | None:
+        """The NUMA node holding most of these CPUs."""
+        best, best_overlap = None, 0
+        for number, node in self.numa_nodes.get(prefix, {}).items():
+            overlap = len(cpu_set & cpus(node.get("cpulist")))
+            if overlap > best_overlap:
+                best, best_overlap = number, overlap
+        return best
+
+    def cpu_share(self, proc: Node) -> dict[int, float]:
+        """Share of a process's CPU time per NUMA node."""
+        shares = _shares(proc.get("numa_cpu_share"))
+        if shares:
+            return shares
+        shares = _shares(self._edge_values(proc.id, "cpu_on", "share"))
+        if shares:
+            return shares
+        per_node: dict[str, float] = defaultdict(float)
+        for thread in self.graph.successors(proc.id, "has_thread"):
+            for node, seconds in (thread.get("numa_cpu_time") or {}).items():
+                per_node[node] += seconds
+        return _shares(per_node)
+
+    def page_share(self, proc: Node) -> dict[int, float]:
+        return (
+            _shares(proc.get("numa_page_share"))
+            or _shares(proc.get("numa_pages"))
+            or _shares(self._edge_values(proc.id, "mem_on", "share"))
+        )
+
+    def locality(self, proc: Node) -> float | None:
+        """P(CPU time and pages on the same node); the collector's value when it has one."""
+        value = proc.get("numa_locality")
+        if value is not None:
+            return float(value)
+        cpu, pages = self.cpu_share(proc), self.page_share(proc)
+        if not cpu or not pages:
+            return None
+        return sum(share * pages.get(node, 0.0) for node, share in cpu.items())
+
+    def _edge_values(self, node_id: str, kind: str, attr: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for edge in self.graph.out_edges(node_id, kind):
+            target = self.graph.node(edge.dst)
+            number = numa_id(target) if target else None
+            value = edge.get(attr)
+            if number is not None and value is not None:
+                out[str(number)] = value
+        return out
+
+    # ------------------------------------------------------------------ devices
+
+    def device_numa(self, device: Node) -> tuple[int | None, str, bool]:
+        """(node, how it was found, certain?) — firmware's ``-1`` is not an answer."""
+        value = device.get("numa_node")
+        if value is not None and int(value) >= 0:
+            return int(value), "numa_node", True
+        for target in self.graph.successors(device.id, "local_to"):
+            number = numa_id(target)
+            if number is not None:
+                return number, "local_to", value is None
+        affinity = cpus(device.get("cpu_affinity"))
+        if affinity:
+            node = self.node_of_cpus(host_prefix(device.id), affinity)
+            if node is not None:
+                return node, "cpu_affinity", value is None
+        return None, "unknown", False
+
+    def devices_of(self, proc_id: str) -> list[Node]:
+        return [
+            d for d in self.graph.successors(proc_id, "uses_device") if d.kind in ACCELERATOR_KINDS
+        ]
+
+    @cached_property
+    def placements(self) -> list[Placement]:
+        """One entry per (process, accelerator) whose placement can be judged."""
+        out = []
+        for proc in self.graph.of_kind("process"):
+            for device in self.devices_of(proc.id):
+                placement = self._placement(proc, device)
+                if placement is not None:
+                    out.append(placement)
+        return out
+
+    def _placement(self, proc: Node, device: Node) -> Placement | None:
+        node, how, certain = self.device_numa(device)
+        cpu = self.cpu_share(proc)
+        if node is None or not cpu:
+            return None
+        pages = self.page_share(proc)
+        on_node = cpu.get(node, 0.0)
+        return Placement(
+            process=proc.id,
+            device=device.id,
+            device_node=node,
+            device_node_how=how,
+            device_node_certain=certain,
+            cpu_share=cpu,
+            page_share=pages,
+            cpu_on_device_node=on_node,
+            pages_on_device_node=pages.get(node, 0.0) if pages else None,
+            dominant_cpu_node=max(cpu, key=lambda n: cpu[n]),
+            grade=grade(on_node),
+        )
+
+    def bind_commands(self, proc: Node, node: int) -> tuple[str, str | None]:
+        """(``numactl`` for the next launch, ``taskset``+``migratepages`` for the running one)."""
+        launch = f"numactl --cpunodebind={node} --membind={node} <command>"
+        cpulist = self.numa_cpulist(host_prefix(proc.id), node)
+        pid = proc.get("pid")
+        if not cpulist or pid is None:
+            return launch, None
+        cpulist = format_cpulist(cpus(cpulist))
+        return launch, f"taskset -a -c -p {cpulist} {pid} && migratepages {pid} all {node}"
+
+    # ------------------------------------------------------------------ roles
+
+    def parent(self, proc_id: str) -> str | None:
+        parents = self.graph.predecessors(proc_id, "parent_of")
+        if parents:
+            return parents[0].id
+        node = self.graph.node(proc_id)
+        ppid = node.get("ppid") if node else None
+        if ppid is None:
+            return None
+        candidate = graph_ids.with_host(host_prefix(proc_id), graph_ids.process(int(ppid)))
+        return candidate if candidate in self.graph else None
+
+    def children(self, proc_id: str) -> list[str]:
+        kids = [n.id for n in self.graph.successors(proc_id, "parent_of")]
+        return kids or [p for p in self._children_by_ppid.get(proc_id, [])]
+
+    @cached_property
+    def _children_by_ppid(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for proc in self.graph.of_kind("process"):
+            parent = self.parent(proc.id)
+            if parent:
+                out[parent].append(proc.id)
+        return out
+
+    def talks(self, proc_id: str) -> list[tuple[str, object]]:
+        """(peer id, talks_to edge) in both directions."""
+        out = [(e.dst, e) for e in self.graph.out_edges(proc_id, "talks_to")]
+        out += [(e.src, e) for e in self.graph.in_edges(proc_id, "talks_to")]
+        return out
+
+    @cached_property
+    def groups(self) -> list[Group]:
+        groups = self._device_groups() + self._tcp_groups()
+        for group in groups:
+            group.rendezvous = self._rendezvous(group)
+            group.front_end = self._front_end(group)
+        return groups
+
+    @cached_property
+    def ranks(self) -> set[str]:
+        return {m for g in self.groups for m in g.members}
+
+    def _device_groups(self) -> list[Group]:
+        by_parent: dict[str | None, list[str]] = defaultdict(list)
+        for proc in self.graph.of_kind("process"):
+            if len(self.devices_of(proc.id)) == 1:
+                by_parent[self.parent(proc.id)].append(proc.id)
+        groups = []
+        for parent, members in by_parent.items():
+            devices = {m: [d.id for d in self.devices_of(m)] for m in members}
+            distinct = {ds[0] for ds in devices.values()}
+            if len(members) >= 2 and len(distinct) == len(members):
+                groups.append(Group("device ranks", sorted(members), parent, devices))
+        return groups
+
+    def _tcp_groups(self) -> list[Group]:
+        """Sibling processes of one program exchanging data over TCP with each other."""
+        claimed = {m for g in self._device_groups() for m in g.members}
+        by_key: dict[tuple, list[str]] = defaultdict(list)
+        for proc in self.graph.of_kind("process"):
+            if proc.id not in claimed:
+                by_key[(self.parent(proc.id), _program(proc))].append(proc.id)
+        groups = []
+        for (parent, _), members in by_key.items():
+            if len(members) < 2:
+                continue
+            inside = set(members)
+            linked = {
+                m
+                for m in members
+                if any(
+                    peer in inside and edge.get("transport") == "tcp"
+                    for peer, edge in self.talks(m)
+                )
+            }
+            if len(linked) >= 2:
+                groups.append(Group("tcp ranks", sorted(linked), parent))
+        return groups
+
+    def _rendezvous(self, group: Group) -> str | None:
+        """A listening TCP port that most other members connect to (a TCPStore, etc.)."""
+        listeners: dict[tuple[str, int], str] = {}
+        connects: dict[int, set[str]] = defaultdict(set)
+        scope = set(group.members) | ({group.parent} if group.parent else set())
+        for member in scope:
+            for sock in self.graph.successors(member, "holds"):
+                if sock.kind != "socket" or sock.get("proto") != "tcp":
+                    continue
+                if (sock.get("state") or "").lower() == "listen":
+                    listeners[(member, sock.get("local_port"))] = member
+                elif sock.get("remote_port") is not None:
+                    connects[int(sock.get("remote_port"))].add(member)
+        best = None
+        for (owner, port), _ in listeners.items():
+            clients = connects.get(port, set()) - {owner}
+            if len(clients) >= max(1, (len(group.members) - 1) // 2) and (
+                best is None or len(clients) > best[2]
+            ):
+                best = (owner, port, len(clients))
+        return f"{best[0]} port {best[1]}" if best else None
+
+    def _front_end(self, group: Group) -> str | None:
+        """The nearest ancestor that talks to processes outside the job (a serving API)."""
+        family = set(group.members)
+        ancestor = group.parent
+        for _ in range(3):
+            if ancestor is None:
+                return None
+            family.add(ancestor)
+            outside = [p for p, _ in self.talks(ancestor) if p not in family]
+            node = self.graph.node(ancestor)
+            if outside or (node and _FRONT_END_HINT.search(node.get("cmdline") or "")):
+                return ancestor
+            ancestor = self.parent(ancestor)
+        return None
+
+    @cached_property
+    def dataloaders(self) -> dict[str, list[str]]:
+        """trainer → its data-loading worker processes."""
+        out: dict[str, list[str]] = {}
+        for trainer in self.ranks or {p.id for p in self.graph.of_kind("process")}:
+            workers = [c for c in self.children(trainer) if self._is_loader(trainer, c)]
+            if workers:
+                out[trainer] = workers
+        return out
+
+    def _is_loader(self, trainer: str, child: str) -> bool:
+        node = self.graph.node(child)
+        if node is None or self.devices_of(child):
+            return False
+        if _DATALOADER_NAME.search(f"{node.get('name', '')} {node.get('cmdline', '')}"):
+            return True
+        ipc = {"pipe", "unix", "shm"}
+        return trainer in self.ranks and any(
+            peer == trainer and edge.get("transport") in ipc for peer, edge in self.talks(child)
+        )
+
+    @cached_property
+    def roles(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for group in self.groups:
+            for member in group.members:
+                out[member] = "rank"
+            if group.front_end:
+                out.setdefault(group.front_end, "front end")
+            if group.rendezvous:
+                out.setdefault(group.rendezvous.split(" ")[0], "rendezvous")
+        for workers in self.dataloaders.values():
+            for worker in workers:
+                out.setdefault(worker, "dataloader")
+        return out
+
+
+def _program(proc: Node) -> str:
+    """What program a process runs, without its arguments (ranks differ only in those)."""
+    cmdline = proc.get("cmdline") or ""
+    try:
+        words = shlex.split(cmdline)
+    except ValueError:
+        words = cmdline.split()
+    program = [w for w in words[:3] if not w.startswith("-")]
+    return " ".join(program[:2]) or (proc.get("name") or "")
+
+
+def confidence(graph: Graph, base: float = 0.9, *, certain: bool = True) -> tuple[float, list[str]]:
+    """A finding's confidence and why it is lower than ``base``.
+
+    Lower in a VM (placement and PMU data are the hypervisor's view), when the firmware did
+    not say which NUMA node a device is on, and when some collectors did not fully run.
+    """
+    value, reasons = base, []
+    if any(host.get("virtualized") for host in graph.of_kind("host")):
+        value *= 0.85
+        reasons.append("virtual machine")
+    if not certain:
+        value *= 0.7
+        reasons.append("device NUMA node inferred (firmware says -1 or nothing)")
+    partial = [c.name for c in graph.meta.collectors if c.status != "ok"]
+    if partial:
+        value *= 0.9
+        reasons.append(f"partial coverage ({', '.join(sorted(partial)[:4])})")
+    return round(value, 2), reasons

@@ -1,0 +1,193 @@
+"""Layer 1 — Compute: host CPU, steal, saturated device-driving threads, accelerators, throttling."""
+
+from __future__ import annotations
+
+from ..report import Evidence, Finding
+from .rulebook import NotEvaluable, RuleContext, rule
+
+USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
+
+
+@rule(
+    "L1.cpu-saturation",
+    1,
+    "Host CPU saturated",
+    "host cpu_busy_pct",
+    "≥ 90 %",
+    f"proposed; after {USE_METHOD} (utilisation near 100 % is a bottleneck)",
+)
+def cpu_saturation(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "cpu_busy_pct"):
+        busy = host.get("cpu_busy_pct")
+        if busy >= 90:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=busy,
+                    priority="P1",
+                    title=f"Host CPU {busy:.0f} % busy: every thread competes for a CPU",
+                    evidence=[ctx.entity(host, "cpu_busy_pct", "cpus", "load1")],
+                    action="Find the top consumers (hotspot-thread-discovery) and move or stop "
+                    "work that is not part of the job; size worker counts to the CPUs left.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L1.cpu-steal",
+    1,
+    "CPU time stolen by the hypervisor",
+    "host cpu_steal_pct",
+    "≥ 5 % (P0 from 10 %)",
+)
+def cpu_steal(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "cpu_steal_pct"):
+        steal = host.get("cpu_steal_pct")
+        if steal >= 5:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=steal,
+                    priority="P0" if steal >= 10 else "P1",
+                    title=f"Hypervisor steals {steal:.1f} % of CPU time",
+                    evidence=[ctx.entity(host, "cpu_steal_pct", "virtualized")],
+                    impact=f"≈ {steal:.0f} % of every CPU-bound step",
+                    action="Ask for dedicated (pinned, not overcommitted) vCPUs or move the job "
+                    "to a host whose CPUs are not shared.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L1.driver-thread-saturated",
+    1,
+    "Device-driving thread saturated",
+    "thread cpu_pct (process using an accelerator)",
+    "≥ 95 % of one CPU",
+)
+def driver_thread_saturated(ctx: RuleContext) -> list[Finding]:
+    users = [p for p in ctx.graph.of_kind("process") if ctx.analysis.devices_of(p.id)]
+    if not users:
+        raise NotEvaluable("no process uses an accelerator in this snapshot")
+    threads = [
+        (proc, t)
+        for proc in users
+        for t in ctx.graph.successors(proc.id, "has_thread")
+        if t.get("cpu_pct") is not None
+    ]
+    if not threads:
+        raise NotEvaluable("no per-thread cpu_pct for accelerator users (needs a window)")
+    out = []
+    for proc, thread in threads:
+        if thread.get("cpu_pct") >= 95:
+            devices = ", ".join(d.id for d in ctx.analysis.devices_of(proc.id))
+            out.append(
+                ctx.finding(
+                    subject=thread.id,
+                    value=thread.get("cpu_pct"),
+                    priority="P1",
+                    title=f"{ctx.label(thread.id)} of {proc.id} is CPU-bound while driving {devices}",
+                    evidence=[ctx.entity(thread, "cpu_pct", "invol_switches_per_s")],
+                    action="The device waits on this thread: move Python-side work (tokenising, "
+                    "pre-processing, logging) out of it, use CUDA graphs / async launch, and make "
+                    "sure it runs on the device's NUMA node.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L1.accelerator-idle",
+    1,
+    "Accelerator idle while a process holds it",
+    "device util_pct",
+    "< 30 %",
+)
+def accelerator_idle(ctx: RuleContext) -> list[Finding]:
+    devices = [d for kind in ("gpu", "npu") for d in ctx.graph.of_kind(kind)]
+    measured = [d for d in devices if d.get("util_pct") is not None]
+    if not measured:
+        raise NotEvaluable(
+            f"{len(devices)} accelerators, none with util_pct (NVML / npu-smi not sampled)"
+            if devices
+            else "no accelerator in this snapshot"
+        )
+    out = []
+    for device in measured:
+        users = ctx.graph.predecessors(device.id, "uses_device")
+        util = device.get("util_pct")
+        if users and util < 30:
+            out.append(
+                ctx.finding(
+                    subject=device.id,
+                    value=util,
+                    priority="P1",
+                    title=f"{device.id} {util:.0f} % busy while used by "
+                    f"{', '.join(u.id for u in users)}",
+                    evidence=[
+                        ctx.entity(device, "util_pct", "mem_used_bytes"),
+                        Evidence("edge", [u.id for u in users] + [device.id], {"uses_device": 1}),
+                    ],
+                    action="The device starves: check the layers that feed it (data plane, "
+                    "control plane, host CPU of the driving thread) before adding devices.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L1.container-throttled",
+    1,
+    "Container CPU throttled by its cgroup quota",
+    "container cpu_throttled_pct",
+    "≥ 5 % of periods (P0 from 20 %)",
+)
+def container_throttled(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for ctr in ctx.having("container", "cpu_throttled_pct"):
+        pct = ctr.get("cpu_throttled_pct")
+        if pct >= 5:
+            out.append(
+                ctx.finding(
+                    subject=ctr.id,
+                    value=pct,
+                    priority="P0" if pct >= 20 else "P1",
+                    title=f"Container {ctx.label(ctr.id)} throttled in {pct:.0f} % of CPU periods",
+                    evidence=[ctx.entity(ctr, "cpu_throttled_pct", "cpu_throttled_per_s")],
+                    action="Raise the container's CPU limit (cpu.max / --cpus / k8s limits) to the "
+                    "CPUs its workers really use, or use a static CPU manager policy.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L1.ipc-low",
+    1,
+    "Low instructions per cycle",
+    "instructions/cycles",
+    "< 1.0 IPC",
+)
+def ipc_low(ctx: RuleContext) -> list[Finding]:
+    pmu = ctx.graph.meta.capabilities.get("pmu")
+    raise NotEvaluable(
+        "needs hardware PMU counters (cycles, instructions); "
+        + ("this host has none" if not pmu else "no collector records them yet")
+    )
+
+
+@rule(
+    "L1.kernel-launch-gaps",
+    1,
+    "Gaps between device kernels",
+    "device idle time between kernels",
+    "> 10 % of step time",
+)
+def kernel_launch_gaps(ctx: RuleContext) -> list[Finding]:
+    raise NotEvaluable(
+        "needs a device trace (PyTorch profiler / Kineto, nsys, msprof); none imported"
+    )

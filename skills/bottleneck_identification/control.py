@@ -1,0 +1,306 @@
+"""Layer 6 — Control plane: scheduling delay, preemption, load, CPU sharing with ranks, stragglers."""
+
+from __future__ import annotations
+
+from wp_mcp.graph import Node
+from wp_mcp.graph.cpulist import format_cpulist
+
+from ..analysis import cpus
+from ..report import Evidence, Finding
+from .compute import USE_METHOD
+from .memory import PSI_DOC, _psi
+from .rulebook import NotEvaluable, RuleContext, rule
+
+BUSY_THREAD_PCT = 5  # below this a thread's waiting costs the job little
+
+
+def _process_of(ctx: RuleContext, thread: Node) -> str | None:
+    owners = ctx.graph.predecessors(thread.id, "has_thread")
+    return owners[0].id if owners else None
+
+
+@rule(
+    "L6.run-queue-delay",
+    6,
+    "Runnable threads waiting for a CPU",
+    "thread run_delay_pct (share of the window runnable but not running)",
+    "≥ 10 % (P0 from 5 % on a rank's thread)",
+)
+def run_queue_delay(ctx: RuleContext) -> list[Finding]:
+    out = []
+    threads = ctx.having("thread", "run_delay_pct", why="no per-thread run delay (schedstat)")
+    worst: dict[str, Node] = {}  # process → its most delayed busy thread
+    for thread in threads:
+        if (thread.get("cpu_pct") or 0) < BUSY_THREAD_PCT:
+            continue
+        proc = _process_of(ctx, thread) or thread.id
+        if proc not in worst or thread.get("run_delay_pct") > worst[proc].get("run_delay_pct"):
+            worst[proc] = thread
+    for proc, thread in worst.items():
+        delay = thread.get("run_delay_pct")
+        rank = proc in ctx.analysis.ranks
+        if delay < (5 if rank else 10):
+            continue
+        out.append(
+            ctx.finding(
+                subject=thread.id,
+                value=delay,
+                priority="P0" if rank else "P1",
+                title=f"{ctx.label(thread.id)} of {ctx.label(proc)} waited for a CPU "
+                f"{delay:.0f} % of the window" + (" (a rank)" if rank else ""),
+                evidence=[
+                    ctx.entity(
+                        thread, "run_delay_pct", "cpu_pct", "invol_switches_per_s", "cpus_allowed"
+                    )
+                ],
+                impact=f"≈ {delay:.0f} % slower"
+                + ("; every rank waits for the slowest" if rank else ""),
+                action="Something else runs on its CPUs: see L6.cpu-hog-on-rank-cpus and the "
+                "hotspot threads; give the job dedicated CPUs (taskset/cpuset) and keep other "
+                "work off them.",
+            )
+        )
+    return out
+
+
+@rule(
+    "L6.involuntary-switches",
+    6,
+    "Busy threads preempted often",
+    "thread invol_switches_per_s",
+    "≥ 100 /s on a thread using ≥ 20 % CPU",
+)
+def involuntary_switches(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for thread in ctx.having("thread", "invol_switches_per_s"):
+        rate, busy = thread.get("invol_switches_per_s"), thread.get("cpu_pct") or 0
+        if rate < 100 or busy < 20:
+            continue
+        proc = _process_of(ctx, thread)
+        out.append(
+            ctx.finding(
+                subject=thread.id,
+                value=rate,
+                priority="P1" if proc in ctx.analysis.ranks else "P2",
+                title=f"{ctx.label(thread.id)} preempted {rate:.0f} times/s at {busy:.0f} % CPU",
+                evidence=[ctx.entity(thread, "invol_switches_per_s", "cpu_pct", "run_delay_pct")],
+                action="It shares its CPU with other runnable threads: pin it to a CPU of its "
+                "own or reduce the number of busy threads (OMP/MKL threads, workers).",
+            )
+        )
+    return out
+
+
+@rule(
+    "L6.load-over-cpus",
+    6,
+    "More runnable tasks than CPUs",
+    "host load1 / cpus",
+    "> 1",
+    f"{USE_METHOD}: CPU saturation when the run queue exceeds the CPU count",
+    "published",
+)
+def load_over_cpus(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "load1"):
+        count = ctx.host_cpus(host.id)
+        if not count:
+            raise NotEvaluable("the host's CPU count is unknown")
+        load = host.get("load1")
+        if load > count:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=round(load / count, 2),
+                    priority="P1",
+                    title=f"Load {load:.1f} on {count} CPUs",
+                    evidence=[ctx.entity(host, "load1", "load5", "cpus")],
+                    action="Too many runnable (or D-state) tasks: reduce worker/thread counts "
+                    "to the CPUs the job owns.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L6.psi-cpu",
+    6,
+    "Tasks stalled waiting for CPU (PSI)",
+    "psi cpu_some_avg10",
+    "≥ 10 %",
+    PSI_DOC,
+)
+def psi_cpu(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in _psi(ctx, "cpu"):
+        some = host.get("psi")["cpu_some_avg10"]
+        if some >= 10:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=some,
+                    priority="P1",
+                    title=f"Tasks waited for a CPU {some:.0f} % of the last 10 s",
+                    evidence=[Evidence("entity", [host.id], dict(host.get("psi")))],
+                    action="CPU is oversubscribed: see the hotspot threads and L6.run-queue-delay.",
+                )
+            )
+    return out
+
+
+def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
+    """CPUs each rank may run on (its affinity), when it is narrower than the whole host."""
+    out = {}
+    for rank in ctx.analysis.ranks:
+        node = ctx.graph.node(rank)
+        allowed = cpus(node.get("cpus_allowed") if node else None)
+        total = ctx.host_cpus(rank)
+        if allowed and (total is None or len(allowed) < total):
+            out[rank] = allowed
+    return out
+
+
+@rule(
+    "L6.cpu-hog-on-rank-cpus",
+    6,
+    "Another busy process pinned onto the ranks' CPUs",
+    "cpu_pct of a non-job process whose affinity lies within the ranks' CPUs",
+    "≥ 50 % of a CPU (P0 when it is pinned there, P2 when it could move)",
+)
+def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
+    if not ctx.analysis.ranks:
+        raise NotEvaluable("no rank group found (no processes working together)")
+    rank_cpus = _rank_cpus(ctx)
+    if not rank_cpus:
+        raise NotEvaluable("the ranks are not pinned (affinity is every CPU), so no CPU is theirs")
+    if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
+        raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
+    reserved = set().union(*rank_cpus.values())
+    job = set(ctx.analysis.ranks) | set(ctx.analysis.roles)
+    out = []
+    for proc in ctx.graph.of_kind("process"):
+        busy = proc.get("cpu_pct")
+        allowed = cpus(proc.get("cpus_allowed"))
+        if proc.id in job or busy is None or busy < 50 or not allowed & reserved:
+            continue
+        total = ctx.host_cpus(proc.id)
+        # pinned by someone's choice: narrower than the host and entirely on the ranks' CPUs
+        pinned = allowed <= reserved and (total is None or len(allowed) < total)
+        victims = sorted(r for r, c in rank_cpus.items() if c & allowed)
+        out.append(
+            ctx.finding(
+                subject=proc.id,
+                value=busy,
+                priority="P0" if pinned else "P2",
+                title=f"{ctx.label(proc.id)} uses {busy:.0f} % CPU on CPUs "
+                f"{format_cpulist(allowed & reserved)} reserved for {', '.join(victims)}",
+                evidence=[
+                    ctx.entity(proc, "cpu_pct", "cpus_allowed", "cmdline"),
+                    Evidence(
+                        "aggregate",
+                        victims,
+                        {r: format_cpulist(rank_cpus[r]) for r in victims},
+                        note="ranks' CPU affinity",
+                    ),
+                ],
+                impact="the ranks on those CPUs get only part of them; the group runs at the "
+                "pace of the slowest rank",
+                action=f"Move {proc.id} off the ranks' CPUs (or stop it).",
+                command=_move_off(ctx, proc, reserved),
+            )
+        )
+    return out
+
+
+def _move_off(ctx: RuleContext, proc: Node, reserved: set[int]) -> str | None:
+    total = ctx.host_cpus(proc.id)
+    if not total or proc.get("pid") is None:
+        return None
+    free = set(range(total)) - reserved
+    if not free:
+        return f"kill -STOP {proc.get('pid')}  # no CPU is free of ranks on this host"
+    return f"taskset -a -c -p {format_cpulist(free)} {proc.get('pid')}"
+
+
+@rule(
+    "L6.rank-imbalance",
+    6,
+    "Ranks of one group progress unevenly",
+    "max/min cpu_pct across the ranks of a group",
+    "≥ 1.5 with the busiest ≥ 20 % CPU",
+)
+def rank_imbalance(ctx: RuleContext) -> list[Finding]:
+    if not ctx.analysis.groups:
+        raise NotEvaluable("no rank group found (no processes working together)")
+    out, measured = [], False
+    for group in ctx.analysis.groups:
+        load = {m: ctx.graph.node(m).get("cpu_pct") for m in group.members}
+        load = {m: v for m, v in load.items() if v is not None}
+        if len(load) < 2:
+            continue
+        measured = True
+        hot, cold = max(load, key=load.get), min(load, key=load.get)
+        if load[hot] < 20 or load[hot] < 1.5 * max(load[cold], 1e-6):
+            continue
+        out.append(
+            ctx.finding(
+                subject=cold,
+                value=round(load[hot] / max(load[cold], 1e-6), 2),
+                priority="P1",
+                title=f"{group.label}: {cold} at {load[cold]:.0f} % CPU vs {hot} at {load[hot]:.0f} %",
+                evidence=[
+                    Evidence(
+                        "aggregate",
+                        list(load),
+                        {m: round(v, 1) for m, v in load.items()},
+                        ctx.window_s,
+                    )
+                ],
+                action=f"{cold} differs from its peers: check its data loader (layer 7), its "
+                "links (layer 4) and what shares its CPUs (layer 6); the group waits on stragglers.",
+            )
+        )
+    if not measured:
+        raise NotEvaluable("no cpu_pct for the ranks (needs a collection window)")
+    return out
+
+
+@rule(
+    "L6.ranks-share-cpus",
+    6,
+    "Pinned ranks overlap on CPUs",
+    "intersection of ranks' CPU affinity",
+    "non-empty between two pinned ranks",
+)
+def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
+    if not ctx.analysis.ranks:
+        raise NotEvaluable("no rank group found (no processes working together)")
+    rank_cpus = _rank_cpus(ctx)
+    if len(rank_cpus) < 2:
+        raise NotEvaluable("fewer than two ranks are pinned, so overlap is not a choice made")
+    out = []
+    ordered = sorted(rank_cpus)
+    for i, first in enumerate(ordered):
+        for second in ordered[i + 1 :]:
+            shared = rank_cpus[first] & rank_cpus[second]
+            if shared:
+                out.append(
+                    ctx.finding(
+                        subject=f"{first}+{second}",
+                        value=format_cpulist(shared),
+                        priority="P1",
+                        title=f"{first} and {second} are both pinned to CPUs {format_cpulist(shared)}",
+                        evidence=[
+                            Evidence(
+                                "aggregate",
+                                [first, second],
+                                {
+                                    first: format_cpulist(rank_cpus[first]),
+                                    second: format_cpulist(rank_cpus[second]),
+                                },
+                            )
+                        ],
+                        action="Give each rank its own CPUs (a disjoint slice of its device's NUMA node).",
+                    )
+                )
+    return out

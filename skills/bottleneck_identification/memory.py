@@ -1,0 +1,203 @@
+"""Layer 2 — Memory: available memory, swapping, major faults, PSI, NUMA nodes running out."""
+
+from __future__ import annotations
+
+from ..analysis import host_prefix, numa_id
+from ..report import Evidence, Finding
+from .compute import USE_METHOD
+from .rulebook import NotEvaluable, RuleContext, rule
+
+GIB = 1 << 30
+PSI_DOC = "proposed; PSI semantics per the kernel's Documentation/accounting/psi.rst"
+
+
+@rule(
+    "L2.mem-available-low",
+    2,
+    "Little memory available",
+    "host mem_available_bytes / mem_total_bytes",
+    "< 10 % (P0 under 5 %)",
+)
+def mem_available_low(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "mem_available_bytes", "mem_total_bytes"):
+        share = host.get("mem_available_bytes") / host.get("mem_total_bytes") * 100
+        if share < 10:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=round(share, 1),
+                    priority="P0" if share < 5 else "P1",
+                    title=f"Only {share:.1f} % of memory available "
+                    f"({host.get('mem_available_bytes') / GIB:.1f} GiB)",
+                    evidence=[ctx.entity(host, "mem_available_bytes", "mem_total_bytes")],
+                    action="Reduce the biggest resident sets (see the memory layer's top "
+                    "processes) or lower batch / cache sizes before the OOM killer picks a rank.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L2.swapping",
+    2,
+    "Swap in use",
+    "host swap_used_bytes",
+    "> 0 (P1 with ≥ 10 major faults/s)",
+    f"{USE_METHOD}: swapping is memory saturation",
+    "published",
+)
+def swapping(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "swap_used_bytes"):
+        used = host.get("swap_used_bytes")
+        if used > 0:
+            faults = host.get("major_faults_per_s") or 0
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=used,
+                    priority="P1" if faults >= 10 else "P2",
+                    title=f"{used / GIB:.2f} GiB swapped out",
+                    evidence=[ctx.entity(host, "swap_used_bytes", "major_faults_per_s")],
+                    action="Keep the job's memory resident: lower memory use, or "
+                    "`sysctl vm.swappiness=1` on a dedicated training host.",
+                    command="sysctl -w vm.swappiness=1",
+                )
+            )
+    return out
+
+
+@rule(
+    "L2.major-faults",
+    2,
+    "Major page faults",
+    "host major_faults_per_s",
+    "≥ 100 /s",
+)
+def major_faults(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "major_faults_per_s"):
+        rate = host.get("major_faults_per_s")
+        if rate >= 100:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=rate,
+                    priority="P1",
+                    title=f"{rate:.0f} major page faults/s: pages are read back from disk",
+                    evidence=[ctx.entity(host, "major_faults_per_s", "mem_available_bytes")],
+                    action="Memory is short or files are mmapped from slow storage: keep "
+                    "datasets/checkpoints in page cache or on local NVMe, free memory.",
+                )
+            )
+    return out
+
+
+def _psi(ctx: RuleContext, resource: str) -> list:
+    hosts = [
+        h
+        for h in ctx.graph.of_kind("host")
+        if (h.get("psi") or {}).get(f"{resource}_some_avg10") is not None
+    ]
+    if not hosts:
+        raise NotEvaluable("no PSI in this snapshot (kernel booted without psi=1?)")
+    return hosts
+
+
+@rule(
+    "L2.psi-memory",
+    2,
+    "Tasks stalled on memory (PSI)",
+    "psi memory_some_avg10",
+    "≥ 10 % (P0 when memory_full_avg10 ≥ 5 %)",
+    PSI_DOC,
+)
+def psi_memory(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in _psi(ctx, "memory"):
+        psi = host.get("psi")
+        some, full = psi["memory_some_avg10"], psi.get("memory_full_avg10") or 0
+        if some >= 10:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=some,
+                    priority="P0" if full >= 5 else "P1",
+                    title=f"Tasks stalled on memory {some:.0f} % of the last 10 s",
+                    evidence=[Evidence("entity", [host.id], dict(psi), ctx.window_s)],
+                    action="Memory reclaim stalls the job: free memory, avoid overcommitting "
+                    "page cache for datasets, check for swapping.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L2.numa-node-exhausted",
+    2,
+    "A process needs more memory than is free on its NUMA node",
+    "numa_node mem_free_bytes vs the biggest resident set running on it",
+    "free < 10 % of the node and a process there holds more than what is free",
+)
+def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
+    nodes = ctx.having("numa_node", "mem_free_bytes", "mem_total_bytes")
+    procs = [p for p in ctx.graph.of_kind("process") if p.get("rss_bytes")]
+    if not procs:
+        raise NotEvaluable("no process rss_bytes in this snapshot")
+    out = []
+    for node in nodes:
+        free, total = node.get("mem_free_bytes"), node.get("mem_total_bytes")
+        number = numa_id(node)
+        if free / total >= 0.10:
+            continue
+        residents = [p for p in procs if _home_node(ctx, p) == number]
+        if not residents:
+            continue
+        biggest = max(residents, key=lambda p: p.get("rss_bytes"))
+        if biggest.get("rss_bytes") <= free:
+            continue
+        pages_home = ctx.analysis.page_share(biggest).get(number)
+        spilled = pages_home is not None and pages_home < 0.8
+        out.append(
+            ctx.finding(
+                subject=node.id,
+                value=round(free / total * 100, 1),
+                priority="P1",
+                title=f"NUMA node {number} has {free / GIB:.1f} GiB free while "
+                f"{ctx.label(biggest.id)} holds {biggest.get('rss_bytes') / GIB:.1f} GiB there",
+                evidence=[
+                    ctx.entity(node, "mem_free_bytes", "mem_total_bytes"),
+                    ctx.entity(biggest, "rss_bytes", "numa_page_share", "mems_allowed"),
+                ],
+                impact="new allocations spill to remote nodes or trigger reclaim"
+                + (" (its pages already spill)" if spilled else ""),
+                action=f"Give {biggest.id} a node with room, or spread it with "
+                "`numactl --interleave=all`, or shrink it; keep other big consumers off node "
+                f"{number}.",
+                command=f"numastat -p {biggest.get('pid')}",
+            )
+        )
+    return out
+
+
+def _home_node(ctx: RuleContext, proc) -> int | None:
+    cpu = ctx.analysis.cpu_share(proc)
+    if cpu:
+        return max(cpu, key=lambda n: cpu[n])
+    pages = ctx.analysis.page_share(proc)
+    if pages:
+        return max(pages, key=lambda n: pages[n])
+    nodes = ctx.analysis.numa_nodes.get(host_prefix(proc.id), {})
+    return next(iter(nodes)) if len(nodes) == 1 else None
+
+
+@rule(
+    "L2.memory-bandwidth",
+    2,
+    "Memory bandwidth saturated",
+    "DRAM bandwidth per NUMA node",
+    "≥ 80 % of peak",
+)
+def memory_bandwidth(ctx: RuleContext) -> list[Finding]:
+    raise NotEvaluable("needs uncore PMU memory-controller counters; this snapshot has none")

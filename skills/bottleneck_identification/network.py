@@ -1,0 +1,271 @@
+"""Layer 4 — Network: retransmissions, RTT inflation, NIC errors, listen overflows, RDMA ports."""
+
+from __future__ import annotations
+
+from wp_mcp.graph import Node
+
+from ..report import Evidence, Finding
+from .compute import USE_METHOD
+from .rulebook import NotEvaluable, RuleContext, rule
+
+MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
+
+
+def _owner(ctx: RuleContext, sock: Node) -> str | None:
+    owners = ctx.graph.predecessors(sock.id, "holds")
+    return owners[0].id if owners else None
+
+
+def _peer_owner(ctx: RuleContext, sock: Node) -> str | None:
+    for peer in ctx.graph.successors(sock.id, "peer") + ctx.graph.predecessors(sock.id, "peer"):
+        owner = _owner(ctx, peer)
+        if owner:
+            return owner
+    return None
+
+
+def _collective(ctx: RuleContext, owner: str | None, peer: str | None) -> bool:
+    """A link between ranks: every step of a synchronous collective waits for it."""
+    ranks = ctx.analysis.ranks
+    return owner in ranks and (peer is None or peer in ranks)
+
+
+def _tcp_sockets(ctx: RuleContext, *attrs: str) -> list[Node]:
+    socks = [s for s in ctx.graph.of_kind("socket") if s.get("proto") in (None, "tcp")]
+    found = [s for s in socks if all(s.get(a) is not None for a in attrs)]
+    if not found:
+        raise NotEvaluable(
+            f"{len(socks)} TCP sockets, none with {', '.join(attrs)} (needs sock_diag tcp_info)"
+        )
+    return found
+
+
+@rule(
+    "L4.flow-retransmits",
+    4,
+    "TCP flow retransmitting",
+    "retransmitted segments / segments sent",
+    "≥ 0.5 % and ≥ 3 segments (P0 on a link between ranks)",
+)
+def flow_retransmits(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for sock in _tcp_sockets(ctx, "retrans_total"):
+        retrans = sock.get("retrans_total")
+        segments = max(1, (sock.get("bytes_sent") or 0) // MSS_BYTES)
+        ratio = retrans / segments
+        rate = sock.get("retrans_per_s") or 0
+        if retrans < 3 or (ratio < 0.005 and rate < 1):
+            continue
+        owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
+        collective = _collective(ctx, owner, peer)
+        who = f"{ctx.label(owner)}" if owner else sock.id
+        out.append(
+            ctx.finding(
+                subject=sock.id,
+                value=round(ratio * 100, 2),
+                priority="P0" if collective else "P1",
+                title=f"{who} retransmits {ratio:.1%} of segments on "
+                f"{sock.get('local_addr')}:{sock.get('local_port')} → "
+                f"{sock.get('remote_addr')}:{sock.get('remote_port')}"
+                + (" (link between ranks)" if collective else ""),
+                evidence=[
+                    ctx.entity(
+                        sock,
+                        "retrans_total",
+                        "retrans_per_s",
+                        "bytes_sent",
+                        "rtt_ms",
+                        "rto_ms",
+                        "lost",
+                    ),
+                    Evidence("edge", [i for i in (owner, sock.id, peer) if i], {"holds": 1}),
+                ],
+                impact="each lost segment stalls the flow for an RTO (≥ 200 ms on Linux)"
+                + ("; every rank waits for it" if collective else ""),
+                action="Find where packets drop on this path (NIC/switch errors, firewall or "
+                "policer rules, MTU mismatch); for collectives over TCP consider RDMA.",
+                command=f"ss -ti dst {sock.get('remote_addr')}",
+            )
+        )
+    return out
+
+
+@rule(
+    "L4.rtt-inflation",
+    4,
+    "Queueing delay on a TCP flow",
+    "rtt_ms vs min_rtt_ms",
+    "rtt ≥ 4 × min RTT and ≥ 1 ms above it",
+)
+def rtt_inflation(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for sock in _tcp_sockets(ctx, "rtt_ms", "min_rtt_ms"):
+        rtt, floor = sock.get("rtt_ms"), sock.get("min_rtt_ms")
+        if rtt < 4 * floor or rtt - floor < 1:
+            continue
+        owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
+        collective = _collective(ctx, owner, peer)
+        out.append(
+            ctx.finding(
+                subject=sock.id,
+                value=round(rtt / max(floor, 1e-3), 1),
+                priority="P1" if collective else "P2",
+                title=f"RTT {rtt:.1f} ms vs {floor:.2f} ms minimum on "
+                f"{sock.get('remote_addr')}:{sock.get('remote_port')}",
+                evidence=[ctx.entity(sock, "rtt_ms", "min_rtt_ms", "tx_queue", "bytes_sent")],
+                action="Packets queue on the path (a full send buffer, a shaped or congested "
+                "link): check NIC rates and qdiscs, spread traffic over more NICs/queues.",
+            )
+        )
+    return out
+
+
+@rule(
+    "L4.nic-errors",
+    4,
+    "NIC errors or drops",
+    "rx/tx errors and drops",
+    "> 0 (errors P1, drops only P2)",
+    f"{USE_METHOD}: network errors (any non-zero counter)",
+    "published",
+)
+def nic_errors(ctx: RuleContext) -> list[Finding]:
+    nics = [
+        n
+        for n in ctx.graph.of_kind("nic")
+        if any(n.get(a) is not None for a in ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped"))
+    ]
+    if not nics:
+        raise NotEvaluable("no NIC error/drop counters in this snapshot")
+    out = []
+    for nic in nics:
+        errors = (nic.get("rx_errors") or 0) + (nic.get("tx_errors") or 0)
+        drops = (nic.get("rx_dropped") or 0) + (nic.get("tx_dropped") or 0)
+        if errors or drops:
+            out.append(
+                ctx.finding(
+                    subject=nic.id,
+                    value=errors + drops,
+                    priority="P1" if errors else "P2",
+                    title=f"{ctx.label(nic.id)}: {errors} errors, {drops} drops",
+                    evidence=[
+                        ctx.entity(nic, "rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
+                    ],
+                    action="Check cabling/transceiver and ring sizes; drops without errors often "
+                    "mean RX rings or a backlog overflow (ethtool -S, ethtool -G).",
+                    command=f"ethtool -S {nic.get('ifname') or nic.id.split(':', 1)[-1]}",
+                )
+            )
+    return out
+
+
+@rule(
+    "L4.listen-overflows",
+    4,
+    "Listen queue overflows",
+    "host tcp_listen_overflows_per_s",
+    "> 0",
+    "Linux TcpExtListenOverflows (nstat): each one is a dropped connection attempt",
+    "published",
+)
+def listen_overflows(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "tcp_listen_overflows_per_s"):
+        rate = host.get("tcp_listen_overflows_per_s")
+        if rate > 0:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=rate,
+                    priority="P1",
+                    title=f"{rate:.1f} listen-queue overflows/s: connection attempts dropped",
+                    evidence=[ctx.entity(host, "tcp_listen_overflows_per_s")],
+                    action="The server accepts too slowly or its backlog is small: raise the "
+                    "listen backlog and net.core.somaxconn, add accept threads.",
+                    command="sysctl -w net.core.somaxconn=4096",
+                )
+            )
+    return out
+
+
+@rule(
+    "L4.host-retransmits",
+    4,
+    "Host-wide TCP retransmissions",
+    "host tcp_retrans_per_s",
+    "≥ 10 /s",
+)
+def host_retransmits(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for host in ctx.having("host", "tcp_retrans_per_s"):
+        rate = host.get("tcp_retrans_per_s")
+        if rate >= 10:
+            out.append(
+                ctx.finding(
+                    subject=host.id,
+                    value=rate,
+                    priority="P2",
+                    title=f"{rate:.0f} TCP retransmissions/s host-wide",
+                    evidence=[ctx.entity(host, "tcp_retrans_per_s")],
+                    action="See which flows retransmit (L4.flow-retransmits) and where they go.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L4.send-backlog",
+    4,
+    "Send queue backing up",
+    "socket tx_queue",
+    "≥ 4 MiB unsent or unacknowledged",
+)
+def send_backlog(ctx: RuleContext) -> list[Finding]:
+    out = []
+    for sock in _tcp_sockets(ctx, "tx_queue"):
+        queued = sock.get("tx_queue")
+        if queued >= 4 << 20:
+            out.append(
+                ctx.finding(
+                    subject=sock.id,
+                    value=queued,
+                    priority="P2",
+                    title=f"{queued / (1 << 20):.1f} MiB waiting in the send queue to "
+                    f"{sock.get('remote_addr')}:{sock.get('remote_port')}",
+                    evidence=[ctx.entity(sock, "tx_queue", "rtt_ms", "send_bytes_per_s")],
+                    action="The receiver or the path is slower than the sender: check the peer's "
+                    "CPU (it may not read fast enough) and the link rate.",
+                )
+            )
+    return out
+
+
+@rule(
+    "L4.rdma-port-down",
+    4,
+    "RDMA port not active",
+    "port state",
+    "≠ ACTIVE",
+)
+def rdma_port_down(ctx: RuleContext) -> list[Finding]:
+    devices = [d for d in ctx.graph.of_kind("rdma_device") if d.get("ports")]
+    if not devices:
+        raise NotEvaluable("no RDMA device with port states in this snapshot")
+    out = []
+    for dev in devices:
+        for port in dev.get("ports"):
+            state = str(port.get("state", "")).upper()
+            if state and "ACTIVE" not in state:
+                out.append(
+                    ctx.finding(
+                        subject=f"{dev.id}/{port.get('port')}",
+                        value=state,
+                        priority="P1",
+                        title=f"{dev.id} port {port.get('port')} is {state}",
+                        evidence=[Evidence("entity", [dev.id], dict(port))],
+                        action="Collectives fall back to TCP or fail over this port: check the "
+                        "cable, the switch port and the subnet manager (ibstat).",
+                        command="ibstat",
+                    )
+                )
+    return out

@@ -1,0 +1,297 @@
+"""dataflow-topology-restore: who runs where, on which device, talking to whom.
+
+Restores, from one snapshot: the process hierarchy, the device→NUMA and process→device maps,
+communication paths with bytes and rates, parallelism patterns (rank groups, rendezvous
+store, data loaders, serving front end), NUMA locality grades, and end-to-end paths from a
+front end down to the NUMA node and NIC. Workers placed away from their device's node are
+reported with the same finding the bottleneck engine's Layer 3 gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wp_mcp.graph import Graph, Node
+
+from ..analysis import Analysis, Group, grade, host_prefix
+from ..bottleneck_identification.interconnect import placement_finding
+from ..bottleneck_identification.rulebook import RULES, RuleContext
+from ..report import Report, Section, safe
+
+SKILL = "dataflow-topology-restore"
+MAX_TREE_LINES = 60
+MAX_ROWS = 30
+
+
+def run(graph: Graph, analysis: Analysis | None = None) -> Report:
+    analysis = analysis or Analysis(graph)
+    report = Report(skill=SKILL, title="Dataflow topology")
+    builders = (
+        _hierarchy,
+        _device_numa,
+        _process_devices,
+        _communication,
+        _parallelism,
+        _locality,
+        _end_to_end,
+    )
+    for build in builders:
+        report.sections.append(build(graph, analysis, report.data))
+    _placement_section(graph, analysis, report)
+    return report
+
+
+# ---------------------------------------------------------------------- sections
+
+
+def _hierarchy(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    procs = graph.of_kind("process")
+    if not procs:
+        return Section("Process hierarchy", "not evaluable", "No processes in this snapshot.")
+    roots = sorted(p.id for p in procs if analysis.parent(p.id) is None)
+    lines: list[str] = []
+
+    def walk(proc_id: str, depth: int) -> None:
+        if len(lines) >= MAX_TREE_LINES:
+            return
+        lines.append("  " * depth + "- " + _describe(graph, analysis, proc_id))
+        for child in sorted(analysis.children(proc_id)):
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    cut = len(procs) - len(lines)
+    if cut > 0:
+        lines.append(f"- … {cut} more processes (use wp_entity / wp_layer topology)")
+    data["roots"] = roots
+    return Section("Process hierarchy", "info", "\n".join(lines))
+
+
+def _describe(graph: Graph, analysis: Analysis, proc_id: str) -> str:
+    node = graph.node(proc_id)
+    role = analysis.roles.get(proc_id)
+    devices = [d.id for d in analysis.devices_of(proc_id)]
+    parts = [f"`{proc_id}` {safe(node.get('name') or '?', 40)}"]
+    if role:
+        parts.append(f"**{role}**")
+    if devices:
+        parts.append("uses " + ", ".join(devices))
+    threads = node.get("num_threads") or len(graph.successors(proc_id, "has_thread"))
+    if threads:
+        parts.append(f"{threads} thread" + ("s" if threads != 1 else ""))
+    return " · ".join(parts)
+
+
+def _device_numa(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    devices = [d for kind in ("gpu", "npu") for d in graph.of_kind(kind)]
+    if not devices:
+        return Section("Device → NUMA map", "not evaluable", "No accelerators in this snapshot.")
+    rows = ["| device | NUMA node | found by | PCI bus | CPU affinity |", "|---|---|---|---|---|"]
+    mapping: dict[str, int | None] = {}
+    for dev in sorted(devices, key=_device_order):
+        node, how, certain = analysis.device_numa(dev)
+        mapping[dev.id] = node
+        shown = "unknown" if node is None else f"{node}" + ("" if certain else " (inferred)")
+        rows.append(
+            f"| `{dev.id}` | {shown} | {how} | {safe(dev.get('pci_bus_id') or '-')} "
+            f"| {safe(dev.get('cpu_affinity') or '-')} |"
+        )
+    data["device_numa"] = mapping
+    return Section("Device → NUMA map", "info", "\n".join(rows))
+
+
+def _device_order(dev: Node) -> tuple[str, int, str]:
+    index = dev.get("index")
+    if index is None:
+        tail = dev.id.rsplit(":", 1)[-1]
+        index = int(tail) if tail.isdigit() else 1 << 30
+    return (dev.kind, int(index), dev.id)
+
+
+def _process_devices(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    users = [p for p in graph.of_kind("process") if analysis.devices_of(p.id)]
+    if not users:
+        return Section("Process → device map", "not evaluable", "No process uses an accelerator.")
+    placed = {(p.process, p.device): p for p in analysis.placements}
+    rows = [
+        "| process | device | device node | CPU share on it | most CPU on | pages on device node | grade |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    mapping: dict[str, list[str]] = {}
+    for proc in sorted(users, key=lambda p: p.id):
+        for dev in analysis.devices_of(proc.id):
+            mapping.setdefault(proc.id, []).append(dev.id)
+            place = placed.get((proc.id, dev.id))
+            if place is None:
+                rows.append(f"| `{proc.id}` | `{dev.id}` | ? | ? | ? | ? | not measurable |")
+                continue
+            pages = (
+                "-" if place.pages_on_device_node is None else f"{place.pages_on_device_node:.0%}"
+            )
+            rows.append(
+                f"| `{proc.id}` | `{dev.id}` | {place.device_node} | "
+                f"{place.cpu_on_device_node:.0%} | {place.dominant_cpu_node} "
+                f"({place.cpu_share[place.dominant_cpu_node]:.0%}) | {pages} | {place.grade} |"
+            )
+    data["process_devices"] = mapping
+    return Section("Process → device map", "info", "\n".join(rows))
+
+
+def _communication(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    edges = list(graph.edges("talks_to"))
+    if not edges:
+        return Section(
+            "Communication paths", "not evaluable", "No process↔process links in this snapshot."
+        )
+    edges.sort(key=lambda e: -(e.get("bytes") or 0))
+    rows = ["| from | to | transport | bytes | rate | flows |", "|---|---|---|---|---|---|"]
+    listed = []
+    for edge in edges[:MAX_ROWS]:
+        rate = edge.get("bytes_per_s")
+        rows.append(
+            f"| `{edge.src}` | `{edge.dst}` | {safe(edge.get('transport') or '?')} "
+            f"| {_bytes(edge.get('bytes'))} | {_bytes(rate) + '/s' if rate is not None else '-'} "
+            f"| {edge.get('flows') or '-'} |"
+        )
+        listed.append(
+            {
+                "src": edge.src,
+                "dst": edge.dst,
+                "transport": edge.get("transport"),
+                "bytes": edge.get("bytes"),
+                "bytes_per_s": rate,
+            }
+        )
+    if len(edges) > MAX_ROWS:
+        rows.append(f"\n… {len(edges) - MAX_ROWS} smaller links not shown (wp_layer flows).")
+    data["paths"] = listed
+    return Section("Communication paths", "info", "\n".join(rows))
+
+
+def _parallelism(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    lines = []
+    for group in analysis.groups:
+        kind = (
+            "tensor/data-parallel group (one device per rank)"
+            if group.kind == "device ranks"
+            else "rank group over TCP"
+        )
+        lines.append(f"- **{kind}**: {group.label}; parent `{group.parent or '-'}`")
+        for member in group.members:
+            devices = ", ".join(group.devices.get(member, [])) or "no device"
+            lines.append(f"  - `{member}` → {devices}")
+        if group.rendezvous:
+            lines.append(f"  - rendezvous store: `{group.rendezvous}`")
+        if group.front_end:
+            lines.append(f"  - fed by front end `{group.front_end}`")
+    for trainer, workers in sorted(analysis.dataloaders.items()):
+        lines.append(f"- **data loaders** of `{trainer}`: " + ", ".join(f"`{w}`" for w in workers))
+    data["groups"] = [_group_dict(g) for g in analysis.groups]
+    data["dataloaders"] = analysis.dataloaders
+    if not lines:
+        return Section("Parallelism", "info", "No rank group, data loader or front end recognised.")
+    return Section("Parallelism", "info", "\n".join(lines))
+
+
+def _group_dict(group: Group) -> dict[str, Any]:
+    return {
+        "kind": group.kind,
+        "members": group.members,
+        "parent": group.parent,
+        "devices": group.devices,
+        "rendezvous": group.rendezvous,
+        "front_end": group.front_end,
+    }
+
+
+def _locality(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    graded = []
+    for proc in graph.of_kind("process"):
+        value = analysis.locality(proc)
+        if value is not None and analysis.cpu_share(proc):
+            graded.append((value, proc))
+    if not graded:
+        return Section("NUMA locality", "not evaluable", "No per-process NUMA CPU/page shares.")
+    graded.sort(key=lambda item: (item[0], item[1].id))
+    rows = ["| process | locality | grade | role |", "|---|---|---|---|"]
+    for value, proc in graded[:MAX_ROWS]:
+        role = analysis.roles.get(proc.id, "")
+        rows.append(
+            f"| `{proc.id}` {safe(proc.get('name') or '', 30)} | {value:.2f} | {grade(value)} | {role} |"
+        )
+    data["locality"] = {proc.id: round(value, 3) for value, proc in graded}
+    legend = "Grades: good ≥ 0.8 · mild 0.5–0.8 · moderate 0.3–0.5 · severe < 0.3."
+    return Section("NUMA locality", "info", legend + "\n\n" + "\n".join(rows))
+
+
+def _end_to_end(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
+    paths = []
+    for group in analysis.groups:
+        head = []
+        if group.front_end:
+            clients = sorted(
+                {p for p, _ in analysis.talks(group.front_end) if p not in group.members}
+                - {group.parent}
+            )
+            if clients:
+                head.append(clients[0])
+            head.append(group.front_end)
+        if group.parent and group.parent not in head:
+            head.append(group.parent)
+        for member in group.members:
+            chain = [*head, member]
+            for dev in analysis.devices_of(member):
+                node, _, _ = analysis.device_numa(dev)
+                chain.append(dev.id)
+                if node is not None:
+                    chain.append(f"numa:{node}")
+                    chain.append(_nic_on(graph, host_prefix(dev.id), node))
+            paths.append(chain)
+    if not paths:
+        return Section("End-to-end paths", "info", "No rank group to trace.")
+    data["end_to_end"] = paths
+    return Section(
+        "End-to-end paths",
+        "info",
+        "\n".join("- " + " → ".join(f"`{p}`" for p in path) for path in paths),
+    )
+
+
+def _nic_on(graph: Graph, prefix: str, node: int) -> str:
+    nics = [
+        n.id
+        for n in graph.of_kind("nic")
+        if host_prefix(n.id) == prefix and n.get("numa_node") == node
+    ]
+    return nics[0] if nics else "no NIC on this node"
+
+
+def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None:
+    """Workers placed away from their device: the same finding as Layer 3's rule."""
+    mismatch = next(r for r in RULES if r.id == "L3.device-numa-mismatch")
+    ctx = RuleContext(graph, analysis, mismatch)
+    section = Section("Placement against devices", "clean")
+    if not analysis.placements:
+        section.status = "not evaluable"
+        section.body = "No process with both a placed device and per-node CPU shares."
+    for place in analysis.placements:
+        if place.grade == "good":
+            section.clean.append(f"`{place.process}` on the node of `{place.device}`")
+            continue
+        finding = placement_finding(ctx, place)
+        finding.skill = SKILL
+        report.findings.append(finding)
+        section.finding_ids.append(finding.id)
+    if section.finding_ids:
+        section.status = "findings"
+    report.sections.append(section)
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
