@@ -100,16 +100,16 @@ def boot_time(proc_root: Path) -> float | None:
 
 
 def cgroup_path(text: str) -> str | None:
-    """The unified (v2) cgroup path, or on v1 the cpu controller's path."""
-    fallback = None
+    """The unified (v2) cgroup path, or on v1 the cpu controller's (else memory's) path."""
+    by_controller: dict[str, str] = {}
     for line in text.splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hierarchy == "0" and controllers == "":
             return path
-        if fallback is None and ("cpu" in controllers.split(",") or controllers == "memory"):
-            fallback = path
-    return fallback
+        for controller in controllers.split(","):
+            by_controller.setdefault(controller, path)
+    return by_controller.get("cpu") or by_controller.get("memory")
 
 
 def _namespace_inode(link: str | None) -> int | None:
@@ -439,7 +439,7 @@ class ProcfsCollector(Collector):
         held, devices = scanned
         scan_maps(proc_dir, held)
         if devices:
-            graph.add("process", proc_id, source=NAME, devices=devices)
+            graph.nodes[proc_id].set("devices", devices, NAME)
         for entry in held.values():
             graph.add(entry.kind, entry.node_id, source=NAME, **entry.attrs)
             edge: dict[str, Any] = {}

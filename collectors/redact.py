@@ -40,7 +40,7 @@ def redact_arg(arg: str) -> str:
     arg = _URL_CREDS.sub(rf"\g<1>{REDACTED}\g<3>", arg)
     arg = _BEARER.sub(rf"\g<1>{REDACTED}", arg)
     match = _INLINE.match(arg)
-    if match and is_secret_name(match.group(1)) and match.group(3) != REDACTED:
+    if match and is_secret_name(match.group(1)) and REDACTED not in match.group(3):
         return f"{match.group(1)}{match.group(2)}{REDACTED}"
     return arg
 
