@@ -1,1 +1,85 @@
-"""converters"""
+"""wp_mcp.converters: the graph as layers and views, in compact text or JSON, under a budget.
+
+Public names (other stages code against these; docs/views.md and docs/compact-text.md say more):
+
+- ``VIEWS``: "summary", the seven layers "compute", "memory", "interconnect", "network",
+  "storage", "control", "data", and "topology", "flows", "entity".
+- ``render_view(graph, view, *, fmt="txt", cursor=None, max_tokens=4000, filters=None,
+  entity=None, depth=1, snapshot_id=None) -> Page``: one page; ``fmt`` is txt, json, mermaid
+  or dot (the diagrams for topology and flows only). ``Page`` has ``text``, ``tokens``,
+  ``next_cursor``, ``page``, ``pages`` (``pages_exact`` False when estimated), ``total_items``,
+  ``view``, ``fmt``, ``first_item``, ``item_count``, ``ids`` (entities on the page).
+- ``ViewError`` (a ``UserError``): an unknown view/format/filter, a stale cursor, …; its
+  message says what to call instead.
+- ``count_tokens(text) -> int``: cl100k (offline) tokens.
+- ``search(graph, query, limit=20) -> Page``: entities by id, name, cmdline or address.
+- ``view_items(graph, view, filters=None, entity=None, depth=1) -> list[Item]``: the items a
+  view pages through (each with ``ids``, ``kind``, ``line``, ``tokens``).
+- ``DEFAULT_MAX_TOKENS`` (4000), ``HARD_MAX_TOKENS`` (8000), ``SUMMARY_MAX_TOKENS`` (300).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from wp_mcp.graph.graph import Graph
+
+from .cursor import ViewError
+from .render import VIEWS, Page, check_request, clamp_budget, paged, view_items
+from .search import search
+from .summary import SUMMARY_MAX_TOKENS, render_summary
+from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, count_tokens
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "HARD_MAX_TOKENS",
+    "SUMMARY_MAX_TOKENS",
+    "VIEWS",
+    "Page",
+    "ViewError",
+    "count_tokens",
+    "render_view",
+    "search",
+    "view_items",
+]
+
+
+def render_view(
+    graph: Graph,
+    view: str,
+    *,
+    fmt: str = "txt",
+    cursor: str | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    filters: Mapping[str, Any] | None = None,
+    entity: str | None = None,
+    depth: int = 1,
+    snapshot_id: str | None = None,
+) -> Page:
+    """One page of ``view`` of ``graph``; pass the returned ``next_cursor`` for the next."""
+    check_request(view, fmt)
+    budget, note = clamp_budget(max_tokens)
+    if view == "summary":
+        if cursor:
+            raise ViewError("the summary has a single page; call it without a cursor")
+        return render_summary(graph, fmt if fmt == "json" else "txt", budget, snapshot_id)
+    return paged(
+        graph,
+        view,
+        fmt=fmt,
+        cursor=cursor,
+        budget=budget,
+        budget_note=note,
+        filters=filters,
+        entity=entity,
+        depth=depth,
+        snapshot_id=snapshot_id,
+        legend=_entity_legend() if view == "entity" else None,
+    )
+
+
+def _entity_legend() -> str:
+    from .entity import LEGEND
+
+    return LEGEND

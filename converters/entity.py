@@ -1,0 +1,105 @@
+"""The ``entity`` view: one node in full detail, then its neighbours (depth 1 or 2)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from wp_mcp.graph.model import Edge, Node
+
+from .cursor import ViewError
+from .facts import Facts
+from .items import Item, node_item
+from .layers import named
+from .text import compact, escape, quote, show_id
+
+VALUE_LIMIT = 400
+LEGEND = (
+    "first line: the entity; then one line per attribute (raw values, host strings quoted); "
+    "then → out-edges and ← in-edges: edge-kind neighbour {edge attributes}; depth 2 indents "
+    "the neighbours' own edges"
+)
+
+
+def entity_items(facts: Facts, entity: str | None, depth: int) -> list[Item]:
+    graph = facts.graph
+    if not entity:
+        raise ViewError("the entity view needs entity=<id>; find ids with search or a layer view")
+    node = graph.nodes.get(entity)
+    if node is None:
+        raise ViewError(
+            f"no entity {quote(entity, 80)} in this snapshot; find ids with search "
+            "(by id, name, cmdline or address)"
+        )
+    if depth not in (1, 2):
+        raise ViewError("depth must be 1 or 2")
+    items = [node_item(node, partial(_title, node))]
+    for name, value in node.attrs().items():
+        if name in ("id", "kind", "source") or value is None:
+            continue
+        items.append(
+            Item(
+                ids=(),
+                kind="attribute",
+                render=partial(_attribute, name, value),
+                name=name,
+                indent=1,
+            )
+        )
+    items += _edges(facts, node.id, indent=1, exclude=None, nested=depth == 2)
+    return items
+
+
+def _title(node: Node) -> str:
+    return f"{named(node)} kind={escape(node.kind, 24)}"
+
+
+def _attribute(name: str, value: Any) -> str:
+    return f"{escape(name, 60)}={_value(value)}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        return quote(value, VALUE_LIMIT)
+    if isinstance(value, bool | int | float) or value is None:
+        return str(value)
+    return compact(value, VALUE_LIMIT)
+
+
+def _edges(
+    facts: Facts, node_id: str, indent: int, exclude: str | None, nested: bool
+) -> list[Item]:
+    graph = facts.graph
+    out = sorted(graph.out_edges(node_id), key=lambda e: (e.kind, e.dst))
+    into = sorted(graph.in_edges(node_id), key=lambda e: (e.kind, e.src))
+    items: list[Item] = []
+    for edge, other, arrow in [(e, e.dst, "→") for e in out] + [(e, e.src, "←") for e in into]:
+        if other == exclude:
+            continue
+        neighbour = graph.nodes.get(other)
+        items.append(
+            Item(
+                ids=(other,) if neighbour is not None else (),
+                kind=neighbour.kind if neighbour is not None else "missing",
+                render=partial(_edge_line, edge, arrow, neighbour, other),
+                procs=(other,) if neighbour is not None and neighbour.kind == "process" else (),
+                name=neighbour.get("name") if neighbour is not None else None,
+                nodes=(neighbour,) if neighbour is not None else (),
+                edges=(edge,),
+                indent=indent,
+            )
+        )
+        if nested and neighbour is not None:
+            items += _edges(facts, other, indent + 1, exclude=node_id, nested=False)
+    return items
+
+
+def _edge_line(edge: Edge, arrow: str, neighbour: Node | None, other: str) -> str:
+    attrs = {
+        k: v
+        for k, v in edge.attrs().items()
+        if k not in ("src", "dst", "kind", "source") and v is not None
+    }
+    target = named(neighbour) if neighbour is not None else f"{show_id(other)} (not in graph)"
+    extra = f" {_value(attrs)}" if attrs else ""
+    return f"{arrow} {escape(edge.kind, 24)} {target}{extra}"

@@ -1,0 +1,98 @@
+"""Per-graph lookups the views share (thread → process, process → devices, holders, …).
+
+Built once per graph on first use (the view index caches one ``Facts`` per graph), so a view
+never rescans the whole edge list to answer a neighbour question.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import cached_property
+
+from wp_mcp.graph import ids
+from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.model import Node
+
+PROCESS = "process"
+
+
+class Facts:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    @cached_property
+    def thread_owner(self) -> dict[str, str]:
+        """thread id → process id (from has_thread edges, else the thread's pid)."""
+        owner: dict[str, str] = {}
+        nodes = self.graph.nodes
+        for thread in self.graph.of_kind("thread"):
+            parents = [
+                e.src
+                for e in self.graph.in_edges(thread.id, "has_thread")
+                if e.src in nodes and nodes[e.src].kind == PROCESS
+            ]
+            if parents:
+                owner[thread.id] = parents[0]
+                continue
+            pid = thread.get("pid")
+            if pid is not None:
+                host, _ = ids.split_host(thread.id)
+                candidate = ids.with_host(host, ids.process(pid))
+                if candidate in nodes:
+                    owner[thread.id] = candidate
+        return owner
+
+    @cached_property
+    def threads_of(self) -> dict[str, list[Node]]:
+        by_process: dict[str, list[Node]] = defaultdict(list)
+        nodes = self.graph.nodes
+        for thread_id, process_id in self.thread_owner.items():
+            by_process[process_id].append(nodes[thread_id])
+        return by_process
+
+    def devices_of(self, process_id: str) -> list[str]:
+        return [e.dst for e in self.graph.out_edges(process_id, "uses_device")]
+
+    def users_of(self, device_id: str) -> list[str]:
+        return [e.src for e in self.graph.in_edges(device_id, "uses_device")]
+
+    def holders(self, object_id: str) -> list[str]:
+        """Processes holding a socket, pipe, shm or queue."""
+        return sorted({e.src for e in self.graph.in_edges(object_id, "holds")})
+
+    def device_numa(self, device_id: str) -> int | None:
+        node = self.graph.nodes.get(device_id)
+        if node is None:
+            return None
+        numa = node.get("numa_node")
+        if numa is not None and numa >= 0:
+            return int(numa)
+        for edge in self.graph.out_edges(device_id, "local_to"):
+            target = self.graph.nodes.get(edge.dst)
+            if target is not None and target.get("numa_id") is not None:
+                return int(target.get("numa_id"))
+        return None
+
+    def container_of(self, process_id: str) -> str | None:
+        edges = self.graph.out_edges(process_id, "in_container")
+        return edges[0].dst if edges else None
+
+    def parent_of(self, process_id: str) -> str | None:
+        edges = self.graph.in_edges(process_id, "parent_of")
+        return edges[0].src if edges else None
+
+    def children_of(self, process_id: str) -> list[str]:
+        return [e.dst for e in self.graph.out_edges(process_id, "parent_of")]
+
+    def name_of(self, node_id: str) -> str | None:
+        node = self.graph.nodes.get(node_id)
+        return node.get("name") if node is not None else None
+
+    @cached_property
+    def cpu_hosts(self) -> dict[str, int]:
+        """Host prefix → CPU count, to tell a restricted affinity from "all CPUs"."""
+        counts: dict[str, int] = {}
+        for host in self.graph.of_kind("host"):
+            if host.get("cpus"):
+                counts[ids.split_host(host.id)[0]] = int(host.get("cpus"))
+        return counts

@@ -1,0 +1,155 @@
+"""Filters that narrow a view: kind, pid (the process and its family), name glob, min_<metric>.
+
+Values come from models and shells as strings or numbers; they are checked here and a bad
+one gets one line saying what is accepted.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wp_mcp.graph import ids
+from wp_mcp.graph.graph import Graph
+
+from .cursor import ViewError
+from .items import Item
+from .text import escape
+
+KEYS = ("kind", "pid", "name")
+METRICS = {
+    "cpu": "CPU % (100 = one CPU)",
+    "sw": "voluntary switches/s",
+    "invol": "involuntary switches/s",
+    "run": "run-queue delay %",
+    "rss": "resident bytes",
+    "pages": "resident pages",
+    "locality": "NUMA locality 0..1",
+    "util": "device/disk utilisation %",
+    "bytes": "bytes moved",
+    "rate": "bytes/s",
+    "retrans": "retransmits",
+    "rtt": "RTT ms",
+    "io": "process I/O bytes/s",
+    "await": "disk await ms",
+    "size": "object size bytes",
+    "throttled": "container throttled %",
+    "errors": "NIC errors+drops",
+    "bw": "path bandwidth Gb/s",
+}
+_SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1024, "mi": 1024**2, "gi": 1024**3}
+_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([kmgt]i?)?\s*(%|ms|b|b/s|/s)?\s*\Z", re.I)
+
+
+def usage() -> str:
+    return (
+        "filters: kind=<node kind, e.g. thread>, pid=<pid or proc id: it, its ancestors and "
+        "descendants>, name=<glob>, min_<metric>=<number> with metric one of "
+        + ", ".join(sorted(METRICS))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    items: tuple[tuple[str, Any], ...]  # normalised (key, value), sorted
+
+    @property
+    def digest(self) -> str:
+        return hashlib.blake2b(repr(self.items).encode(), digest_size=6).hexdigest()
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={escape(str(v), 40)}" for k, v in self.items)
+
+    def predicate(self, graph: Graph) -> Callable[[Item], bool] | None:
+        if not self.items:
+            return None
+        tests = [_test(graph, key, value) for key, value in self.items]
+        return lambda item: all(test(item) for test in tests)
+
+
+def parse(filters: Mapping[str, Any] | None) -> Filters:
+    if not filters:
+        return Filters(())
+    if not isinstance(filters, Mapping):
+        raise ViewError(f"filters must be a mapping of key to value; {usage()}")
+    out: list[tuple[str, Any]] = []
+    for raw_key, value in filters.items():
+        key = str(raw_key).strip().lower()
+        if value is None or value == "":
+            continue
+        if key == "kind":
+            kinds = tuple(sorted({k.strip() for k in str(value).split(",") if k.strip()}))
+            out.append((key, kinds))
+        elif key == "pid":
+            out.append((key, _pid(value)))
+        elif key == "name":
+            out.append((key, str(value)[:200]))
+        elif key.startswith("min_") and key[4:] in METRICS:
+            out.append((key, _number(key, value)))
+        else:
+            raise ViewError(f"unknown filter {escape(key, 40)!s}; {usage()}")
+    return Filters(tuple(sorted(out, key=lambda kv: kv[0])))
+
+
+def _pid(value: Any) -> str:
+    text = str(value).strip()
+    if text.isdigit():
+        return ids.process(int(text))
+    host, local = ids.split_host(text)
+    if local.startswith("proc:") and local[5:].isdigit():
+        return text
+    if host and local.isdigit():
+        return ids.with_host(host, ids.process(int(local)))
+    raise ViewError(
+        f"pid filter wants a number or a process id like proc:1234, got {escape(text, 40)}"
+    )
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _NUMBER.match(str(value))
+    if not match:
+        raise ViewError(
+            f"{key} wants a number (suffixes K M G T Ki Mi Gi, %, ms allowed), got {escape(str(value), 40)}"
+        )
+    number = float(match.group(1))
+    suffix = (match.group(2) or "").lower()
+    return number * _SUFFIX.get(suffix, 1)
+
+
+def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
+    if key == "kind":
+        return lambda item: item.kind in value
+    if key == "pid":
+        family = process_family(graph, value)
+        return lambda item: (
+            any(p in family for p in item.procs) or any(i in family for i in item.ids)
+        )
+    if key == "name":
+        pattern = re.compile(fnmatch.translate(value), re.IGNORECASE | re.DOTALL)
+        return lambda item: item.name is not None and bool(pattern.match(item.name))
+    metric = key[4:]
+    return lambda item: item.metrics.get(metric, float("-inf")) >= value
+
+
+def process_family(graph: Graph, process_id: str) -> set[str]:
+    """The process, its ancestors and its descendants (works for host-prefixed ids too)."""
+    if process_id not in graph.nodes:
+        return set()
+    family = {process_id}
+    up = process_id
+    while parents := [e.src for e in graph.in_edges(up, "parent_of") if e.src not in family]:
+        up = parents[0]
+        family.add(up)
+    stack = [process_id]
+    while stack:
+        for edge in graph.out_edges(stack.pop(), "parent_of"):
+            if edge.dst not in family:
+                family.add(edge.dst)
+                stack.append(edge.dst)
+    return family

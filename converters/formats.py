@@ -1,0 +1,203 @@
+"""How a page looks in each format: compact text, JSON slice, Mermaid, Graphviz DOT.
+
+A format turns one item into a piece (cached with its token count) and frames the pieces
+with a header, a legend and a closing line. The frame's worst-case cost is reserved before
+items are added, so a page never exceeds its budget by construction.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .items import Item
+from .text import MAX_STRING
+
+FORMATS = ("txt", "json", "mermaid", "dot")
+DIAGRAM_VIEWS = ("topology", "flows")
+JSON_STRING_LIMIT = 400
+
+# orjson leaves these raw; str.splitlines() would break a JSON line at them.
+_JSON_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+@dataclass(slots=True)
+class Frame:
+    """Everything around the items of one page, already rendered."""
+
+    header: str
+    legend: str
+    closing: str
+    info: dict[str, Any]  # page facts for the JSON envelope
+
+
+class TextFormat:
+    name = "txt"
+
+    def piece(self, item: Item) -> tuple[str, int]:
+        return item.line, item.tokens
+
+    def assemble(self, frame: Frame, pieces: list[str]) -> str:
+        return "\n".join([frame.header, frame.legend, *pieces, frame.closing])
+
+    def envelope_cost(self) -> int:
+        return 2
+
+
+class JsonFormat:
+    name = "json"
+
+    def piece(self, item: Item) -> tuple[str, int]:
+        return item.piece(self.name, _json_item)
+
+    def assemble(self, frame: Frame, pieces: list[str]) -> str:
+        head = dumps(frame.info)[:-1]  # reopen the object to append the slice
+        body = ",\n".join(pieces)
+        return f'{head},\n"items":[\n{body}\n],"note":{dumps(frame.closing)}}}'
+
+    def envelope_cost(self) -> int:
+        return 12
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode().translate(_JSON_LINE_BREAKS)
+
+
+def capped(value: Any) -> Any:
+    """Host strings in JSON are escaped by JSON itself; only their length needs a cap."""
+    if isinstance(value, str):
+        if len(value) > JSON_STRING_LIMIT:
+            return f"{value[:JSON_STRING_LIMIT]}…(+{len(value) - JSON_STRING_LIMIT} chars)"
+        return value
+    if isinstance(value, dict):
+        return {capped(str(k))[:MAX_STRING]: capped(v) for k, v in list(value.items())[:200]}
+    if isinstance(value, list | tuple):
+        shown = [capped(v) for v in value[:200]]
+        if len(value) > 200:
+            shown.append(f"…(+{len(value) - 200} more)")
+        return shown
+    return value
+
+
+def _json_item(item: Item) -> str:
+    record: dict[str, Any] = {}
+    if item.group is not None:
+        record["group"] = capped(item.group)
+    else:
+        record["nodes"] = [capped(_clean(node.attrs())) for node in item.nodes]
+    if item.edges:
+        record["edges"] = [capped(_clean(edge.attrs())) for edge in item.edges[:200]]
+        if len(item.edges) > 200:
+            record["edges_more"] = len(item.edges) - 200
+    return dumps(record)
+
+
+def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
+    attrs.pop("source", None)
+    return attrs
+
+
+# --------------------------------------------------------------------------- diagrams
+
+_UNSAFE_LABEL = re.compile(r"[^A-Za-z0-9 _.:/@()=%,+\-×→{}\[\]]")
+_UNSAFE_KEY = re.compile(r"[^A-Za-z0-9]")
+
+
+def diagram_key(node_id: str) -> str:
+    """A diagram-safe, collision-free node key: readable part plus a short checksum."""
+    readable = _UNSAFE_KEY.sub("_", node_id)[:40]
+    return f"n{readable}_{zlib.crc32(node_id.encode('utf-8', 'surrogatepass')) & 0xFFFF:04x}"
+
+
+def label(text: str, limit: int = 80) -> str:
+    text = _UNSAFE_LABEL.sub("_", text.strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _diagram_edges(item: Item) -> list[tuple[str, str, str]]:
+    edges = []
+    for edge in item.edges:
+        if edge.kind == "talks_to":
+            text = " ".join(
+                str(p)
+                for p in (edge.get("transport"), _short_bytes(edge.get("bytes")))
+                if p is not None
+            )
+        else:
+            text = edge.kind
+        edges.append((edge.src, edge.dst, label(text, 30)))
+    return edges
+
+
+def _short_bytes(value: Any) -> str | None:
+    from .text import fmt_bytes
+
+    return fmt_bytes(value) if isinstance(value, int | float) else None
+
+
+class MermaidFormat:
+    name = "mermaid"
+
+    def piece(self, item: Item) -> tuple[str, int]:
+        return item.piece(self.name, _mermaid_item)
+
+    def assemble(self, frame: Frame, pieces: list[str]) -> str:
+        return "\n".join(
+            [f"%% {frame.header}", f"%% {frame.legend}", "graph LR", *pieces, f"%% {frame.closing}"]
+        )
+
+    def envelope_cost(self) -> int:
+        return 12
+
+
+def _mermaid_item(item: Item) -> str:
+    lines = []
+    if item.ids and item.kind != "talks_to":
+        lines.append(f'  {diagram_key(item.ids[0])}["{label(item.line)}"]')
+    for src, dst, text in _diagram_edges(item):
+        lines.append(f'  {diagram_key(src)} -->|"{text}"| {diagram_key(dst)}')
+    return "\n".join(lines) if lines else f"  %% {label(item.line)}"
+
+
+class DotFormat:
+    name = "dot"
+
+    def piece(self, item: Item) -> tuple[str, int]:
+        return item.piece(self.name, _dot_item)
+
+    def assemble(self, frame: Frame, pieces: list[str]) -> str:
+        return "\n".join(
+            [
+                f"// {frame.header}",
+                f"// {frame.legend}",
+                "digraph wp {",
+                "  rankdir=LR; node [shape=box];",
+                *pieces,
+                "}",
+                f"// {frame.closing}",
+            ]
+        )
+
+    def envelope_cost(self) -> int:
+        return 16
+
+
+def _dot_item(item: Item) -> str:
+    lines = []
+    if item.ids and item.kind != "talks_to":
+        lines.append(f'  {diagram_key(item.ids[0])} [label="{label(item.line)}"];')
+    for src, dst, text in _diagram_edges(item):
+        lines.append(f'  {diagram_key(src)} -> {diagram_key(dst)} [label="{text}"];')
+    return "\n".join(lines) if lines else f"  // {label(item.line)}"
+
+
+FORMAT_CLASSES = {
+    "txt": TextFormat,
+    "json": JsonFormat,
+    "mermaid": MermaidFormat,
+    "dot": DotFormat,
+}

@@ -1,0 +1,90 @@
+"""Per-graph view index: items per view, filtered lists and page layouts, built lazily once.
+
+Cached beside the graph (a weak mapping, so a dropped graph frees its index) and rebuilt if
+the graph grows. Paging then only slices a list and renders the lines it shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from wp_mcp.graph.graph import Graph
+
+from .facts import Facts
+from .items import Item
+
+FILTERED_CACHE = 32
+
+
+class ViewIndex:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.shape = _shape(graph)
+        self.facts = Facts(graph)
+        self.fingerprint = _fingerprint(graph)
+        self._items: dict[str, list[Item]] = {}
+        self._filtered: OrderedDict[tuple, list[Item]] = OrderedDict()
+        self.layouts: OrderedDict[tuple, list[int]] = OrderedDict()
+        self._lock = threading.RLock()
+
+    def items(self, view: str, build: Callable[[Facts], list[Item]]) -> list[Item]:
+        with self._lock:
+            items = self._items.get(view)
+            if items is None:
+                items = self._items[view] = build(self.facts)
+            return items
+
+    def filtered(
+        self, key: tuple, items: list[Item], keep: Callable[[Item], bool] | None
+    ) -> list[Item]:
+        if keep is None:
+            return items
+        with self._lock:
+            cached = self._filtered.get(key)
+            if cached is None:
+                cached = [item for item in items if keep(item)]
+                self._filtered[key] = cached
+                while len(self._filtered) > FILTERED_CACHE:
+                    self._filtered.popitem(last=False)
+            else:
+                self._filtered.move_to_end(key)
+            return cached
+
+    def remember_layout(self, key: tuple, starts: list[int]) -> None:
+        with self._lock:
+            self.layouts[key] = starts
+            while len(self.layouts) > FILTERED_CACHE:
+                self.layouts.popitem(last=False)
+
+
+_INDEXES: weakref.WeakKeyDictionary[Graph, ViewIndex] = weakref.WeakKeyDictionary()
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_for(graph: Graph) -> ViewIndex:
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(graph)
+        if index is None or index.shape != _shape(graph):
+            index = _INDEXES[graph] = ViewIndex(graph)
+        return index
+
+
+def _shape(graph: Graph) -> tuple[int, int]:
+    return (len(graph.nodes), graph.edge_count)
+
+
+def _fingerprint(graph: Graph) -> str:
+    """Cheap and stable: the metadata, the sizes and a sample of ids in insertion order."""
+    meta: Any = graph.meta
+    digest = hashlib.blake2b(digest_size=6)
+    digest.update(repr((meta.origin, meta.started_at, meta.hosts, _shape(graph))).encode())
+    node_ids = list(graph.nodes)
+    step = max(1, len(node_ids) // 64)
+    for node_id in node_ids[::step]:
+        digest.update(node_id.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()

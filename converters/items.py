@@ -1,0 +1,151 @@
+"""Items: the unit of every view. One item is one line of compact text (or one JSON record).
+
+An item covers one entity, one edge, or a group of idle/identical entities. Its line is
+rendered lazily and its token count cached, so paging through a large view renders and counts
+only the lines it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wp_mcp.graph.model import Edge, Node
+
+from .text import id_ranges, name_pattern, quote
+from .tokens import count_tokens
+
+
+@dataclass(slots=True, eq=False)
+class Item:
+    ids: tuple[str, ...]  # entities (node ids) this item stands for; groups list them all
+    kind: str  # node kind, or the edge kind for edge items (talks_to, path)
+    render: Callable[[], str]  # builds the line without its indentation
+    procs: tuple[str, ...] = ()  # processes it belongs to (the pid filter's scope)
+    name: str | None = None  # what the name filter matches
+    metrics: dict[str, float] = field(default_factory=dict)  # what min_<metric> filters test
+    nodes: tuple[Node, ...] = ()  # JSON slice: nodes in full
+    edges: tuple[Edge, ...] = ()  # JSON slice: edges in full
+    group: dict[str, Any] | None = None  # JSON slice: an aggregated group
+    indent: int = 0
+    _line: str | None = None
+    _tokens: int = -1
+    _alt: dict[str, tuple[str, int]] | None = None  # other formats' text and tokens
+
+    def piece(self, fmt: str, build: Callable[[Item], str]) -> tuple[str, int]:
+        """This item's text in another format (JSON, Mermaid, DOT) and its tokens, cached."""
+        if self._alt is None:
+            self._alt = {}
+        cached = self._alt.get(fmt)
+        if cached is None:
+            text = build(self)
+            cached = self._alt[fmt] = (text, count_tokens(text) + 1)
+        return cached
+
+    @property
+    def line(self) -> str:
+        if self._line is None:
+            self._line = "  " * self.indent + self.render()
+        return self._line
+
+    @property
+    def tokens(self) -> int:
+        if self._tokens < 0:
+            self._tokens = count_tokens(self.line) + 1  # +1 for its newline
+        return self._tokens
+
+
+def node_item(
+    node: Node,
+    render: Callable[[], str],
+    *,
+    procs: tuple[str, ...] = (),
+    metrics: dict[str, float] | None = None,
+    edges: Iterable[Edge] = (),
+    indent: int = 0,
+) -> Item:
+    return Item(
+        ids=(node.id,),
+        kind=node.kind,
+        render=render,
+        procs=procs,
+        name=node.get("name"),
+        metrics=metrics or {},
+        nodes=(node,),
+        edges=tuple(edges),
+        indent=indent,
+    )
+
+
+def group_item(
+    nodes: list[Node],
+    label: str,
+    detail: str = "",
+    *,
+    procs: tuple[str, ...] = (),
+    metrics: dict[str, float] | None = None,
+    indent: int = 0,
+) -> Item:
+    """``48× thread "ProcessPool-*" idle thr:100..147`` — many alike entities on one line."""
+    ids = tuple(n.id for n in nodes)
+    kind = nodes[0].kind
+    names = {n.get("name") for n in nodes}
+    pattern = _shared_pattern(nodes)
+
+    def render() -> str:
+        shown = f" {quote(pattern)}" if pattern is not None else ""
+        extra = f" {detail}" if detail else ""
+        return f"{len(nodes)}× {kind}{shown} {label}{extra} {id_ranges(ids)}"
+
+    group = {"group": kind, "count": len(nodes), "label": label, "ids": list(ids)}
+    if pattern is not None:
+        group["name"] = pattern
+    return Item(
+        ids=ids,
+        kind=kind,
+        render=render,
+        procs=procs,
+        name=next(iter(names)) if len(names) == 1 else pattern,
+        metrics=metrics or {},
+        group=group,
+        indent=indent,
+    )
+
+
+def _shared_pattern(nodes: list[Node]) -> str | None:
+    names = {n.get("name") for n in nodes}
+    if None in names:
+        return None
+    if len(names) == 1:
+        return next(iter(names))
+    patterns = {name_pattern(name) for name in names}
+    return next(iter(patterns)) if len(patterns) == 1 else None
+
+
+def aggregate(
+    nodes: list[Node],
+    key: Callable[[Node], Any],
+    make_one: Callable[[Node], Item],
+    make_group: Callable[[list[Node]], Item],
+    min_group: int = 3,
+) -> list[Item]:
+    """One item per node, except runs of ``min_group`` or more alike nodes (same ``key``,
+    ``None`` meaning "not aggregatable") which become one group item at the first one's place.
+    """
+    buckets: dict[Any, list[Node]] = {}
+    for node in nodes:
+        k = key(node)
+        if k is not None:
+            buckets.setdefault(k, []).append(node)
+    items: list[Item] = []
+    done: set[Any] = set()
+    for node in nodes:
+        k = key(node)
+        bucket = buckets.get(k) if k is not None else None
+        if bucket is None or len(bucket) < min_group:
+            items.append(make_one(node))
+        elif k not in done:
+            done.add(k)
+            items.append(make_group(bucket))
+    return items

@@ -1,0 +1,308 @@
+"""render_view: one page of one view, in one format, under a token budget, with a cursor.
+
+The budget holds by construction: the frame (header, legend, closing line with the longest
+possible cursor) is reserved first, then items are added while the sum of their cached token
+counts fits with a margin; the assembled page is counted once more and trimmed if merging
+at line ends ever costs more than the parts (it practically never does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wp_mcp.graph.graph import Graph
+
+from . import cursor as cursors
+from . import filters as filtering
+from .cursor import CursorState, ViewError
+from .facts import Facts
+from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
+from .index import ViewIndex, index_for
+from .items import Item
+from .layers import LAYERS
+from .layers import LEGENDS as LAYER_LEGENDS
+from .text import escape
+from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, MIN_MAX_TOKENS, count_tokens
+from .views import LEGENDS as VIEW_LEGENDS
+from .views import VIEW_BUILDERS
+
+VIEWS = (
+    "summary", "compute", "memory", "interconnect", "network", "storage", "control", "data",
+    "topology", "flows", "entity",
+)  # fmt: skip
+BUILDERS: dict[str, Callable[[Facts], list[Item]]] = {**LAYERS, **VIEW_BUILDERS}
+LEGENDS = {**LAYER_LEGENDS, **VIEW_LEGENDS}
+# Up to this many items, every page boundary is computed so the header's "page k/n" is
+# exact; above it n is estimated from the current page (and marked "~").
+EXACT_LAYOUT_LIMIT = 3000
+MARGIN_SHARE = 0.02
+
+
+@dataclass(slots=True)
+class Page:
+    text: str
+    tokens: int
+    next_cursor: str | None
+    page: int
+    pages: int
+    total_items: int
+    view: str
+    fmt: str
+    pages_exact: bool = True
+    first_item: int = 0  # 0-based offset of the first item on this page
+    item_count: int = 0
+    ids: tuple[str, ...] = field(default=())  # entities the items of this page stand for
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
+    """The budget to use and, when the request was out of range, a note saying so."""
+    try:
+        asked = int(max_tokens)
+    except (TypeError, ValueError):
+        raise ViewError(
+            f"max_tokens must be a number between {MIN_MAX_TOKENS} and {HARD_MAX_TOKENS}"
+        ) from None
+    if asked > HARD_MAX_TOKENS:
+        return HARD_MAX_TOKENS, f"max_tokens capped at {HARD_MAX_TOKENS}"
+    if asked < MIN_MAX_TOKENS:
+        return MIN_MAX_TOKENS, f"max_tokens raised to the minimum {MIN_MAX_TOKENS}"
+    return asked, None
+
+
+def check_request(view: str, fmt: str) -> None:
+    if view not in VIEWS:
+        raise ViewError(
+            f"unknown view {escape(str(view), 40)}; views: {', '.join(VIEWS)} (start with summary)"
+        )
+    if fmt not in FORMATS:
+        raise ViewError(f"unknown format {escape(str(fmt), 20)}; formats: {', '.join(FORMATS)}")
+    if fmt in ("mermaid", "dot") and view not in DIAGRAM_VIEWS:
+        raise ViewError(
+            f"{fmt} renders only the {' and '.join(DIAGRAM_VIEWS)} views; use format txt or "
+            f"json for {view}"
+        )
+
+
+def snapshot_label(index: ViewIndex, snapshot_id: str | None) -> str:
+    return escape(snapshot_id, 40) if snapshot_id else f"fp:{index.fingerprint}"
+
+
+def view_items(
+    graph: Graph,
+    view: str,
+    filters: Mapping[str, Any] | None = None,
+    entity: str | None = None,
+    depth: int = 1,
+) -> list[Item]:
+    """The items of a view after filters, in page order (what paging walks through)."""
+    index = index_for(graph)
+    items = _all_items(index, view, entity, depth)
+    parsed = filtering.parse(filters)
+    return index.filtered((view, entity, depth, parsed.items), items, parsed.predicate(graph))
+
+
+def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> list[Item]:
+    if view == "entity":
+        from .entity import entity_items
+
+        return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
+    return index.items(view, BUILDERS[view])
+
+
+def paged(
+    graph: Graph,
+    view: str,
+    *,
+    fmt: str,
+    cursor: str | None,
+    budget: int,
+    budget_note: str | None,
+    filters: Mapping[str, Any] | None,
+    entity: str | None,
+    depth: int,
+    snapshot_id: str | None,
+    legend: str | None = None,
+) -> Page:
+    index = index_for(graph)
+    parsed = filtering.parse(filters)
+    all_items = _all_items(index, view, entity, depth)
+    items = index.filtered((view, entity, depth, parsed.items), all_items, parsed.predicate(graph))
+    scope = f"{parsed.digest}:{entity}:{depth}" if view == "entity" else parsed.digest
+    offset, page_no = 0, 1
+    if cursor:
+        state = cursors.decode(cursor)
+        cursors.check(state, view, fmt, scope, index.fingerprint)
+        if state.offset > len(items):
+            raise ViewError("cursor points past the end of this view; call it without a cursor")
+        offset, page_no = state.offset, state.page
+    form = FORMAT_CLASSES[fmt]()
+    snap = snapshot_label(index, snapshot_id)
+    legend = legend or LEGENDS[view]
+    scope_text = parsed.describe()
+    if view == "entity":
+        scope_text = f"entity={escape(str(entity), 60)} depth={depth} {scope_text}".strip()
+
+    def frame(first: int, count: int, pages: str, closing: str) -> Frame:
+        total = len(items)
+        shown = f"{first + 1}-{first + count}" if count else "0"
+        filters_part = f" {scope_text}" if scope_text else ""
+        note = f" ({budget_note})" if budget_note else ""
+        header = (
+            f"#wp {view} snap={snap} page {page_no}/{pages} items {shown} of {total}"
+            f"{filters_part} budget={budget}{note}"
+        )
+        info = {
+            "format": "wp-graph",
+            "version": 1,
+            "view": view,
+            "snapshot": snap,
+            "page": page_no,
+            "pages": pages,
+            "total_items": total,
+            "first_item": first + 1 if count else 0,
+            "items_on_page": count,
+            "filters": dict(parsed.items) if parsed.items else {},
+            "budget": budget,
+        }
+        return Frame(header, f"#legend {legend}", closing, info)
+
+    # Reserve the frame at its worst: widest numbers and the longest cursor.
+    worst_cursor = cursors.encode(CursorState(view, fmt, scope, index.fingerprint, 10**9, 10**6))
+    worst = frame(10**9, 10**6, f"~{10**6}", _closing(view, 10**9, 10**6, worst_cursor, scope_text))
+    reserve = (
+        count_tokens(worst.header)
+        + count_tokens(worst.legend)
+        + count_tokens(worst.closing)
+        + form.envelope_cost()
+    )
+    if fmt == "json":
+        reserve += count_tokens(dumps(worst.info))
+    available = max(1, int((budget - reserve) * (1 - MARGIN_SHARE)) - 4)
+
+    def cost(item: Item) -> int:
+        return form.piece(item)[1]
+
+    end = _fill(items, offset, available, cost)
+    layout_key = (view, entity, depth, parsed.items, fmt, budget)
+    pages_total, exact = _page_count(
+        index, layout_key, items, offset, end, page_no, available, cost
+    )
+
+    def assemble(stop: int) -> tuple[str, str | None]:
+        remaining = len(items) - stop
+        next_cursor = None
+        if remaining:
+            next_cursor = cursors.encode(
+                CursorState(view, fmt, scope, index.fingerprint, stop, page_no + 1)
+            )
+        pages_text = f"{pages_total}" if exact else f"~{pages_total}"
+        closing = _closing(view, remaining, max(0, pages_total - page_no), next_cursor, scope_text)
+        pieces = [_fit(form, item, available) for item in items[offset:stop]]
+        return form.assemble(frame(offset, stop - offset, pages_text, closing), pieces), next_cursor
+
+    text, next_cursor = assemble(end)
+    tokens = count_tokens(text)
+    while tokens > budget and end > offset + 1:
+        end -= 1
+        exact = False
+        text, next_cursor = assemble(end)
+        tokens = count_tokens(text)
+    return Page(
+        text=text,
+        tokens=tokens,
+        next_cursor=next_cursor,
+        page=page_no,
+        pages=pages_total,
+        total_items=len(items),
+        view=view,
+        fmt=fmt,
+        pages_exact=exact,
+        first_item=offset,
+        item_count=end - offset,
+        ids=tuple(i for item in items[offset:end] for i in item.ids),
+        max_tokens=budget,
+    )
+
+
+def _fill(items: list[Item], offset: int, available: int, cost: Callable[[Item], int]) -> int:
+    """Index after the last item that fits from ``offset`` (always at least one item)."""
+    used = 0
+    end = offset
+    while end < len(items):
+        used += cost(items[end])
+        if used > available and end > offset:
+            break
+        end += 1
+    return end
+
+
+def _fit(form: Any, item: Item, available: int) -> str:
+    """A single piece larger than a whole page (only possible with tiny budgets) is cut."""
+    piece, tokens = form.piece(item)
+    if tokens <= available:
+        return piece
+    if form.name == "json":
+        first = item.ids[0][:80] if item.ids else None
+        note = "too large for max_tokens; raise it or open the entity view"
+        return dumps({"cut_entities": len(item.ids), "first_id": first, "note": note})
+    # Every token is at least one character, so this many characters always fit.
+    keep = max(1, available - 8)
+    return piece[:keep] + " …(cut: raise max_tokens or open it with the entity view)"
+
+
+def _page_count(
+    index: ViewIndex,
+    key: tuple,
+    items: list[Item],
+    offset: int,
+    end: int,
+    page_no: int,
+    available: int,
+    cost: Callable[[Item], int],
+) -> tuple[int, bool]:
+    if not items:
+        return 1, True
+    if len(items) <= EXACT_LAYOUT_LIMIT:
+        starts = index.layouts.get(key)
+        if starts is None:
+            starts = [0]
+            while (stop := _fill(items, starts[-1], available, cost)) < len(items):
+                starts.append(stop)
+            index.remember_layout(key, starts)
+        if offset in starts:
+            return len(starts), True
+    remaining = len(items) - end
+    shown = max(1, end - offset)
+    per_item = sum(cost(i) for i in items[offset:end]) / shown
+    per_page = max(1, int(available / max(per_item, 1)))
+    return page_no + math.ceil(remaining / per_page), False
+
+
+def _closing(
+    view: str, remaining: int, pages_left: int, next_cursor: str | None, scope: str
+) -> str:
+    if not remaining:
+        return "#end"
+    hint = NARROW_HINTS.get(view, "kind=… pid=… name=…")
+    return (
+        f"#more {remaining} items (~{max(pages_left, 1)} pages) not shown: pass cursor="
+        f"{next_cursor} for the next page, or narrow with filters {hint}"
+    )
+
+
+NARROW_HINTS = {
+    "compute": "kind=thread pid=N name=GLOB min_cpu=N",
+    "memory": "pid=N min_rss=1G min_pages=N",
+    "interconnect": "kind=process pid=N",
+    "network": "kind=socket pid=N min_bytes=1M min_retrans=1",
+    "storage": "min_util=N min_io=1M",
+    "control": "pid=N min_run=N min_invol=N",
+    "data": "kind=shm pid=N min_size=1M",
+    "topology": "pid=N (a process family) name=GLOB",
+    "flows": "pid=N min_bytes=1M",
+    "entity": "kind=… (neighbour kind)",
+}

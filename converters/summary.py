@@ -1,0 +1,182 @@
+"""The ``summary`` view: hosts, counts, coverage, top signals per layer and what each layer
+would cost — at most 300 tokens, so an assistant can always afford it first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from wp_mcp.graph.graph import Graph
+
+from .formats import dumps
+from .index import ViewIndex, index_for
+from .items import Item
+from .layers import LAYERS
+from .render import EXACT_LAYOUT_LIMIT, Page, snapshot_label
+from .text import escape, fmt_count
+from .tokens import count_tokens
+
+SUMMARY_MAX_TOKENS = 300
+# Per page: header, legend and closing line (measured on typical pages).
+PAGE_OVERHEAD = 110
+COST_SAMPLE = 400
+SIGNAL_CHARS = (110, 80, 56, 36, 20, 0)
+
+
+def render_summary(graph: Graph, fmt: str, budget: int, snapshot_id: str | None) -> Page:
+    index = index_for(graph)
+    limit = min(SUMMARY_MAX_TOKENS, budget)
+    facts = _facts(graph, index, snapshot_id)
+    for width in SIGNAL_CHARS:
+        text = _as_json(facts, width) if fmt == "json" else _as_text(facts, width)
+        tokens = count_tokens(text)
+        if tokens <= limit:
+            break
+    return Page(
+        text=text,
+        tokens=tokens,
+        next_cursor=None,
+        page=1,
+        pages=1,
+        total_items=len(graph.nodes),
+        view="summary",
+        fmt=fmt,
+        item_count=1,
+        max_tokens=limit,
+    )
+
+
+def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str, Any]:
+    meta = graph.meta
+    hosts = list(meta.hosts) or [
+        escape(h.get("hostname") or h.id, 40) for h in graph.of_kind("host")
+    ]
+    kinds = sorted(graph.kinds().items(), key=lambda kv: -kv[1])
+    coverage: dict[str, list[str]] = {}
+    for status in meta.collectors:
+        reason = f"({escape(status.reason, 40)})" if status.reason and status.status != "ok" else ""
+        coverage.setdefault(status.status, []).append(escape(status.name, 24) + reason)
+    layers = {}
+    for name, build in LAYERS.items():
+        items = index.items(name, build)
+        layers[name] = {
+            "items": len(items),
+            "tokens": _cost(items),
+            "top": _signal(name, items),
+        }
+    return {
+        "snapshot": snapshot_label(index, snapshot_id),
+        "origin": escape(meta.origin, 60) if meta.origin else None,
+        "window_s": meta.window_s,
+        "hosts": hosts,
+        "nodes": len(graph.nodes),
+        "edges": graph.edge_count,
+        "kinds": kinds,
+        "coverage": coverage,
+        "layers": layers,
+    }
+
+
+def _cost(items: list[Item]) -> tuple[int, bool]:
+    """Tokens for all pages of a layer: exact for small layers, sampled for large ones."""
+    if not items:
+        return 0, True
+    if len(items) <= EXACT_LAYOUT_LIMIT:
+        body = sum(i.tokens for i in items)
+        exact = True
+    else:
+        step = len(items) / COST_SAMPLE
+        sample = [items[int(k * step)] for k in range(COST_SAMPLE)]
+        body = int(sum(i.tokens for i in sample) * len(items) / COST_SAMPLE)
+        exact = False
+    pages = max(1, math.ceil(body / 3800))
+    return body + pages * PAGE_OVERHEAD, exact
+
+
+# What a layer's "top" line is about (its first item of these kinds, in this order).
+SIGNAL_KINDS = {
+    "compute": ("process", "thread", "gpu", "npu"),
+    "memory": ("host", "process"),
+    "interconnect": ("process", "path"),
+    "network": ("talks_to", "socket", "nic"),
+    "storage": ("disk", "process", "thread"),
+    "control": ("process", "container", "host"),
+    "data": ("talks_to", "shm", "pipe", "socket", "mqueue"),
+}
+
+
+def _signal(layer: str, items: list[Item]) -> str:
+    """The layer's most significant line about what matters in it (singles before groups)."""
+    for kind in SIGNAL_KINDS[layer]:
+        for single in (True, False):
+            for item in items:
+                if item.kind == kind and (item.group is None) == single:
+                    return item.line.strip()
+    return ""
+
+
+def _short(text: str, width: int) -> str:
+    if width <= 0 or not text:
+        return ""
+    if len(text) <= width:
+        return text
+    # Cut at a space so an escaped string is never split inside an escape sequence's quotes.
+    cut = text[:width].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+def _as_text(facts: dict[str, Any], width: int) -> str:
+    hosts = facts["hosts"]
+    host_text = " ".join(hosts[:3]) + (f" +{len(hosts) - 3}" if len(hosts) > 3 else "")
+    window = f" window={facts['window_s']:g}s" if facts["window_s"] else ""
+    origin = f" origin={facts['origin']}" if facts["origin"] else ""
+    lines = [
+        f"#wp summary snap={facts['snapshot']} hosts={len(hosts)}{window}{origin}",
+        "#legend layer ~tokens for all its pages (items): its top line; then call the layer view",
+    ]
+    if hosts:
+        lines.append(f"hosts: {host_text}")
+    kinds = ", ".join(f"{escape(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:9])
+    lines.append(f"nodes {fmt_count(facts['nodes'])} ({kinds}) edges {fmt_count(facts['edges'])}")
+    coverage = facts["coverage"]
+    if coverage:
+        shown = " | ".join(
+            f"{status} {len(names)}: {','.join(names[:4])}{'…' if len(names) > 4 else ''}"
+            for status, names in sorted(coverage.items())
+        )
+        lines.append(f"coverage: {_short(shown, width * 2) or 'see meta'}")
+    else:
+        lines.append("coverage: no collector statuses (an import)")
+    for name, layer in facts["layers"].items():
+        tokens, exact = layer["tokens"]
+        cost = f"{'' if exact else '~'}{fmt_count(tokens)}tok"
+        top = _short(layer["top"], width)
+        lines.append(f"{name} {cost} ({layer['items']}): {top or 'no data'}")
+    lines.append(
+        "#end views: compute memory interconnect network storage control data topology flows entity"
+    )
+    return "\n".join(lines)
+
+
+def _as_json(facts: dict[str, Any], width: int) -> str:
+    record = {
+        "format": "wp-graph",
+        "view": "summary",
+        "snapshot": facts["snapshot"],
+        "hosts": facts["hosts"][:3],
+        "hosts_total": len(facts["hosts"]),
+        "nodes": facts["nodes"],
+        "edges": facts["edges"],
+        "kinds": dict(facts["kinds"][:9]),
+        "coverage": {k: v[:4] for k, v in facts["coverage"].items()},
+        "layers": {
+            name: {
+                "tokens": layer["tokens"][0],
+                "items": layer["items"],
+                "top": _short(layer["top"], width),
+            }
+            for name, layer in facts["layers"].items()
+        },
+    }
+    return dumps(record)

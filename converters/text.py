@@ -1,0 +1,241 @@
+"""Safe, short, unit-normalised text pieces for the compact grammar (docs/compact-text.md).
+
+Every string that comes from the host (names, cmdlines, paths, addresses, ids built from
+them) goes through :func:`quote` or :func:`show_id` before it reaches a line, so it can never
+start a new line, fake a header or legend, carry ANSI escapes or NUL, or blow the budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# Longest host string kept on a line; the rest is replaced by a length note. The cut happens
+# before escaping, so a 1 MB name costs no more than a short one.
+MAX_STRING = 120
+MAX_ID = 96
+
+# Characters Python's str.splitlines() (and most terminals) treat as line breaks, plus every
+# other control or format character (ANSI ESC, NUL, bidi overrides, zero-width marks).
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff\"\\]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+# Ids are printed bare only when they are made of these characters and start with one of
+# the first set; everything else is quoted, so an id can never begin with our "#" markers.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+,=\[\]-]*\Z")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str, limit: int = MAX_STRING) -> str:
+    """Escape ``text`` for one line, keeping at most ``limit`` characters of it."""
+    if len(text) > limit:
+        head = _UNSAFE.sub(_escape_char, text[:limit])
+        return f"{head}…(+{len(text) - limit} chars)"
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def quote(text: object, limit: int = MAX_STRING) -> str:
+    """A host string as a double-quoted, escaped, length-capped token."""
+    return f'"{escape(str(text), limit)}"'
+
+
+def show_id(node_id: str) -> str:
+    """An id bare when it is plain (``proc:12``, ``h2/npu:0``), quoted otherwise."""
+    if len(node_id) <= MAX_ID and _SAFE_ID.match(node_id):
+        return node_id
+    return quote(node_id, MAX_ID)
+
+
+# --------------------------------------------------------------------------- numbers
+
+_BINARY = ("B", "K", "M", "G", "T", "P", "E")
+_DECIMAL = ("", "K", "M", "G", "T", "P", "E")
+
+
+def _scaled(value: float, base: float, units: tuple[str, ...]) -> str:
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    index = 0
+    while value >= base and index < len(units) - 1:
+        value /= base
+        index += 1
+    if index == 0 and float(value).is_integer():
+        return f"{sign}{int(value)}{units[0]}"
+    # Rounding 999.96 would print "1000K"; step up instead.
+    if round(value, 1 if value < 10 else 0) >= base and index < len(units) - 1:
+        value /= base
+        index += 1
+    digits = 1 if value < 10 else 0
+    return f"{sign}{value:.{digits}f}{units[index]}"
+
+
+def fmt_bytes(value: float) -> str:
+    """Binary units, one decimal below 10: ``512B``, ``1.2K``, ``340M``, ``1.5G``."""
+    return _scaled(value, 1024, _BINARY)
+
+
+def fmt_count(value: float) -> str:
+    """Decimal units for counts: ``999``, ``1.2K``, ``51G`` (51e9)."""
+    return _scaled(value, 1000, _DECIMAL)
+
+
+def fmt_rate(value: float) -> str:
+    return f"{fmt_count(value)}/s"
+
+
+def fmt_byte_rate(value: float) -> str:
+    return f"{fmt_bytes(value)}/s"
+
+
+def fmt_pct(value: float) -> str:
+    """Percent (already 0–100, or above 100 for multi-CPU processes)."""
+    if value == 0:
+        return "0%"
+    if abs(value) < 10:
+        text = f"{value:.1f}"
+        return f"{text.rstrip('0').rstrip('.')}%"
+    return f"{value:.0f}%"
+
+
+def fmt_share(value: float) -> str:
+    """A 0..1 share as a percent."""
+    return fmt_pct(value * 100)
+
+
+def fmt_ms(value: float) -> str:
+    if value >= 1000:
+        return f"{value / 1000:.1f}s"
+    if value >= 10:
+        return f"{value:.0f}ms"
+    return f"{value:.1f}".rstrip("0").rstrip(".") + "ms"
+
+
+def fmt_seconds(value: float) -> str:
+    if value < 1:
+        return fmt_ms(value * 1000)
+    if value < 600:
+        return f"{value:.1f}".rstrip("0").rstrip(".") + "s"
+    if value < 36000:
+        return f"{value / 60:.0f}min"
+    return f"{value / 3600:.0f}h"
+
+
+def fmt_num(value: float) -> str:
+    """A plain number: integers as counts, fractions with 2 significant decimals."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if float(value).is_integer():
+        return fmt_count(value)
+    if abs(value) >= 100:
+        return fmt_count(round(value))
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def fmt_per_node(values: Mapping[str, float], limit: int = 4, min_share: float = 0.005) -> str:
+    """Per-NUMA shares, largest first, tiny ones dropped: ``{6:57%,3:39%,+2}``."""
+    ranked = sorted(
+        ((k, v) for k, v in values.items() if v is not None and v >= min_share),
+        key=lambda kv: (-kv[1], kv[0]),
+    )
+    parts = [f"{escape(str(k), 8)}:{fmt_share(v)}" for k, v in ranked[:limit]]
+    if len(ranked) > limit:
+        parts.append(f"+{len(ranked) - limit}")
+    return "{" + ",".join(parts) + "}"
+
+
+def compact(value: object, limit: int = 400) -> str:
+    """Nested values without JSON's quoting of keys: ``{0:0.08,6:0.77}``, ``[1,2]``.
+
+    Strings inside are quoted and escaped; the whole is cut at about ``limit`` characters.
+    """
+    out: list[str] = []
+    _compact(value, out, [limit])
+    text = "".join(out)
+    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"
+
+
+def _compact(value: object, out: list[str], room: list[int]) -> None:
+    if room[0] <= 0:
+        out.append("…")
+        return
+    if isinstance(value, dict):
+        out.append("{")
+        for position, (key, item) in enumerate(value.items()):
+            if position:
+                out.append(",")
+            out.append(escape(str(key), 40).replace(":", "\\x3a") + ":")
+            _compact(item, out, room)
+            if room[0] <= 0:
+                break
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for position, item in enumerate(value):
+            if position:
+                out.append(",")
+            _compact(item, out, room)
+            if room[0] <= 0:
+                break
+        out.append("]")
+    elif isinstance(value, str):
+        out.append(quote(value, min(MAX_STRING, max(room[0], 8))))
+    elif isinstance(value, float):
+        out.append(f"{value:.4g}")
+    else:
+        out.append(str(value))
+    room[0] -= len(out[-1])
+
+
+# --------------------------------------------------------------------------- id ranges
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)\Z")
+
+
+def id_ranges(ids: Iterable[str], limit: int = 4) -> str:
+    """Compress ids sharing a prefix: ``thr:100..147,150`` (at most ``limit`` runs shown)."""
+    by_prefix: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for node_id in ids:
+        match = _TRAILING_NUMBER.match(node_id)
+        if match:
+            by_prefix.setdefault(match.group(1), []).append(int(match.group(2)))
+        else:
+            plain.append(node_id)
+    parts: list[str] = []
+    for prefix in sorted(by_prefix):
+        numbers = sorted(set(by_prefix[prefix]))
+        runs = _runs(numbers)
+        shown = [f"{a}..{b}" if a != b else f"{a}" for a, b in runs[:limit]]
+        if len(runs) > limit:
+            shown.append(f"+{sum(b - a + 1 for a, b in runs[limit:])} more")
+        parts.append(show_id(prefix + shown[0]) + ("," + ",".join(shown[1:]) if shown[1:] else ""))
+    plain.sort()
+    parts.extend(show_id(p) for p in plain[:limit])
+    if len(plain) > limit:
+        parts.append(f"+{len(plain) - limit} more")
+    return " ".join(parts)
+
+
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], number)
+        else:
+            runs.append((number, number))
+    return runs
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def name_pattern(name: str) -> str:
+    """The shape of a name with its numbers wildcarded: ``ProcessPool-3_1`` → ``ProcessPool-*_*``."""
+    return _DIGITS.sub("*", name)

@@ -1,0 +1,174 @@
+"""Views besides the layers: ``topology`` (process tree, devices, NUMA map) and ``flows``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from wp_mcp.graph.model import Node
+
+from .facts import Facts
+from .items import Item, aggregate, group_item, node_item
+from .layers import ACCELERATORS, escape_short, flow_items, kv, named, parts
+from .text import fmt_bytes, id_ranges, name_pattern, quote, show_id
+
+CMDLINE_LIMIT = 80
+
+
+def topology(facts: Facts) -> list[Item]:
+    graph = facts.graph
+    items: list[Item] = []
+    for numa in sorted(graph.of_kind("numa_node"), key=lambda n: (n.get("numa_id") or 0, n.id)):
+        items.append(node_item(numa, partial(_numa_line, numa)))
+    for kind in ACCELERATORS:
+        for device in sorted(graph.of_kind(kind), key=lambda d: (d.get("index") or 0, d.id)):
+            items.append(
+                node_item(
+                    device,
+                    partial(_device_line, facts, device),
+                    procs=tuple(facts.users_of(device.id)),
+                    edges=graph.out_edges(device.id, "local_to"),
+                )
+            )
+    for ctr in sorted(graph.of_kind("container"), key=lambda n: n.id):
+        members = [e.src for e in graph.in_edges(ctr.id, "in_container")]
+        items.append(node_item(ctr, partial(_container_line, ctr, members), procs=tuple(members)))
+    processes = graph.of_kind("process")
+    roots = sorted(
+        (p for p in processes if facts.parent_of(p.id) not in graph.nodes),
+        key=lambda p: (p.get("pid") or 0, p.id),
+    )
+    for root in roots:
+        items += _subtree(facts, [root], 0)
+    return items
+
+
+def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
+    """Processes depth-first; childless look-alike siblings without devices folded."""
+    graph = facts.graph
+
+    def key(process: Node) -> tuple | None:
+        if facts.children_of(process.id) or facts.devices_of(process.id):
+            return None
+        return (name_pattern(process.get("name") or ""), facts.container_of(process.id))
+
+    def one(process: Node) -> Item:
+        return node_item(
+            process,
+            partial(_process_line, facts, process),
+            procs=(process.id,),
+            edges=graph.in_edges(process.id, "parent_of")
+            + graph.out_edges(process.id, "uses_device"),
+            indent=min(depth, 8),
+        )
+
+    def many(group: list[Node]) -> Item:
+        return group_item(group, "leaf", procs=tuple(p.id for p in group), indent=min(depth, 8))
+
+    items: list[Item] = []
+    for item in aggregate(siblings, key, one, many):
+        items.append(item)
+        if item.group is None:
+            children = [graph.nodes[c] for c in facts.children_of(item.ids[0]) if c in graph.nodes]
+            children.sort(key=lambda p: (p.get("pid") or 0, p.id))
+            items += _subtree(facts, children, depth + 1)
+    return items
+
+
+def _numa_line(numa: Node) -> str:
+    return parts(
+        show_id(numa.id),
+        kv("cpus", numa.get("cpulist"), escape_short),
+        kv("mem", numa.get("mem_total_bytes"), fmt_bytes),
+    )
+
+
+def _device_line(facts: Facts, device: Node) -> str:
+    numa = facts.device_numa(device.id)
+    users = facts.users_of(device.id)
+    return parts(
+        named(device),
+        f"numa={numa}" if numa is not None else "numa=?",
+        kv("pci", device.get("pci_bus_id"), escape_short),
+        f"users={id_ranges(users, 3)}" if users else None,
+    )
+
+
+def _container_line(ctr: Node, members: list[str]) -> str:
+    return parts(
+        named(ctr),
+        kv("runtime", ctr.get("runtime"), escape_short),
+        f"procs={id_ranges(members, 3)}" if members else None,
+    )
+
+
+def _process_line(facts: Facts, process: Node) -> str:
+    devices = facts.devices_of(process.id)
+    container = facts.container_of(process.id)
+    cmdline = process.get("cmdline")
+    name = process.get("name")
+    # The cmdline is left out when it only repeats the name.
+    show_cmd = cmdline and cmdline.strip() != name
+    return parts(
+        named(process),
+        f"dev={','.join(show_id(d) for d in devices)}" if devices else None,
+        f"ctr={show_id(container)}" if container else None,
+        f"cmd={quote(cmdline, CMDLINE_LIMIT)}" if show_cmd else None,
+    )
+
+
+def flows(facts: Facts) -> list[Item]:
+    """Every talks_to edge, biggest first; edges with no measured size folded per pair shape."""
+    items = flow_items(facts, lambda _t: True)
+    measured = [i for i in items if i.metrics]
+    unmeasured = [i for i in items if not i.metrics]
+    if len(unmeasured) < 3:
+        return measured + unmeasured
+    shapes: dict[tuple, list[Item]] = {}
+    for item in unmeasured:
+        edge = item.edges[0]
+        shape = (
+            name_pattern(facts.name_of(edge.src) or ""),
+            name_pattern(facts.name_of(edge.dst) or ""),
+            edge.get("transport"),
+        )
+        shapes.setdefault(shape, []).append(item)
+    folded: list[Item] = []
+    for (src, dst, transport), group in shapes.items():
+        if len(group) < 3:
+            folded += group
+            continue
+        folded.append(_flow_group(src, dst, transport, group))
+    return measured + folded
+
+
+def _flow_group(src: str, dst: str, transport: object, group: list[Item]) -> Item:
+    edges = tuple(i.edges[0] for i in group)
+    sources = sorted({e.src for e in edges})
+    targets = sorted({e.dst for e in edges})
+
+    def render() -> str:
+        return parts(
+            f"{len(edges)}× talks_to {quote(src, 40)} → {quote(dst, 40)}",
+            escape_short(transport or "?"),
+            "size unmeasured",
+            f"from={id_ranges(sources, 3)} to={id_ranges(targets, 3)}",
+        )
+
+    return Item(
+        ids=(),
+        kind="talks_to",
+        render=render,
+        procs=tuple(sorted(set(sources) | set(targets))),
+        name=src,
+        edges=edges,
+        group={"group": "talks_to", "count": len(edges), "transport": transport},
+    )
+
+
+VIEW_BUILDERS = {"topology": topology, "flows": flows}
+
+LEGENDS = {
+    "topology": "numa cpus mem | dev numa pci users | ctr runtime procs | proc tree (indent = "
+    "child) dev ctr cmd; N× leaf = childless look-alike siblings",
+    "flows": "A → B transport bytes rate window flows retrans (process to process, biggest first)",
+}
