@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "wp_mcp.server.cli_graph",
     "wp_mcp.server.cli_collect",
     "wp_mcp.server.cli_serve",
+    "wp_mcp.server.cli_skills",
 ]
 
 

@@ -1,0 +1,197 @@
+"""Skill commands: `skill run`, `skills list`, `skills install`, `diagnose`.
+
+`wp-mcp diagnose --live` is the one-command job: collect this host over a window, run every
+skill on it, store snapshot and report, print the report. Reports always land in the store
+(`Store.put_report`), so `wp_report` over MCP reads the same text a person saw here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import orjson
+from wp_mcp.collectors import Context
+from wp_mcp.graph import Graph, UserError, formats
+from wp_mcp.skills import SKILL_NAMES, Report, bundle_dir, diagnose, install_bundles, run_skill
+
+from .cli_collect import MAX_DURATION_S
+from .cli_collect import _run as collect_live
+from .cli_graph import open_store
+
+DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="run every skill on a snapshot (or on this host, live) and print one report",
+        description="Collect (with --live) or load a snapshot, run dataflow-topology-restore, "
+        "bottleneck-identification and hotspot-thread-discovery, store and print the report. "
+        "Without FILE or ID, diagnoses this host live.",
+    )
+    p.add_argument("source", nargs="?", metavar="FILE|ID", help="graph file or snapshot id")
+    p.add_argument("--live", action="store_true", help="collect this host now (the default)")
+    p.add_argument("--duration", type=float, default=3.0, metavar="S",
+                   help="collection window for --live (default 3 s)")  # fmt: skip
+    p.add_argument("--ebpf", choices=("auto", "on", "off"), default="off",
+                   help="eBPF tier for --live (default off: it costs seconds of set-up)")  # fmt: skip
+    _output_args(p)
+    p.set_defaults(handler=cmd_diagnose)
+
+    p = sub.add_parser("skill", help="run one skill")
+    skill_sub = p.add_subparsers(dest="skill_command", metavar="run")
+    run = skill_sub.add_parser("run", help="run one skill on a graph file or stored snapshot")
+    run.add_argument("name", choices=SKILL_NAMES, metavar="NAME", help=", ".join(SKILL_NAMES))
+    run.add_argument("source", metavar="FILE|ID", help="graph file, snapshot id or 'latest'")
+    run.add_argument("--layers", help="bottleneck-identification: only these layers, e.g. 3,4")
+    run.add_argument("--top", type=int, help="hotspot-thread-discovery: how many threads")
+    _output_args(run)
+    run.set_defaults(handler=cmd_skill_run)
+    p.set_defaults(handler=_usage(p))
+
+    p = sub.add_parser("skills", help="list the skills or install their agent bundles")
+    skills_sub = p.add_subparsers(dest="skills_command", metavar="list|install")
+    listing = skills_sub.add_parser("list", help="name and description of each skill")
+    listing.set_defaults(handler=cmd_skills_list)
+    install = skills_sub.add_parser(
+        "install", help="copy the SKILL.md bundles into an assistant's skills folder"
+    )
+    install.add_argument("--dest", default=str(DEFAULT_SKILLS_DIR), metavar="DIR",
+                         help=f"target folder (default {DEFAULT_SKILLS_DIR})")  # fmt: skip
+    install.set_defaults(handler=cmd_skills_install)
+    p.set_defaults(handler=_usage(p))
+
+
+def _output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("md", "json"), default="md", help="report format")
+    p.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+
+
+def _usage(parser: argparse.ArgumentParser):
+    def show(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return show
+
+
+# ---------------------------------------------------------------------- handlers
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    if args.live and args.source:
+        raise UserError("give either FILE|ID or --live, not both")
+    store = open_store(args)
+    if args.source:
+        graph, snapshot_id = _load(store, args.source)
+    else:
+        graph = _collect(args)
+        snapshot_id = store.put(graph, label="diagnose --live")
+    report = diagnose(graph)
+    _emit(store, snapshot_id, report, args)
+    return 0
+
+
+def cmd_skill_run(args: argparse.Namespace) -> int:
+    options: dict[str, object] = {}
+    if args.layers:
+        if args.name != "bottleneck-identification":
+            raise UserError("--layers applies to bottleneck-identification only")
+        options["layers"] = _layers(args.layers)
+    if args.top is not None:
+        if args.name != "hotspot-thread-discovery":
+            raise UserError("--top applies to hotspot-thread-discovery only")
+        if args.top < 1:
+            raise UserError("--top must be at least 1")
+        options["top"] = args.top
+    store = open_store(args)
+    graph, snapshot_id = _load(store, args.source)
+    _emit(store, snapshot_id, run_skill(args.name, graph, **options), args)
+    return 0
+
+
+def cmd_skills_list(args: argparse.Namespace) -> int:
+    for name in SKILL_NAMES:
+        meta = front_matter((bundle_dir(name) / "SKILL.md").read_text(encoding="utf-8"))
+        print(f"{name}\n  {meta.get('description', '')}\n")
+    return 0
+
+
+def cmd_skills_install(args: argparse.Namespace) -> int:
+    try:
+        written = install_bundles(Path(args.dest))
+    except OSError as exc:
+        raise UserError(f"cannot install into {args.dest}: {exc.strerror or exc}") from exc
+    for folder in written:
+        print(folder)
+    return 0
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def front_matter(text: str) -> dict[str, str]:
+    """The ``key: value`` lines between the leading ``---`` fences of a SKILL.md."""
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    if not match:
+        return {}
+    out = {}
+    for line in match.group(1).splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def _layers(text: str) -> list[int]:
+    try:
+        layers = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError(f"--layers wants numbers 1-7 separated by commas, not {text!r}") from None
+    if not layers or any(n < 1 or n > 7 for n in layers):
+        raise UserError(f"--layers wants numbers 1-7 separated by commas, not {text!r}")
+    return layers
+
+
+def _load(store, source: str) -> tuple[Graph, str]:
+    """A graph file (stored on the way, so its report has a snapshot) or a stored snapshot."""
+    if Path(source).exists():
+        graph = formats.load_any(source)
+        return graph, store.put(graph, label=f"file {Path(source).name}")
+    snapshot_id = store.resolve(source)
+    return store.get(snapshot_id), snapshot_id
+
+
+def _collect(args: argparse.Namespace) -> Graph:
+    if not 0 < args.duration <= MAX_DURATION_S:
+        raise UserError(f"--duration must be above 0 and at most {MAX_DURATION_S:g} seconds")
+    ctx = Context(window_s=args.duration, ebpf=args.ebpf)
+    graph = collect_live(ctx, interactive=sys.stderr.isatty())
+    if getattr(graph.meta, "cancelled", False):
+        raise KeyboardInterrupt
+    return graph
+
+
+def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> None:
+    markdown = report.to_markdown()
+    report_id = store.put_report(snapshot_id, report.skill, report.to_dict(), markdown)
+    if args.format == "json":
+        body = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+    else:
+        body = markdown
+    if args.out:
+        try:
+            Path(args.out).write_text(body, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+    else:
+        sys.stdout.write(body)
+    counts = report.counts()
+    print(
+        f"report {report_id} (snapshot {snapshot_id}): "
+        + ", ".join(f"{counts[p]} {p}" for p in counts),
+        file=sys.stderr,
+    )
