@@ -1,0 +1,96 @@
+"""Collection under churn and without privileges: a snapshot always comes back, and its
+statuses say what could not be read and why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import needs_root
+from wp_mcp.collectors import Context, collect_snapshot, default_collectors
+
+pytestmark = pytest.mark.slow
+
+
+def test_churn_of_200_short_lived_processes_gives_no_error():
+    stop = threading.Event()
+    started = []
+
+    def churn() -> None:
+        while len(started) < 200 and not stop.is_set():
+            started.append(subprocess.Popen(["sleep", "0.02"]))
+            time.sleep(0.002)
+
+    spawner = threading.Thread(target=churn)
+    spawner.start()
+    try:
+        snapshots = []
+        while spawner.is_alive() or not snapshots:
+            snapshots.append(collect_snapshot(Context(window_s=0.1, ebpf="off")))
+    finally:
+        stop.set()
+        spawner.join()
+        for proc in started:
+            proc.wait()
+    assert len(started) == 200
+    for graph in snapshots:
+        for status in graph.meta.collectors:
+            assert status.status in ("ok", "partial"), status
+        assert graph.of_kind("process")
+
+
+def collect_as_nobody() -> dict:
+    """Fork, drop to the nobody user in the child, collect there and send back a summary.
+
+    A fork rather than a new interpreter: this Python lives under /root, which nobody may
+    not read; everything the collection imports is loaded before the fork.
+    """
+    default_collectors()  # import every registered collector module while still root
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            graph = collect_snapshot(Context(window_s=0.2, ebpf="off"))
+            summary = {
+                "statuses": [s.model_dump() for s in graph.meta.collectors],
+                "capabilities": graph.meta.capabilities,
+                "holds": {
+                    n.id: len(graph.out_edges(n.id, "holds")) for n in graph.of_kind("process")
+                },
+                "threads": len(graph.of_kind("thread")),
+            }
+            with os.fdopen(write_fd, "w") as out:
+                json.dump(summary, out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data
+    return json.loads(data)
+
+
+@needs_root()
+@pytest.mark.root
+def test_unprivileged_collection_still_produces_a_snapshot_and_says_what_it_missed():
+    result = collect_as_nobody()
+    statuses = {s["name"]: s for s in result["statuses"]}
+    assert result["capabilities"]["root"] is False
+    assert result["capabilities"]["cap_sys_ptrace"] is False
+    assert statuses["procfs"]["status"] == "partial"
+    assert "permission denied" in statuses["procfs"]["reason"]
+    assert all(s["status"] in ("ok", "partial", "skipped") for s in statuses.values())
+    # root's processes are listed, only what they hold is missing
+    assert result["holds"][f"proc:{os.getpid()}"] == 0
+    assert f"proc:{os.getpid()}" in result["holds"] and result["threads"] > 0
