@@ -50,6 +50,7 @@ class EbpfCollector(Collector):
         self._loaded: tuple[Program, ...] = ()
         self._missing: list[str] = []
         self._attached_at: float | None = None
+        self._opened = False  # begin ran and collect has not yet: the window is open
         self._watchdog: threading.Timer | None = None
         self._expired = False
 
@@ -62,10 +63,8 @@ class EbpfCollector(Collector):
             return reason
         details = probe_details()
         ctx.capabilities["ebpf"] = details
-        reason = details["reason"]
-        if reason and ctx.ebpf == "on":
-            raise UserError(f"eBPF was required (--ebpf on) but cannot run here: {reason}")
-        return reason
+        # with --ebpf on, the orchestrator turns this reason into the user's error
+        return details["reason"]
 
     def begin(self, ctx: Context) -> None:
         if ctx.ebpf == "off":
@@ -78,9 +77,13 @@ class EbpfCollector(Collector):
             text = build_source(self._loaded)
         except BtfError as exc:
             raise UserError(f"eBPF: cannot locate kernel structures: {exc}") from exc
-        bpf = bcc.BPF(text=text.encode())  # compiles and attaches every TRACEPOINT_PROBE
+        try:
+            bpf = bcc.BPF(text=text.encode())  # compiles and attaches every TRACEPOINT_PROBE
+        except Exception as exc:  # bcc raises bare Exceptions with the compiler's message
+            raise UserError(f"eBPF: bcc could not compile or attach the programs: {exc}") from exc
         with self._lock:
             self._bpf = bpf
+            self._opened = True
             self._expired = False
             self._attached_at = time.monotonic()
             self._watchdog = threading.Timer(ctx.window_s + self.detach_margin_s, self._expire)
@@ -92,20 +95,23 @@ class EbpfCollector(Collector):
             raise Cancelled()
 
     def collect(self, graph: Graph, ctx: Context) -> Outcome:
-        if self._attached_at is None:  # used on its own: open our own window
+        if not self._opened:  # used on its own: open our own window
             self.begin(ctx)
             if ctx.cancel.wait(ctx.window_s):
                 self.close()
                 raise Cancelled()
-        ctx.check_cancelled()
-        with self._lock:
-            if self._bpf is None:
-                reason = "programs detached by the run-time cap before the window ended"
-                return Outcome("failed", reason if self._expired else "programs not attached")
-            window_s = time.monotonic() - (self._attached_at or time.monotonic())
-            records = {p.name: p.read(self._bpf) for p in self._loaded}
-            lost = _lost_events(self._bpf, self._loaded)
-        self.close()  # the window is over: stop paying for the probes before merging
+        self._opened = False
+        try:
+            ctx.check_cancelled()
+            with self._lock:
+                if self._bpf is None:
+                    reason = "programs detached by the run-time cap before the window ended"
+                    return Outcome("failed", reason if self._expired else "programs not attached")
+                window_s = time.monotonic() - (self._attached_at or time.monotonic())
+                records = {p.name: p.read(self._bpf) for p in self._loaded}
+                lost = _lost_events(self._bpf, self._loaded)
+        finally:
+            self.close()  # the window is over: stop paying for the probes, even on error
         ctx.report(self.name, "merge", "")
         scope = Scope(window_s=max(window_s, 1e-6), pids=ctx.pids)
         for program in self._loaded:

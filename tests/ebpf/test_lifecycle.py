@@ -1,0 +1,131 @@
+"""The eBPF tier is bounded and optional: programs never outlive a collection, and
+``--ebpf auto|on|off`` behave as documented."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+from wp_mcp.collectors import collect_snapshot
+from wp_mcp.collectors.base import Cancelled, Context
+from wp_mcp.collectors.ebpf import EbpfCollector
+from wp_mcp.collectors.ebpf import collector as collector_module
+from wp_mcp.graph import Graph, UserError
+
+from .conftest import bpf_prog_fds, require_ebpf
+
+
+@pytest.fixture
+def baseline(ebpf) -> int:
+    return bpf_prog_fds()
+
+
+def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
+    collector = EbpfCollector()
+    ctx = Context(window_s=0.2)
+    collector.begin(ctx)
+    try:
+        # one program per tracepoint: 2 socket, 1 retransmit, 3 scheduler, 2 block
+        assert bpf_prog_fds() - baseline == 8
+    finally:
+        outcome = collector.collect(Graph(), ctx)
+    assert outcome.status == "ok"
+    assert bpf_prog_fds() == baseline
+    collector.close()  # a second close is harmless
+    assert bpf_prog_fds() == baseline
+
+
+def test_cancelled_collection_leaves_no_program_and_reports_cancelled(baseline):
+    ctx = Context(window_s=30.0, ebpf="on")
+    attached = threading.Event()
+    ctx.progress = lambda name, phase, detail: attached.set() if phase == "attached" else None
+    result: dict[str, Graph] = {}
+    worker = threading.Thread(
+        target=lambda: result.update(g=collect_snapshot(ctx, [EbpfCollector()]))
+    )
+    started = time.monotonic()
+    worker.start()
+    assert attached.wait(30)
+    assert bpf_prog_fds() > baseline
+    ctx.cancel.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert time.monotonic() - started < 25  # it did not sit out the 30 s window
+    graph = result["g"]
+    assert graph.meta.cancelled is True
+    [status] = graph.meta.collectors
+    assert (status.name, status.status) == ("ebpf", "cancelled")
+    assert bpf_prog_fds() == baseline
+
+
+def test_cancel_while_used_directly_raises_and_detaches(baseline):
+    collector = EbpfCollector()
+    ctx = Context(window_s=30.0)
+    threading.Timer(3.0, ctx.cancel.set).start()  # after compile and attach, mid-window
+    with pytest.raises(Cancelled):
+        collector.collect(Graph(), ctx)  # opens its own window when begin was not called
+    assert bpf_prog_fds() == baseline
+
+
+def test_watchdog_detaches_when_nobody_collects(baseline, monkeypatch):
+    monkeypatch.setattr(EbpfCollector, "detach_margin_s", 0.5)
+    collector = EbpfCollector()
+    ctx = Context(window_s=0.0)
+    collector.begin(ctx)
+    assert bpf_prog_fds() > baseline
+    deadline = time.monotonic() + 10
+    while bpf_prog_fds() > baseline and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert bpf_prog_fds() == baseline
+    outcome = collector.collect(Graph(), ctx)
+    assert outcome.status == "failed"
+    assert "run-time cap" in outcome.reason
+
+
+@pytest.mark.parametrize("step", ["read", "merge"])
+def test_a_crash_while_reading_or_merging_still_detaches(baseline, step):
+    def broken(*args):
+        raise RuntimeError(f"{step} exploded")
+
+    program = dataclasses.replace(collector_module.runqlat.PROGRAM, **{step: broken})
+    collector = EbpfCollector((*collector_module.PROGRAMS[:2], program))
+    with pytest.raises(RuntimeError, match="exploded"):
+        collector.collect(Graph(), Context(window_s=0.2))
+    assert bpf_prog_fds() == baseline
+
+
+def test_off_never_loads_bpf():
+    collector = EbpfCollector()
+    ctx = Context(ebpf="off")
+    assert collector.probe(ctx) == "disabled (--ebpf off)"
+    assert ctx.capabilities["ebpf"]["usable"] is False
+    with pytest.raises(UserError):
+        collector.begin(ctx)
+    graph = collect_snapshot(Context(window_s=0, ebpf="off"), [EbpfCollector()])
+    assert graph.meta.collectors == []  # left out entirely
+
+
+def test_auto_records_capabilities():
+    ctx = Context(window_s=0.1)
+    graph = collect_snapshot(ctx, [EbpfCollector()])
+    caps = graph.meta.capabilities["ebpf"]
+    assert set(caps) >= {"backend", "usable", "reason", "bcc_version", "kernel_headers",
+                         "tracefs", "btf", "privileged"}  # fmt: skip
+    [status] = graph.meta.collectors
+    if caps["usable"]:
+        assert status.status == "ok"
+        assert caps["programs"] == ["sockbytes", "retrans", "runqlat", "blockio"]
+    else:
+        assert status.status == "skipped"
+        assert status.reason == caps["reason"]
+
+
+def test_on_fails_with_a_clear_message_when_ebpf_cannot_run(monkeypatch):
+    require_ebpf()  # make "cannot run" happen on purpose on a machine where it can
+    monkeypatch.setattr(
+        collector_module, "probe_details", lambda: {"usable": False, "reason": "no bcc here"}
+    )
+    with pytest.raises(UserError, match="no bcc here"):
+        collect_snapshot(Context(window_s=0, ebpf="on"), [EbpfCollector()])

@@ -1,0 +1,48 @@
+"""Run-queue latency per thread: contended threads wait for a CPU, an idle one does not.
+
+The workload runs more busy threads than this machine has CPUs (hashing with the GIL
+released, so they really compete) plus one thread blocked on an event for the whole run.
+The snapshot is a real collection (orchestrator, procfs polling, eBPF) filtered to the
+workload, so the idle thread is in the graph and its lack of eBPF figures is meaningful.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from wp_mcp.collectors import collect_snapshot
+from wp_mcp.collectors.base import Context
+from wp_mcp.collectors.ebpf import EbpfCollector
+from wp_mcp.collectors.procfs import ProcfsCollector
+
+from .conftest import Peer
+
+pytestmark = pytest.mark.usefixtures("ebpf")
+
+
+def test_contended_threads_wait_and_an_idle_thread_does_not(peers):
+    busy = (os.cpu_count() or 2) + 1
+    workload = Peer("contend", "--busy", str(busy), stdin=True)
+    peers.append(workload)
+    time.sleep(0.5)  # the idle thread has settled into its wait before the window opens
+    ctx = Context(window_s=2.0, pids={workload.pid}, ebpf="on")
+    graph = collect_snapshot(ctx, [ProcfsCollector(), EbpfCollector()])
+    workload.finish()
+
+    statuses = {s.name: s.status for s in graph.meta.collectors}
+    assert statuses == {"procfs": "ok", "ebpf": "ok"}
+    tids = workload.hello
+    assert len(tids["busy"]) == busy
+    for tid in tids["busy"]:
+        node = graph.nodes[f"thr:{tid}"]
+        # each busy thread can have at most cpus/busy of a CPU: it waits much of the time
+        assert node.get("ebpf_run_delay_pct") > 10, node.attrs()
+        assert node.get("ebpf_runq_waits") > 0
+        assert node.get("ebpf_preempted") > 0
+        assert node.source["ebpf_run_delay_ms"] == "ebpf"
+        assert graph.in_edges(node.id, "has_thread")[0].src == f"proc:{workload.pid}"
+    idle = graph.nodes[f"thr:{tids['idle'][0]}"]  # listed by polling
+    assert idle.get("ebpf_run_delay_ms") is None
+    assert idle.get("ebpf_switches_in") is None
