@@ -40,9 +40,7 @@ def test_empty_process_names_are_absent_not_blank():
     info = parse_npu_smi_info(
         fixture_text("npu_smi/npu-smi-info-8x910B3-24.1.rc2-empty-process-names.txt")
     )
-    assert info.processes and all(
-        name is None for *_, name, _ in [p[:4] + (p[4],) for p in info.processes]
-    )
+    assert info.processes and all(name is None for _, _, _, name, _ in info.processes)
     assert info.processes[-4][:3] == (4, 0, 1007953)
 
 
