@@ -8,7 +8,7 @@ from typing import Any
 from wp_mcp.graph.model import Edge, Node
 
 from .cursor import ViewError
-from .facts import Facts
+from .facts import Facts, attr
 from .items import Item, node_item
 from .layers import named
 from .text import compact, escape, quote, show_id
@@ -83,7 +83,7 @@ def _edges(
                 kind=neighbour.kind if neighbour is not None else "missing",
                 render=partial(_edge_line, edge, arrow, neighbour, other),
                 procs=(other,) if neighbour is not None and neighbour.kind == "process" else (),
-                name=neighbour.get("name") if neighbour is not None else None,
+                name=attr(neighbour, "name") if neighbour is not None else None,
                 nodes=(neighbour,) if neighbour is not None else (),
                 edges=(edge,),
                 indent=indent,

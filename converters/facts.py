@@ -8,12 +8,28 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import cached_property
+from typing import Any
 
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.model import Node
+from wp_mcp.graph.model import Element, Node
 
 PROCESS = "process"
+
+
+def attr(element: Element, name: str) -> Any:
+    """An attribute of a node or edge, extras included, ``None`` when unset.
+
+    The same answer as ``element.get(name)``, several times faster: views read a handful of
+    attributes of every node of a million-edge graph, and pydantic's fallback for names a
+    class does not declare raises and catches an exception each time.
+    """
+    value = element.__dict__.get(name)
+    if value is None:
+        extra = element.__pydantic_extra__
+        if extra:
+            value = extra.get(name)
+    return value
 
 
 class Facts:
@@ -34,7 +50,7 @@ class Facts:
             if parents:
                 owner[thread.id] = parents[0]
                 continue
-            pid = thread.get("pid")
+            pid = attr(thread, "pid")
             if pid is not None:
                 host, _ = ids.split_host(thread.id)
                 candidate = ids.with_host(host, ids.process(pid))
@@ -64,13 +80,13 @@ class Facts:
         node = self.graph.nodes.get(device_id)
         if node is None:
             return None
-        numa = node.get("numa_node")
+        numa = attr(node, "numa_node")
         if numa is not None and numa >= 0:
             return int(numa)
         for edge in self.graph.out_edges(device_id, "local_to"):
             target = self.graph.nodes.get(edge.dst)
-            if target is not None and target.get("numa_id") is not None:
-                return int(target.get("numa_id"))
+            if target is not None and attr(target, "numa_id") is not None:
+                return int(attr(target, "numa_id"))
         return None
 
     def container_of(self, process_id: str) -> str | None:
@@ -86,13 +102,13 @@ class Facts:
 
     def name_of(self, node_id: str) -> str | None:
         node = self.graph.nodes.get(node_id)
-        return node.get("name") if node is not None else None
+        return attr(node, "name") if node is not None else None
 
     @cached_property
     def cpu_hosts(self) -> dict[str, int]:
         """Host prefix → CPU count, to tell a restricted affinity from "all CPUs"."""
         counts: dict[str, int] = {}
         for host in self.graph.of_kind("host"):
-            if host.get("cpus"):
-                counts[ids.split_host(host.id)[0]] = int(host.get("cpus"))
+            if attr(host, "cpus"):
+                counts[ids.split_host(host.id)[0]] = int(attr(host, "cpus"))
         return counts

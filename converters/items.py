@@ -13,6 +13,7 @@ from typing import Any
 
 from wp_mcp.graph.model import Edge, Node
 
+from .facts import attr
 from .text import id_ranges, name_pattern, quote
 from .tokens import count_tokens
 
@@ -24,7 +25,9 @@ class Item:
     render: Callable[[], str]  # builds the line without its indentation
     procs: tuple[str, ...] = ()  # processes it belongs to (the pid filter's scope)
     name: str | None = None  # what the name filter matches
-    metrics: dict[str, float] = field(default_factory=dict)  # what min_<metric> filters test
+    # What min_<metric> filters test: a dict, or a function building it on first use (most
+    # items are never filtered on a metric, so most never pay for it).
+    measure: dict[str, float] | Callable[[], dict[str, float]] = field(default_factory=dict)
     nodes: tuple[Node, ...] = ()  # JSON slice: nodes in full
     edges: tuple[Edge, ...] = ()  # JSON slice: edges in full
     group: dict[str, Any] | None = None  # JSON slice: an aggregated group
@@ -44,6 +47,12 @@ class Item:
         return cached
 
     @property
+    def metrics(self) -> dict[str, float]:
+        if callable(self.measure):
+            self.measure = self.measure()
+        return self.measure
+
+    @property
     def line(self) -> str:
         if self._line is None:
             self._line = "  " * self.indent + self.render()
@@ -61,7 +70,7 @@ def node_item(
     render: Callable[[], str],
     *,
     procs: tuple[str, ...] = (),
-    metrics: dict[str, float] | None = None,
+    metrics: dict[str, float] | Callable[[], dict[str, float]] | None = None,
     edges: Iterable[Edge] = (),
     indent: int = 0,
 ) -> Item:
@@ -70,8 +79,8 @@ def node_item(
         kind=node.kind,
         render=render,
         procs=procs,
-        name=node.get("name"),
-        metrics=metrics or {},
+        name=attr(node, "name"),
+        measure=metrics or {},
         nodes=(node,),
         edges=tuple(edges),
         indent=indent,
@@ -90,7 +99,7 @@ def group_item(
     """``48× thread "ProcessPool-*" idle thr:100..147`` — many alike entities on one line."""
     ids = tuple(n.id for n in nodes)
     kind = nodes[0].kind
-    names = {n.get("name") for n in nodes}
+    names = {attr(n, "name") for n in nodes}
     pattern = _shared_pattern(nodes)
 
     def render() -> str:
@@ -107,14 +116,14 @@ def group_item(
         render=render,
         procs=procs,
         name=next(iter(names)) if len(names) == 1 else pattern,
-        metrics=metrics or {},
+        measure=metrics or {},
         group=group,
         indent=indent,
     )
 
 
 def _shared_pattern(nodes: list[Node]) -> str | None:
-    names = {n.get("name") for n in nodes}
+    names = {attr(n, "name") for n in nodes}
     if None in names:
         return None
     if len(names) == 1:
@@ -133,15 +142,14 @@ def aggregate(
     """One item per node, except runs of ``min_group`` or more alike nodes (same ``key``,
     ``None`` meaning "not aggregatable") which become one group item at the first one's place.
     """
+    keys = [key(node) for node in nodes]
     buckets: dict[Any, list[Node]] = {}
-    for node in nodes:
-        k = key(node)
+    for node, k in zip(nodes, keys, strict=True):
         if k is not None:
             buckets.setdefault(k, []).append(node)
     items: list[Item] = []
     done: set[Any] = set()
-    for node in nodes:
-        k = key(node)
+    for node, k in zip(nodes, keys, strict=True):
         bucket = buckets.get(k) if k is not None else None
         if bucket is None or len(bucket) < min_group:
             items.append(make_one(node))

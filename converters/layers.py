@@ -13,7 +13,7 @@ from functools import partial
 from wp_mcp.graph.cpulist import parse_cpulist
 from wp_mcp.graph.model import Edge, Node
 
-from .facts import Facts
+from .facts import Facts, attr
 from .items import Item, aggregate, group_item, node_item
 from .text import (
     escape,
@@ -46,7 +46,7 @@ def kv(name: str, value: object, fmt: Callable[[float], str] = fmt_num) -> str |
 
 def named(node: Node) -> str:
     """``proc:12 "python3"`` — the id and, when known, the quoted name."""
-    name = node.get("name")
+    name = attr(node, "name")
     return f"{show_id(node.id)} {quote(name, 40)}" if name is not None else show_id(node.id)
 
 
@@ -137,7 +137,7 @@ def compute(facts: Facts) -> list[Item]:
                 process,
                 partial(_compute_process_line, facts, process),
                 procs=(process.id,),
-                metrics=_cpu_metrics(process),
+                metrics=partial(_cpu_metrics, process),
                 edges=graph.out_edges(process.id, "uses_device"),
             )
         )
@@ -149,20 +149,20 @@ def compute(facts: Facts) -> list[Item]:
 
 
 def _busy_first(node: Node) -> tuple:
-    switches = (node.get("vol_ctxt_switches") or 0) + (node.get("invol_ctxt_switches") or 0)
-    return (sort_desc(node.get("cpu_pct")), -switches, node.id)
+    switches = (attr(node, "vol_ctxt_switches") or 0) + (attr(node, "invol_ctxt_switches") or 0)
+    return (sort_desc(attr(node, "cpu_pct")), -switches, node.id)
 
 
 def _cpu_metrics(node: Node) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    for name, attr in (
+    for name, field_name in (
         ("cpu", "cpu_pct"),
         ("sw", "vol_switches_per_s"),
         ("invol", "invol_switches_per_s"),
         ("run", "run_delay_pct"),
         ("rss", "rss_bytes"),
     ):
-        value = node.get(attr)
+        value = attr(node, field_name)
         if value is not None:
             metrics[name] = float(value)
     return metrics
@@ -223,15 +223,15 @@ def _numa_time(values: dict | None) -> str | None:
 
 def is_idle(node: Node) -> bool:
     """Measured over a window and doing nothing (no CPU, no switching)."""
-    cpu = node.get("cpu_pct")
+    cpu = attr(node, "cpu_pct")
     if cpu is None or cpu >= 0.1:
         return False
-    rates = (node.get("vol_switches_per_s") or 0) + (node.get("invol_switches_per_s") or 0)
+    rates = (attr(node, "vol_switches_per_s") or 0) + (attr(node, "invol_switches_per_s") or 0)
     return rates < 1
 
 
 def is_unmeasured(node: Node, attrs: tuple[str, ...]) -> bool:
-    return all(node.get(a) is None for a in attrs)
+    return all(attr(node, a) is None for a in attrs)
 
 
 THREAD_METRICS = ("cpu_pct", "cpu_time_s", "vol_ctxt_switches", "vol_switches_per_s", "state")
@@ -252,12 +252,16 @@ def thread_items(
             state = "unmeasured"
         else:
             return None
-        return (name_pattern(thread.get("name") or ""), state)
+        return (name_pattern(attr(thread, "name") or ""), state)
 
     def one(thread: Node) -> Item:
         owner = procs or ()
         return node_item(
-            thread, partial(line, thread), procs=owner, metrics=_cpu_metrics(thread), indent=indent
+            thread,
+            partial(line, thread),
+            procs=owner,
+            metrics=partial(_cpu_metrics, thread),
+            indent=indent,
         )
 
     def many(group: list[Node]) -> Item:
@@ -270,7 +274,7 @@ def thread_items(
 def device_items(facts: Facts, focus: str) -> list[Item]:
     """Accelerators: ``util`` (compute), ``mem`` (memory) or ``map`` (interconnect)."""
     devices = [d for kind in ACCELERATORS for d in facts.graph.of_kind(kind)]
-    devices.sort(key=lambda d: (sort_desc(d.get("util_pct")), d.get("index") or 0, d.id))
+    devices.sort(key=lambda d: (sort_desc(attr(d, "util_pct")), attr(d, "index") or 0, d.id))
     line = {"util": _device_util_line, "mem": _device_mem_line, "map": _device_map_line}[focus]
     attrs = {
         "util": ("util_pct", "mem_used_bytes", "power_w", "temperature_c", "health"),
@@ -283,7 +287,9 @@ def device_items(facts: Facts, focus: str) -> list[Item]:
             device,
             partial(line, facts, device),
             procs=tuple(facts.users_of(device.id)),
-            metrics={"util": device.get("util_pct")} if device.get("util_pct") is not None else {},
+            metrics={"util": attr(device, "util_pct")}
+            if attr(device, "util_pct") is not None
+            else {},
             edges=facts.graph.out_edges(device.id, "local_to"),
         )
 
@@ -360,7 +366,7 @@ def link(node: Node) -> str | None:
 def memory(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("mem",))
-    for numa in sorted(graph.of_kind("numa_node"), key=lambda n: (n.get("numa_id") or 0, n.id)):
+    for numa in sorted(graph.of_kind("numa_node"), key=lambda n: (attr(n, "numa_id") or 0, n.id)):
         items.append(node_item(numa, partial(_numa_mem_line, numa)))
     items += [i for i in device_items(facts, "mem") if i.group is None]  # only measured ones
 
@@ -374,7 +380,7 @@ def memory(facts: Facts) -> list[Item]:
             process,
             partial(_memory_process_line, process),
             procs=(process.id,),
-            metrics=_memory_metrics(process),
+            metrics=partial(_memory_metrics, process),
             edges=graph.out_edges(process.id, "mem_on"),
         )
 
@@ -386,17 +392,17 @@ def memory(facts: Facts) -> list[Item]:
 
 
 def _memory_metrics(process: Node) -> dict[str, float]:
-    metrics = {"rss": process.get("rss_bytes"), "pages": _total_pages(process)}
+    metrics = {"rss": attr(process, "rss_bytes"), "pages": _total_pages(process)}
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
 def _total_pages(process: Node) -> int | None:
-    pages = process.get("numa_pages")
+    pages = attr(process, "numa_pages")
     return sum(pages.values()) if pages else None
 
 
 def _memory_rank(process: Node) -> tuple:
-    return (sort_desc(process.get("rss_bytes")), sort_desc(_total_pages(process)), process.id)
+    return (sort_desc(attr(process, "rss_bytes")), sort_desc(_total_pages(process)), process.id)
 
 
 def _numa_mem_line(numa: Node) -> str:
@@ -428,7 +434,7 @@ def _memory_process_line(process: Node) -> str:
 
 def interconnect(facts: Facts) -> list[Item]:
     graph = facts.graph
-    numas = sorted(graph.of_kind("numa_node"), key=lambda n: (n.get("numa_id") or 0, n.id))
+    numas = sorted(graph.of_kind("numa_node"), key=lambda n: (attr(n, "numa_id") or 0, n.id))
     items = [node_item(n, partial(_numa_map_line, n)) for n in numas]
     items += device_items(facts, "map")
     for kind in ("nic", "rdma_device", "pci_bridge"):
@@ -449,7 +455,7 @@ def interconnect(facts: Facts) -> list[Item]:
         return None
 
     def one(process: Node) -> Item:
-        locality = process.get("numa_locality")
+        locality = attr(process, "numa_locality")
         return node_item(
             process,
             partial(_placement_line, facts, process),
@@ -467,7 +473,7 @@ def interconnect(facts: Facts) -> list[Item]:
 
 def _placement_rank(facts: Facts, process: Node) -> tuple:
     """Device workers first, then the worst locality."""
-    locality = process.get("numa_locality")
+    locality = attr(process, "numa_locality")
     return (
         0 if facts.devices_of(process.id) else 1,
         locality if locality is not None else 2.0,
@@ -525,7 +531,7 @@ def path_items(facts: Facts) -> list[Item]:
     """Device↔device paths grouped by class (NCCL's LOC/NVL/PIX/PXB/PHB/SYS)."""
     by_class: dict[str, list[Edge]] = {}
     for edge in facts.graph.edges("path"):
-        by_class.setdefault(str(edge.get("path_class") or "?"), []).append(edge)
+        by_class.setdefault(str(attr(edge, "path_class") or "?"), []).append(edge)
     items = []
     for path_class in sorted(by_class):
         edges = sorted(by_class[path_class], key=lambda e: (e.src, e.dst))
@@ -535,7 +541,7 @@ def path_items(facts: Facts) -> list[Item]:
                 kind="path",
                 render=partial(_path_line, path_class, edges),
                 edges=tuple(edges),
-                metrics={"bw": min((e.get("bandwidth_gbps") or 0) for e in edges)},
+                measure={"bw": min((attr(e, "bandwidth_gbps") or 0) for e in edges)},
             )
         )
     return items
@@ -544,7 +550,7 @@ def path_items(facts: Facts) -> list[Item]:
 def _path_line(path_class: str, edges: list[Edge]) -> str:
     pairs = [f"{show_id(e.src)}-{show_id(e.dst)}" for e in edges[:6]]
     more = f" +{len(edges) - 6}" if len(edges) > 6 else ""
-    bandwidths = sorted({e.get("bandwidth_gbps") for e in edges if e.get("bandwidth_gbps")})
+    bandwidths = sorted({attr(e, "bandwidth_gbps") for e in edges if attr(e, "bandwidth_gbps")})
     bw = f" bw={fmt_num(bandwidths[0])}Gb/s" if bandwidths else ""
     return f"{len(edges)}× path {escape(path_class, 8)}{bw} {' '.join(pairs)}{more}"
 
@@ -567,7 +573,7 @@ def _placement_line(facts: Facts, process: Node) -> str:
 
 
 def _allowed(facts: Facts, process: Node) -> str | None:
-    allowed = process.get("cpus_allowed")
+    allowed = attr(process, "cpus_allowed")
     return f"allowed={escape(allowed, 40)}" if allowed else None
 
 
@@ -595,23 +601,23 @@ def network(facts: Facts) -> list[Item]:
         i for i in host_items(graph.of_kind("host"), ("net",)) if i.render() != show_id(i.ids[0])
     ]
     for nic in sorted(graph.of_kind("nic"), key=_nic_rank):
-        items.append(node_item(nic, partial(_nic_line, nic), metrics=_nic_metrics(nic)))
+        items.append(node_item(nic, partial(_nic_line, nic), metrics=partial(_nic_metrics, nic)))
     for rdma in sorted(graph.of_kind("rdma_device"), key=lambda n: n.id):
         items.append(node_item(rdma, partial(_bus_line, facts, rdma)))
     items += flow_items(facts, lambda t: t in NETWORK_TRANSPORTS)
-    sockets = [s for s in graph.of_kind("socket") if (s.get("proto") or "") != "unix"]
+    sockets = [s for s in graph.of_kind("socket") if (attr(s, "proto") or "") != "unix"]
     items += socket_items(facts, sockets)
     return items
 
 
 def _nic_rank(nic: Node) -> tuple:
-    rate = (nic.get("rx_bytes_per_s") or 0) + (nic.get("tx_bytes_per_s") or 0)
+    rate = (attr(nic, "rx_bytes_per_s") or 0) + (attr(nic, "tx_bytes_per_s") or 0)
     return (-rate, nic.id)
 
 
 def _nic_metrics(nic: Node) -> dict[str, float]:
-    rate = (nic.get("rx_bytes_per_s") or 0) + (nic.get("tx_bytes_per_s") or 0)
-    errors = sum(nic.get(a) or 0 for a in ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped"))
+    rate = (attr(nic, "rx_bytes_per_s") or 0) + (attr(nic, "tx_bytes_per_s") or 0)
+    errors = sum(attr(nic, a) or 0 for a in ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped"))
     return {"rate": rate, "errors": errors}
 
 
@@ -631,8 +637,10 @@ def _nic_line(nic: Node) -> str:
 
 def flow_items(facts: Facts, wanted: Callable[[str], bool], indent: int = 0) -> list[Item]:
     """talks_to edges (process → process), the biggest first."""
-    edges = [e for e in facts.graph.edges("talks_to") if wanted(str(e.get("transport") or "?"))]
-    edges.sort(key=lambda e: (-(e.get("bytes") or 0), -(e.get("bytes_per_s") or 0), e.src, e.dst))
+    edges = [e for e in facts.graph.edges("talks_to") if wanted(str(attr(e, "transport") or "?"))]
+    edges.sort(
+        key=lambda e: (-(attr(e, "bytes") or 0), -(attr(e, "bytes_per_s") or 0), e.src, e.dst)
+    )
     return [
         Item(
             ids=(),
@@ -640,9 +648,9 @@ def flow_items(facts: Facts, wanted: Callable[[str], bool], indent: int = 0) -> 
             render=partial(_flow_line, facts, edge),
             procs=(edge.src, edge.dst),
             name=facts.name_of(edge.src),
-            metrics={
+            measure={
                 k: float(v)
-                for k, v in (("bytes", edge.get("bytes")), ("rate", edge.get("bytes_per_s")))
+                for k, v in (("bytes", attr(edge, "bytes")), ("rate", attr(edge, "bytes_per_s")))
                 if v is not None
             },
             edges=(edge,),
@@ -696,7 +704,7 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
             sock,
             partial(_socket_line, facts, sock),
             procs=tuple(facts.holders(sock.id)),
-            metrics=_socket_metrics([sock]),
+            metrics=partial(_socket_metrics, [sock]),
             edges=facts.graph.out_edges(sock.id, "peer"),
         )
 
@@ -704,7 +712,7 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
         holders = tuple(facts.holders(group[0].id))
         item = group_item(
             group, "alike", _socket_group_detail(facts, group), procs=holders,
-            metrics=_socket_metrics(group),
+            metrics=partial(_socket_metrics, group),
         )  # fmt: skip
         item.kind = "socket"
         return item
@@ -713,8 +721,8 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
 
 
 def _socket_rank(sock: Node) -> tuple:
-    moved = (sock.get("bytes_sent") or 0) + (sock.get("bytes_received") or 0)
-    rate = (sock.get("send_bytes_per_s") or 0) + (sock.get("recv_bytes_per_s") or 0)
+    moved = (attr(sock, "bytes_sent") or 0) + (attr(sock, "bytes_received") or 0)
+    rate = (attr(sock, "send_bytes_per_s") or 0) + (attr(sock, "recv_bytes_per_s") or 0)
     return (-rate, -moved, sock.id)
 
 
@@ -725,10 +733,10 @@ def _socket_metrics(group: list[Node]) -> dict[str, float]:
         ("rate", ("send_bytes_per_s", "recv_bytes_per_s")),
         ("retrans", ("retrans_total",)),
     ):
-        values = [s.get(a) for s in group for a in attrs if s.get(a) is not None]
+        values = [attr(s, a) for s in group for a in attrs if attr(s, a) is not None]
         if values:
             metrics[name] = float(sum(values))
-    rtts = [s.get("rtt_ms") for s in group if s.get("rtt_ms") is not None]
+    rtts = [attr(s, "rtt_ms") for s in group if attr(s, "rtt_ms") is not None]
     if rtts:
         metrics["rtt"] = float(max(rtts))
     return metrics
@@ -767,7 +775,7 @@ def _socket_line(facts: Facts, sock: Node) -> str:
 
 
 def _rtt(sock: Node) -> str | None:
-    rtt, low = sock.get("rtt_ms"), sock.get("min_rtt_ms")
+    rtt, low = attr(sock, "rtt_ms"), attr(sock, "min_rtt_ms")
     if rtt is None:
         return None
     return f"rtt={fmt_ms(rtt)}" + (f"(min {fmt_ms(low)})" if low is not None else "")
@@ -775,10 +783,10 @@ def _rtt(sock: Node) -> str | None:
 
 def _socket_group_detail(facts: Facts, group: list[Node]) -> str:
     first = group[0].get
-    sent = [s.get("bytes_sent") for s in group if s.get("bytes_sent") is not None]
-    received = [s.get("bytes_received") for s in group if s.get("bytes_received") is not None]
+    sent = [attr(s, "bytes_sent") for s in group if attr(s, "bytes_sent") is not None]
+    received = [attr(s, "bytes_received") for s in group if attr(s, "bytes_received") is not None]
     holders = facts.holders(group[0].id)
-    ports = sorted(s.get("local_port") for s in group if s.get("local_port") is not None)
+    ports = sorted(attr(s, "local_port") for s in group if attr(s, "local_port") is not None)
     local = escape(str(first("local_addr")), 40) if first("local_addr") else None
     return parts(
         escape_short(first("proto") or "?"),
@@ -810,15 +818,17 @@ def storage(facts: Facts) -> list[Item]:
     items = [
         i for i in host_items(graph.of_kind("host"), ("io",)) if i.render() != show_id(i.ids[0])
     ]
-    disks = sorted(graph.of_kind("disk"), key=lambda d: (sort_desc(d.get("util_pct")), d.id))
-    items += [node_item(d, partial(_disk_line, d), metrics=_disk_metrics(d)) for d in disks]
+    disks = sorted(graph.of_kind("disk"), key=lambda d: (sort_desc(attr(d, "util_pct")), d.id))
+    items += [
+        node_item(d, partial(_disk_line, d), metrics=partial(_disk_metrics, d)) for d in disks
+    ]
     readers = [p for p in graph.of_kind("process") if _io_rate(p) is not None]
     readers.sort(key=lambda p: (-(_io_rate(p) or 0), p.id))
     items += [
         node_item(p, partial(_io_line, p), procs=(p.id,), metrics={"io": _io_rate(p) or 0})
         for p in readers
     ]
-    stuck = [t for t in graph.of_kind("thread") if str(t.get("state") or "").startswith("D")]
+    stuck = [t for t in graph.of_kind("thread") if str(attr(t, "state") or "").startswith("D")]
     items += [
         node_item(
             t,
@@ -831,7 +841,7 @@ def storage(facts: Facts) -> list[Item]:
 
 
 def _disk_metrics(disk: Node) -> dict[str, float]:
-    metrics = {"util": disk.get("util_pct"), "await": disk.get("await_ms")}
+    metrics = {"util": attr(disk, "util_pct"), "await": attr(disk, "await_ms")}
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
@@ -848,8 +858,8 @@ def _disk_line(disk: Node) -> str:
 
 
 def _io_rate(process: Node) -> float | None:
-    rates = [process.get("io_read_bytes_per_s"), process.get("io_write_bytes_per_s")]
-    totals = [process.get("io_read_bytes"), process.get("io_write_bytes")]
+    rates = [attr(process, "io_read_bytes_per_s"), attr(process, "io_write_bytes_per_s")]
+    totals = [attr(process, "io_read_bytes"), attr(process, "io_write_bytes")]
     if any(r is not None for r in rates):
         return float(sum(r or 0 for r in rates))
     if any(t for t in totals):
@@ -870,7 +880,7 @@ def _stuck_line(facts: Facts, thread: Node) -> str:
     owner = facts.thread_owner.get(thread.id)
     return parts(
         named(thread),
-        f"state={escape_short(thread.get('state'))}",
+        f"state={escape_short(attr(thread, 'state'))}",
         f"proc={show_id(owner)}" if owner else None,
     )
 
@@ -890,7 +900,7 @@ def control(facts: Facts) -> list[Item]:
                 ctr,
                 partial(_container_line, ctr, members),
                 procs=tuple(members),
-                metrics={"throttled": ctr.get("cpu_throttled_pct") or 0},
+                metrics={"throttled": attr(ctr, "cpu_throttled_pct") or 0},
             )
         )
     shared = _shared_affinity(facts)
@@ -906,7 +916,7 @@ def control(facts: Facts) -> list[Item]:
             process,
             partial(_control_process_line, facts, process, shared.get(process.id, ())),
             procs=(process.id,),
-            metrics=_cpu_metrics(process),
+            metrics=partial(_cpu_metrics, process),
         )
 
     def many(group: list[Node]) -> Item:
@@ -927,7 +937,7 @@ def control(facts: Facts) -> list[Item]:
                     t,
                     partial(_control_thread_line, t),
                     procs=item.ids,
-                    metrics=_cpu_metrics(t),
+                    metrics=partial(_cpu_metrics, t),
                     indent=1,
                 )
                 for t in threads
@@ -936,7 +946,7 @@ def control(facts: Facts) -> list[Item]:
 
 
 def _throttle_rank(ctr: Node) -> tuple:
-    return (sort_desc(ctr.get("cpu_throttled_pct")), ctr.id)
+    return (sort_desc(attr(ctr, "cpu_throttled_pct")), ctr.id)
 
 
 def _container_line(ctr: Node, members: list[str]) -> str:
@@ -951,14 +961,14 @@ def _container_line(ctr: Node, members: list[str]) -> str:
 
 
 def _contended(node: Node) -> bool:
-    return node.get("run_delay_pct") is not None or node.get("invol_switches_per_s") is not None
+    return attr(node, "run_delay_pct") is not None or attr(node, "invol_switches_per_s") is not None
 
 
 def _contention_rank(node: Node) -> tuple:
     return (
-        sort_desc(node.get("run_delay_pct")),
-        sort_desc(node.get("invol_switches_per_s")),
-        -(node.get("invol_ctxt_switches") or 0),
+        sort_desc(attr(node, "run_delay_pct")),
+        sort_desc(attr(node, "invol_switches_per_s")),
+        -(attr(node, "invol_ctxt_switches") or 0),
         node.id,
     )
 
@@ -967,7 +977,7 @@ def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
     """Processes whose restricted CPU set (not all CPUs) is the same as another process's."""
     by_set: dict[tuple[str, str], list[str]] = {}
     for process in facts.graph.of_kind("process"):
-        allowed = process.get("cpus_allowed")
+        allowed = attr(process, "cpus_allowed")
         size = cpulist_size(allowed)
         if not allowed or size is None:
             continue
@@ -988,7 +998,7 @@ def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
 def _widest_affinity(facts: Facts) -> int:
     cached = facts.__dict__.get("_widest")
     if cached is None:
-        sizes = [cpulist_size(p.get("cpus_allowed")) or 0 for p in facts.graph.of_kind("process")]
+        sizes = [cpulist_size(attr(p, "cpus_allowed")) or 0 for p in facts.graph.of_kind("process")]
         cached = facts.__dict__["_widest"] = max(sizes, default=0)
     return cached
 
@@ -1025,24 +1035,26 @@ def data(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = flow_items(facts, lambda t: t not in NETWORK_TRANSPORTS)
     objects = [n for kind in IPC_KINDS for n in graph.of_kind(kind)]
-    objects += [s for s in graph.of_kind("socket") if (s.get("proto") or "") == "unix"]
-    objects.sort(key=lambda n: (-(n.get("size_bytes") or 0), n.kind, n.id))
+    objects += [s for s in graph.of_kind("socket") if (attr(s, "proto") or "") == "unix"]
+    objects.sort(key=lambda n: (-(attr(n, "size_bytes") or 0), n.kind, n.id))
 
     def key(obj: Node) -> tuple:
-        return (obj.kind, obj.get("shm_type"), tuple(facts.holders(obj.id)))
+        return (obj.kind, attr(obj, "shm_type"), tuple(facts.holders(obj.id)))
 
     def one(obj: Node) -> Item:
         return node_item(
             obj,
             partial(_ipc_line, facts, obj),
             procs=tuple(facts.holders(obj.id)),
-            metrics={"size": obj.get("size_bytes")} if obj.get("size_bytes") is not None else {},
+            metrics={"size": attr(obj, "size_bytes")}
+            if attr(obj, "size_bytes") is not None
+            else {},
             edges=graph.in_edges(obj.id, "holds"),
         )
 
     def many(group: list[Node]) -> Item:
         holders = facts.holders(group[0].id)
-        sizes = [n.get("size_bytes") for n in group if n.get("size_bytes") is not None]
+        sizes = [attr(n, "size_bytes") for n in group if attr(n, "size_bytes") is not None]
         detail = parts(
             _spread("size", sizes),
             f"proc={id_ranges(holders, 3)}" if holders else "no holder",

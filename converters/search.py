@@ -7,6 +7,7 @@ from functools import partial
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Node
 
+from .facts import attr
 from .index import index_for
 from .items import Item, node_item
 from .layers import named, parts
@@ -21,16 +22,16 @@ MAX_LIMIT = 200
 def _haystacks(graph: Graph) -> list[tuple[Node, str]]:
     """Lower-cased searchable text per node, built once per graph."""
     index = index_for(graph)
-    cached = getattr(index, "search_haystacks", None)
+    cached = index.search_haystacks
     if cached is None:
         cached = []
         for node in graph.nodes.values():
             text = [node.id]
-            for attr in SEARCHED:
-                value = node.get(attr)
+            for name in SEARCHED:
+                value = attr(node, name)
                 if isinstance(value, str):
                     text.append(value[:4096])
-            port = node.get("local_port")
+            port = attr(node, "local_port")
             if port is not None:
                 text.append(f":{port}")
             cached.append((node, "\n".join(text).lower()))
@@ -40,7 +41,7 @@ def _haystacks(graph: Graph) -> list[tuple[Node, str]]:
 
 def _rank(node: Node, query: str, haystack: str) -> int | None:
     node_id = node.id.lower()
-    name = str(node.get("name") or "").lower()
+    name = str(attr(node, "name") or "").lower()
     if node_id == query:
         return 0
     if node_id.endswith(query) or node_id.startswith(query):
@@ -106,9 +107,9 @@ def _item(node: Node) -> Item:
 
 
 def _line(node: Node) -> str:
-    cmdline = node.get("cmdline")
+    cmdline = attr(node, "cmdline")
     return parts(
         named(node),
         escape(node.kind, 24),
-        f"cmd={quote(cmdline, 60)}" if cmdline and cmdline != node.get("name") else None,
+        f"cmd={quote(cmdline, 60)}" if cmdline and cmdline != attr(node, "name") else None,
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from wp_mcp.graph.graph import Graph
 
+from .facts import attr
 from .formats import dumps
 from .index import ViewIndex, index_for
 from .items import Item
@@ -50,7 +51,7 @@ def render_summary(graph: Graph, fmt: str, budget: int, snapshot_id: str | None)
 def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str, Any]:
     meta = graph.meta
     hosts = list(meta.hosts) or [
-        escape(h.get("hostname") or h.id, 40) for h in graph.of_kind("host")
+        escape(attr(h, "hostname") or h.id, 40) for h in graph.of_kind("host")
     ]
     kinds = sorted(graph.kinds().items(), key=lambda kv: -kv[1])
     coverage: dict[str, list[str]] = {}

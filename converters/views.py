@@ -6,7 +6,7 @@ from functools import partial
 
 from wp_mcp.graph.model import Node
 
-from .facts import Facts
+from .facts import Facts, attr
 from .items import Item, aggregate, group_item, node_item
 from .layers import ACCELERATORS, escape_short, flow_items, kv, named, parts
 from .text import fmt_bytes, id_ranges, name_pattern, quote, show_id
@@ -17,10 +17,10 @@ CMDLINE_LIMIT = 80
 def topology(facts: Facts) -> list[Item]:
     graph = facts.graph
     items: list[Item] = []
-    for numa in sorted(graph.of_kind("numa_node"), key=lambda n: (n.get("numa_id") or 0, n.id)):
+    for numa in sorted(graph.of_kind("numa_node"), key=lambda n: (attr(n, "numa_id") or 0, n.id)):
         items.append(node_item(numa, partial(_numa_line, numa)))
     for kind in ACCELERATORS:
-        for device in sorted(graph.of_kind(kind), key=lambda d: (d.get("index") or 0, d.id)):
+        for device in sorted(graph.of_kind(kind), key=lambda d: (attr(d, "index") or 0, d.id)):
             items.append(
                 node_item(
                     device,
@@ -35,7 +35,7 @@ def topology(facts: Facts) -> list[Item]:
     processes = graph.of_kind("process")
     roots = sorted(
         (p for p in processes if facts.parent_of(p.id) not in graph.nodes),
-        key=lambda p: (p.get("pid") or 0, p.id),
+        key=lambda p: (attr(p, "pid") or 0, p.id),
     )
     for root in roots:
         items += _subtree(facts, [root], 0)
@@ -49,7 +49,7 @@ def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
     def key(process: Node) -> tuple | None:
         if facts.children_of(process.id) or facts.devices_of(process.id):
             return None
-        return (name_pattern(process.get("name") or ""), facts.container_of(process.id))
+        return (name_pattern(attr(process, "name") or ""), facts.container_of(process.id))
 
     def one(process: Node) -> Item:
         return node_item(
@@ -69,7 +69,7 @@ def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
         items.append(item)
         if item.group is None:
             children = [graph.nodes[c] for c in facts.children_of(item.ids[0]) if c in graph.nodes]
-            children.sort(key=lambda p: (p.get("pid") or 0, p.id))
+            children.sort(key=lambda p: (attr(p, "pid") or 0, p.id))
             items += _subtree(facts, children, depth + 1)
     return items
 
@@ -77,8 +77,8 @@ def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
 def _numa_line(numa: Node) -> str:
     return parts(
         show_id(numa.id),
-        kv("cpus", numa.get("cpulist"), escape_short),
-        kv("mem", numa.get("mem_total_bytes"), fmt_bytes),
+        kv("cpus", attr(numa, "cpulist"), escape_short),
+        kv("mem", attr(numa, "mem_total_bytes"), fmt_bytes),
     )
 
 
@@ -88,7 +88,7 @@ def _device_line(facts: Facts, device: Node) -> str:
     return parts(
         named(device),
         f"numa={numa}" if numa is not None else "numa=?",
-        kv("pci", device.get("pci_bus_id"), escape_short),
+        kv("pci", attr(device, "pci_bus_id"), escape_short),
         f"users={id_ranges(users, 3)}" if users else None,
     )
 
@@ -96,7 +96,7 @@ def _device_line(facts: Facts, device: Node) -> str:
 def _container_line(ctr: Node, members: list[str]) -> str:
     return parts(
         named(ctr),
-        kv("runtime", ctr.get("runtime"), escape_short),
+        kv("runtime", attr(ctr, "runtime"), escape_short),
         f"procs={id_ranges(members, 3)}" if members else None,
     )
 
@@ -104,8 +104,8 @@ def _container_line(ctr: Node, members: list[str]) -> str:
 def _process_line(facts: Facts, process: Node) -> str:
     devices = facts.devices_of(process.id)
     container = facts.container_of(process.id)
-    cmdline = process.get("cmdline")
-    name = process.get("name")
+    cmdline = attr(process, "cmdline")
+    name = attr(process, "name")
     # The cmdline is left out when it only repeats the name.
     show_cmd = cmdline and cmdline.strip() != name
     return parts(
@@ -129,7 +129,7 @@ def flows(facts: Facts) -> list[Item]:
         shape = (
             name_pattern(facts.name_of(edge.src) or ""),
             name_pattern(facts.name_of(edge.dst) or ""),
-            edge.get("transport"),
+            attr(edge, "transport"),
         )
         shapes.setdefault(shape, []).append(item)
     folded: list[Item] = []

@@ -21,6 +21,7 @@ from .errors import UserError
 # Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = [
     "wp_mcp.server.cli_graph",
+    "wp_mcp.server.cli_show",
     "wp_mcp.server.cli_collect",
     "wp_mcp.server.cli_serve",
     "wp_mcp.server.cli_skills",

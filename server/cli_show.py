@@ -1,0 +1,87 @@
+"""`wp-mcp show`: one page of a view of a graph file or a stored snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
+from wp_mcp.graph.formats import load_any
+from wp_mcp.graph.graph import Graph
+
+from .errors import UserError
+
+FORMATS = ("txt", "json", "mermaid", "dot")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "show",
+        help="print one page of a view (summary, a layer, topology, flows, entity) of a graph",
+        description="Print one page of a view of a graph file (imported on the fly) or of a "
+        "stored snapshot. Every page fits --max-tokens; its last line gives the cursor for "
+        "the next one.",
+    )
+    p.add_argument("source", metavar="FILE|ID", help="graph file, or snapshot id/prefix/'latest'")
+    p.add_argument("--view", default="summary", choices=VIEWS, help="view (default: summary)")
+    p.add_argument("--format", dest="fmt", default="txt", choices=FORMATS, help="output format")
+    p.add_argument("--cursor", help="cursor from the previous page's last line")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help=f"token budget per page (default {DEFAULT_MAX_TOKENS}, at most {HARD_MAX_TOKENS})",
+    )
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="narrow the view: kind=thread, pid=1234, name='python*', min_cpu=50 (repeatable)",
+    )
+    p.add_argument("--entity", help="node id for --view entity (e.g. proc:1234)")
+    p.add_argument("--depth", type=int, default=1, choices=(1, 2), help="entity view depth")
+    p.add_argument("--search", metavar="QUERY", help="find entities instead of showing a view")
+    p.set_defaults(handler=cmd_show)
+
+
+def parse_filters(pairs: list[str]) -> dict[str, str]:
+    filters: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--filter wants KEY=VALUE (e.g. kind=thread), got {pair!r}")
+        filters[key.strip()] = value.strip()
+    return filters
+
+
+def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]:
+    """A graph file is imported on the fly; anything else is a snapshot id in the store."""
+    if Path(source).is_file():
+        return load_any(source), None
+    from wp_mcp.graph.store import Store
+
+    store = Store(store_path)
+    snapshot_id = store.resolve(source)
+    return store.get(snapshot_id), snapshot_id
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
+    if args.search is not None:
+        page = search(graph, args.search, max_tokens=args.max_tokens)
+    else:
+        page = render_view(
+            graph,
+            args.view,
+            fmt=args.fmt,
+            cursor=args.cursor,
+            max_tokens=args.max_tokens,
+            filters=parse_filters(args.filter),
+            entity=args.entity,
+            depth=args.depth,
+            snapshot_id=snapshot_id,
+        )
+    sys.stdout.write(page.text + "\n")
+    return 0
