@@ -23,6 +23,7 @@ ACCELERATOR_KINDS = ("gpu", "npu")
 GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
 
 _DATALOADER_NAME = re.compile(r"pt_data_worker|dataloader|data_worker|loader", re.I)
+_IPC = {"pipe", "unix", "shm"}
 _FRONT_END_HINT = re.compile(r"\b(serve|api_server|server|gateway|frontend)\b", re.I)
 
 
@@ -359,21 +360,36 @@ class Analysis:
     def dataloaders(self) -> dict[str, list[str]]:
         """trainer → its data-loading worker processes."""
         out: dict[str, list[str]] = {}
-        for trainer in self.ranks or {p.id for p in self.graph.of_kind("process")}:
-            workers = [c for c in self.children(trainer) if self._is_loader(trainer, c)]
+        for trainer in sorted(self.ranks) or [p.id for p in self.graph.of_kind("process")]:
+            ancestors = self._ancestors(trainer)
+            # children (torch DataLoader workers) and processes feeding it over local IPC
+            candidates = set(self.children(trainer))
+            if trainer in self.ranks:
+                candidates |= {p for p, e in self.talks(trainer) if e.get("transport") in _IPC}
+            workers = sorted(
+                c for c in candidates - self.ranks - ancestors if self._is_loader(trainer, c)
+            )
             if workers:
                 out[trainer] = workers
         return out
 
-    def _is_loader(self, trainer: str, child: str) -> bool:
-        node = self.graph.node(child)
-        if node is None or self.devices_of(child):
+    def _ancestors(self, proc_id: str) -> set[str]:
+        found: set[str] = set()
+        current = self.parent(proc_id)
+        while current is not None and current not in found:
+            found.add(current)
+            current = self.parent(current)
+        return found
+
+    def _is_loader(self, trainer: str, candidate: str) -> bool:
+        node = self.graph.node(candidate)
+        if node is None or self.devices_of(candidate):
             return False
         if _DATALOADER_NAME.search(f"{node.get('name', '')} {node.get('cmdline', '')}"):
             return True
-        ipc = {"pipe", "unix", "shm"}
         return trainer in self.ranks and any(
-            peer == trainer and edge.get("transport") in ipc for peer, edge in self.talks(child)
+            peer == trainer and edge.get("transport") in _IPC
+            for peer, edge in self.talks(candidate)
         )
 
     @cached_property
@@ -399,8 +415,10 @@ def _program(proc: Node) -> str:
         words = shlex.split(cmdline)
     except ValueError:
         words = cmdline.split()
-    program = [w for w in words[:3] if not w.startswith("-")]
-    return " ".join(program[:2]) or (proc.get("name") or "")
+    # the first words that are neither options nor numbers: "python3 train.py" for every
+    # rank of "python3 train.py --rank 3", "python3 job.py loader" apart from "… job.py rank"
+    program = [w for w in words if not w.startswith("-") and not w.isdigit()][:3]
+    return " ".join(program) or (proc.get("name") or "")
 
 
 def confidence(graph: Graph, base: float = 0.9, *, certain: bool = True) -> tuple[float, list[str]]:

@@ -260,7 +260,7 @@ def device_numa_unknown(ctx: RuleContext) -> list[Finding]:
     "rank device node without a local NIC",
 )
 def nic_far_from_ranks(ctx: RuleContext) -> list[Finding]:
-    nics = [n for n in ctx.graph.of_kind("nic") if (n.get("numa_node") or -1) >= 0]
+    nics = [n for n in ctx.graph.of_kind("nic") if (n.get("numa_node", -1)) >= 0]
     if not nics:
         raise NotEvaluable("no NIC with a known NUMA node in this snapshot")
     if not ctx.analysis.placements:

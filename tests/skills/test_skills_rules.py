@@ -1,0 +1,521 @@
+"""Every rule of the 7-layer engine fires on a graph with its problem and stays quiet on the
+same graph without it; rules whose data cannot exist here say why instead of passing."""
+
+from __future__ import annotations
+
+import pytest
+from wp_mcp.graph import Graph
+from wp_mcp.skills import run_skill
+from wp_mcp.skills.bottleneck_identification import RULES, evaluate
+
+from .builders import (
+    GIB,
+    device,
+    device_ranks,
+    process,
+    tcp_ranks,
+    tcp_socket,
+    thread,
+    two_node_host,
+)
+
+# --------------------------------------------------------------------------- layer 1
+
+
+def steal(pct):
+    return lambda: two_node_host(cpu_steal_pct=pct, virtualized="kvm")
+
+
+def busy(pct):
+    return lambda: two_node_host(cpu_busy_pct=pct)
+
+
+def driver_thread(cpu):
+    def build():
+        graph = two_node_host()
+        device_ranks(graph, {0: (0, {0: 1.0}), 1: (1, {1: 1.0})})
+        thread(graph, 200, 2000, name="python3", cpu_pct=cpu)
+        return graph
+
+    return build
+
+
+def idle_gpu(util):
+    def build():
+        graph = two_node_host()
+        device_ranks(graph, {0: (0, {0: 1.0}), 1: (1, {1: 1.0})})
+        graph.nodes["gpu:0"].util_pct = util
+        graph.nodes["gpu:1"].util_pct = 95.0
+        return graph
+
+    return build
+
+
+def throttled(pct):
+    def build():
+        graph = two_node_host()
+        graph.add("container", "ctr:abc", container_id="abc", cpu_throttled_pct=pct)
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 2
+
+
+def available(gib):
+    return lambda: two_node_host(mem_total_bytes=64 * GIB, mem_available_bytes=int(gib * GIB))
+
+
+def swap(used, faults=0.0):
+    return lambda: two_node_host(
+        swap_total_bytes=8 * GIB, swap_used_bytes=used, major_faults_per_s=faults
+    )
+
+
+def faults(rate):
+    return lambda: two_node_host(major_faults_per_s=rate)
+
+
+def psi(**values):
+    return lambda: two_node_host(psi=values)
+
+
+def node_memory(free_gib, rss_gib):
+    def build():
+        graph = two_node_host()
+        graph.nodes["numa:1"].mem_free_bytes = int(free_gib * GIB)
+        process(graph, 300, name="bigjob", rss_bytes=int(rss_gib * GIB),
+                numa_cpu_share={"1": 1.0}, numa_page_share={"1": 0.9, "0": 0.1})  # fmt: skip
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 3
+
+
+def placement(share_on_device_node):
+    def build():
+        graph = two_node_host()
+        rest = 1 - share_on_device_node
+        device_ranks(graph, {0: (0, {0: share_on_device_node, 1: rest}), 1: (1, {1: 1.0})})
+        return graph
+
+    return build
+
+
+def locality(value):
+    def build():
+        graph = two_node_host()
+        away = 1 - value
+        process(graph, 300, name="server", numa_cpu_share={"0": 1.0},
+                numa_page_share={"0": value, "1": away}, rss_bytes=4 * GIB)  # fmt: skip
+        return graph
+
+    return build
+
+
+def pcie(speed):
+    def build():
+        graph = two_node_host()
+        device(graph, 0, 0, link_speed_gts=speed, link_width=16, link_max_speed_gts=16.0,
+               link_max_width=16, pci_bus_id="0000:17:00.0")  # fmt: skip
+        return graph
+
+    return build
+
+
+def path_class(klass):
+    def build():
+        graph = two_node_host()
+        device_ranks(graph, {0: (0, {0: 1.0}), 1: (1, {1: 1.0})})
+        graph.link("path", "gpu:0", "gpu:1", path_class=klass)
+        return graph
+
+    return build
+
+
+def numa_node_value(value):
+    def build():
+        graph = two_node_host()
+        device(graph, 0, value, cpu_affinity="0-3")
+        return graph
+
+    return build
+
+
+def nic_node(node):
+    def build():
+        graph = two_node_host()
+        device_ranks(graph, {0: (0, {0: 1.0}), 1: (1, {1: 1.0})})
+        graph.add("nic", "nic:eth0", ifname="eth0", numa_node=node)
+        graph.add("nic", "nic:eth1", ifname="eth1", numa_node=0)
+        return graph
+
+    return build
+
+
+def balancing(enabled):
+    def build():
+        graph = two_node_host(numa_balancing=enabled)
+        process(graph, 300, cpus_allowed="4-7")
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 4
+
+
+def retrans(count, between_ranks=True):
+    def build():
+        graph = two_node_host()
+        ranks = tcp_ranks(graph)
+        owner = ranks[0] if between_ranks else process(graph, 400, name="curl")
+        tcp_socket(graph, owner, 9001, local_addr="10.0.0.1", local_port=40000,
+                   remote_addr="10.0.0.2", remote_port=29500, bytes_sent=10_000_000,
+                   retrans_total=count)  # fmt: skip
+        return graph
+
+    return build
+
+
+def rtt(value):
+    def build():
+        graph = two_node_host()
+        tcp_socket(graph, process(graph, 300), 9001, rtt_ms=value, min_rtt_ms=0.2,
+                   remote_addr="10.0.0.2", remote_port=80)  # fmt: skip
+        return graph
+
+    return build
+
+
+def nic_counters(errors, drops):
+    def build():
+        graph = two_node_host()
+        graph.add("nic", "nic:eth0", ifname="eth0", rx_errors=errors, tx_errors=0,
+                  rx_dropped=drops, tx_dropped=0)  # fmt: skip
+        return graph
+
+    return build
+
+
+def overflows(rate):
+    return lambda: two_node_host(tcp_listen_overflows_per_s=rate)
+
+
+def host_retrans(rate):
+    return lambda: two_node_host(tcp_retrans_per_s=rate)
+
+
+def backlog(queued):
+    def build():
+        graph = two_node_host()
+        tcp_socket(graph, process(graph, 300), 9001, tx_queue=queued, remote_addr="10.0.0.2",
+                   remote_port=80)  # fmt: skip
+        return graph
+
+    return build
+
+
+def rdma_port(state):
+    def build():
+        graph = two_node_host()
+        graph.add("rdma_device", "rdma:mlx5_0", ports=[{"port": 1, "state": state}])
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 5
+
+
+def disk(**attrs):
+    def build():
+        graph = two_node_host()
+        graph.add("disk", "disk:nvme0n1", name="nvme0n1", **attrs)
+        return graph
+
+    return build
+
+
+def iowait(pct):
+    return lambda: two_node_host(cpu_iowait_pct=pct)
+
+
+def d_state(state):
+    def build():
+        graph = two_node_host()
+        process(graph, 300)
+        thread(graph, 300, 300, state=state)
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 6
+
+
+def run_delay(delay):
+    def build():
+        graph = two_node_host()
+        tcp_ranks(graph)
+        thread(graph, 200, 200, name="python3", cpu_pct=80.0, run_delay_pct=delay)
+        return graph
+
+    return build
+
+
+def preempted(rate):
+    def build():
+        graph = two_node_host()
+        process(graph, 300)
+        thread(graph, 300, 300, cpu_pct=90.0, invol_switches_per_s=rate)
+        return graph
+
+    return build
+
+
+def load(value):
+    return lambda: two_node_host(load1=value)
+
+
+def hog(allowed):
+    def build():
+        graph = two_node_host()
+        tcp_ranks(graph, cpus_allowed="4-5", cpu_pct=60.0)
+        process(graph, 500, name="stress", cpu_pct=99.0, cpus_allowed=allowed)
+        return graph
+
+    return build
+
+
+def imbalance(slow_cpu):
+    def build():
+        graph = two_node_host()
+        ranks = tcp_ranks(graph)
+        graph.nodes[ranks[0]].cpu_pct = 90.0
+        graph.nodes[ranks[1]].cpu_pct = slow_cpu
+        return graph
+
+    return build
+
+
+def shared_pins(second):
+    def build():
+        graph = two_node_host()
+        ranks = tcp_ranks(graph)
+        graph.nodes[ranks[0]].cpus_allowed = "0-1"
+        graph.nodes[ranks[1]].cpus_allowed = second
+        return graph
+
+    return build
+
+
+# --------------------------------------------------------------------------- layer 7
+
+
+def loaders(trainer_cpu, worker_cpu, wakeups):
+    def build():
+        graph = two_node_host()
+        ranks = tcp_ranks(graph, count=2)
+        for rank_index, rank in enumerate(ranks):
+            graph.nodes[rank].cpu_pct = trainer_cpu
+            for w in range(2):
+                pid = 300 + 10 * rank_index + w
+                worker = process(graph, pid, parent=200 + rank_index, name="pt_data_worker",
+                                 cpu_pct=worker_cpu, vol_switches_per_s=wakeups)  # fmt: skip
+                graph.link("talks_to", worker, rank, transport="pipe", bytes=1 << 20)
+        return graph
+
+    return build
+
+
+def front_end(cpu):
+    def build():
+        graph = two_node_host()
+        process(graph, 90, name="vllm", cmdline="vllm serve model")
+        process(graph, 100, parent=90, name="engine", cmdline="python3 engine.py")
+        for i in range(2):
+            rank = process(graph, 200 + i, parent=100, cmdline="python3 worker.py")
+            graph.link("uses_device", rank, device(graph, i, i))
+        thread(graph, 90, 90, name="vllm", cpu_pct=cpu)
+        return graph
+
+    return build
+
+
+def oversubscribed(workers_per_rank):
+    def build():
+        graph = two_node_host()
+        tcp_ranks(graph, count=2)
+        for rank_index in range(2):
+            for w in range(workers_per_rank):
+                process(graph, 300 + 100 * rank_index + w, parent=200 + rank_index,
+                        name="pt_data_worker")  # fmt: skip
+        return graph
+
+    return build
+
+
+def loader_node(worker_node):
+    def build():
+        graph = two_node_host()
+        tcp_ranks(graph, count=2, numa_cpu_share={"0": 1.0})
+        process(graph, 300, parent=200, name="pt_data_worker",
+                numa_cpu_share={str(worker_node): 1.0})  # fmt: skip
+        return graph
+
+    return build
+
+
+# rule id → (graph where it must fire, graph where it must not)
+CASES = {
+    "L1.cpu-saturation": (busy(97.0), busy(60.0)),
+    "L1.cpu-steal": (steal(12.0), steal(0.5)),
+    "L1.driver-thread-saturated": (driver_thread(99.5), driver_thread(40.0)),
+    "L1.accelerator-idle": (idle_gpu(5.0), idle_gpu(85.0)),
+    "L1.container-throttled": (throttled(25.0), throttled(0.0)),
+    "L2.mem-available-low": (available(2.0), available(40.0)),
+    "L2.swapping": (swap(GIB, faults=50.0), swap(0)),
+    "L2.major-faults": (faults(500.0), faults(2.0)),
+    "L2.psi-memory": (psi(memory_some_avg10=30.0), psi(memory_some_avg10=0.5)),
+    "L2.numa-node-exhausted": (node_memory(1.0, 20.0), node_memory(16.0, 20.0)),
+    "L3.device-numa-mismatch": (placement(0.1), placement(0.95)),
+    "L3.remote-memory": (locality(0.1), locality(0.95)),
+    "L3.pcie-downtrained": (pcie(2.5), pcie(16.0)),
+    "L3.cross-socket-path": (path_class("SYS"), path_class("PIX")),
+    "L3.device-numa-unknown": (numa_node_value(-1), numa_node_value(0)),
+    "L3.nic-far-from-ranks": (nic_node(0), nic_node(1)),
+    "L3.numa-balancing-with-binding": (balancing(True), balancing(False)),
+    "L4.flow-retransmits": (retrans(400), retrans(0)),
+    "L4.rtt-inflation": (rtt(25.0), rtt(0.3)),
+    "L4.nic-errors": (nic_counters(12, 0), nic_counters(0, 0)),
+    "L4.listen-overflows": (overflows(3.0), overflows(0.0)),
+    "L4.host-retransmits": (host_retrans(80.0), host_retrans(0.2)),
+    "L4.send-backlog": (backlog(16 << 20), backlog(0)),
+    "L4.rdma-port-down": (rdma_port("DOWN"), rdma_port("ACTIVE")),
+    "L5.disk-util": (disk(util_pct=99.0), disk(util_pct=10.0)),
+    "L5.disk-await": (disk(await_ms=150.0), disk(await_ms=0.4)),
+    "L5.iowait": (iowait(35.0), iowait(0.5)),
+    "L5.d-state": (d_state("D"), d_state("S")),
+    "L5.psi-io": (psi(io_some_avg10=40.0), psi(io_some_avg10=0.0)),
+    "L5.disk-queue": (disk(queue_depth=128.0), disk(queue_depth=1.0)),
+    "L6.run-queue-delay": (run_delay(30.0), run_delay(0.5)),
+    "L6.involuntary-switches": (preempted(900.0), preempted(3.0)),
+    "L6.load-over-cpus": (load(20.0), load(1.0)),
+    "L6.psi-cpu": (psi(cpu_some_avg10=50.0), psi(cpu_some_avg10=1.0)),
+    "L6.cpu-hog-on-rank-cpus": (hog("5"), hog("0-1")),
+    "L6.rank-imbalance": (imbalance(20.0), imbalance(85.0)),
+    "L6.ranks-share-cpus": (shared_pins("1-2"), shared_pins("2-3")),
+    "L7.dataloader-saturated": (loaders(20.0, 99.0, 1.0), loaders(95.0, 99.0, 1.0)),
+    "L7.dataloader-stalled": (loaders(10.0, 3.0, 40.0), loaders(10.0, 3.0, 0.5)),
+    "L7.frontend-saturated": (front_end(100.0), front_end(30.0)),
+    "L7.loader-oversubscribed": (oversubscribed(12), oversubscribed(2)),
+    "L7.data-path-cross-numa": (loader_node(1), loader_node(0)),
+}
+# rules whose data no collector in this repo produces: they must say so, never pass
+NEEDS_PMU_OR_TRACE = {
+    "L1.ipc-low": "PMU",
+    "L1.kernel-launch-gaps": "trace",
+    "L2.memory-bandwidth": "PMU",
+    "L3.interconnect-bandwidth": "PMU",
+    "L7.input-wait-trace": "trace",
+}
+
+
+def outcome(graph: Graph, rule_id: str):
+    return next(out for rule, out in evaluate(graph) if rule.id == rule_id)
+
+
+def test_every_rule_has_a_firing_and_a_quiet_case():
+    assert {r.id for r in RULES} == set(CASES) | set(NEEDS_PMU_OR_TRACE)
+
+
+def test_each_layer_has_at_least_four_rules_our_collectors_can_feed():
+    for layer in range(1, 8):
+        assert sum(1 for rule_id in CASES if rule_id.startswith(f"L{layer}.")) >= 4
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_on_its_problem(rule_id):
+    fire, _ = CASES[rule_id]
+    findings = outcome(fire(), rule_id)
+    assert isinstance(findings, list) and findings, f"{rule_id} did not fire: {findings}"
+    for finding in findings:
+        assert finding.rule_id == rule_id and finding.layer == int(rule_id[1])
+        assert finding.priority in ("P0", "P1", "P2")
+        assert finding.evidence and all(ev.ids for ev in finding.evidence)
+        assert finding.action and finding.threshold and finding.threshold_source
+        assert finding.threshold_kind in ("published", "proposed")
+        assert 0 < finding.confidence <= 1
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_is_quiet_without_its_problem(rule_id):
+    _, clean = CASES[rule_id]
+    assert outcome(clean(), rule_id) == []
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_without_its_data_is_not_evaluable_rather_than_clean(rule_id):
+    reason = outcome(Graph(), rule_id)
+    assert isinstance(reason, str) and reason
+
+
+@pytest.mark.parametrize("rule_id", sorted(NEEDS_PMU_OR_TRACE))
+def test_pmu_and_trace_rules_say_what_they_need(rule_id):
+    reason = outcome(two_node_host(), rule_id)
+    assert isinstance(reason, str)
+    assert NEEDS_PMU_OR_TRACE[rule_id] in reason
+
+
+def test_correct_placement_gets_no_cross_numa_finding():
+    graph = placement(1.0)()
+    report = run_skill("bottleneck-identification", graph)
+    assert not [f for f in report.findings if f.layer == 3]
+    topology = run_skill("dataflow-topology-restore", graph)
+    assert topology.findings == []
+
+
+def test_device_from_the_wrong_node_is_p0_and_mildly_off_is_p1():
+    (wrong,) = outcome(placement(0.1)(), "L3.device-numa-mismatch")
+    (mild,) = outcome(placement(0.6)(), "L3.device-numa-mismatch")
+    assert (wrong.priority, mild.priority) == ("P0", "P1")
+    assert wrong.command == "taskset -a -c -p 0-3 200 && migratepages 200 all 0"
+    assert "numactl --cpunodebind=0 --membind=0" in wrong.action
+
+
+def test_firmware_numa_minus_one_lowers_confidence():
+    graph = placement(0.1)()
+    graph.nodes["gpu:0"].numa_node = -1
+    graph.nodes["gpu:0"].cpu_affinity = "0-3"
+    (finding,) = outcome(graph, "L3.device-numa-mismatch")
+    certain = outcome(placement(0.1)(), "L3.device-numa-mismatch")[0]
+    assert finding.confidence < certain.confidence
+    assert finding.evidence[0].values["how"] == "cpu_affinity"
+
+
+def test_vm_and_partial_coverage_lower_confidence():
+    from wp_mcp.graph import CollectorStatus
+
+    bare = outcome(retrans(400)(), "L4.flow-retransmits")[0].confidence
+    graph = retrans(400)()
+    graph.nodes["host"].virtualized = "kvm"
+    graph.meta.collectors.append(CollectorStatus(name="sockets", status="partial", reason="x"))
+    assert outcome(graph, "L4.flow-retransmits")[0].confidence < bare
+
+
+def test_retransmits_between_ranks_are_p0_elsewhere_p1():
+    (ranks,) = outcome(retrans(400)(), "L4.flow-retransmits")
+    (other,) = outcome(retrans(400, between_ranks=False)(), "L4.flow-retransmits")
+    assert (ranks.priority, other.priority) == ("P0", "P1")
+
+
+def test_unpinned_busy_process_near_ranks_is_only_a_hint():
+    (finding,) = outcome(hog("0-7")(), "L6.cpu-hog-on-rank-cpus")
+    assert finding.priority == "P2"
+    (pinned,) = outcome(hog("5")(), "L6.cpu-hog-on-rank-cpus")
+    assert pinned.priority == "P0"
+    assert pinned.command == "taskset -a -c -p 0-3,6-7 500"
