@@ -21,6 +21,14 @@ COLLECTORS: list[str] = [
     "wp_mcp.collectors.sockets:SocketsCollector",
     "wp_mcp.collectors.containers:ContainersCollector",
     "wp_mcp.collectors.ipc:IpcCollector",
+    "wp_mcp.collectors.metrics:MetricsCollector",
+    "wp_mcp.collectors.numa:NumaCollector",
+    "wp_mcp.collectors.gpu:GpuCollector",
+    "wp_mcp.collectors.npu:NpuCollector",
+    "wp_mcp.collectors.nic:NicCollector",
+    "wp_mcp.collectors.rdma:RdmaCollector",
+    "wp_mcp.collectors.disk:DiskCollector",
+    "wp_mcp.collectors.pci:PciCollector",
     "wp_mcp.collectors.ebpf:EbpfCollector",
 ]
 
