@@ -212,7 +212,7 @@ def dump_unix(sock: socket.socket, netns: int | None) -> list[RawSocket]:
                 raw.attrs["path"] = (
                     "@" + name[1:].decode("utf-8", "replace")
                     if name.startswith(b"\0")
-                    else name.decode("utf-8", "replace")
+                    else name.rstrip(b"\0").decode("utf-8", "replace")
                 )
             elif kind == UNIX_DIAG_PEER:
                 raw.peer_inode = struct.unpack_from("=I", value, 0)[0]
@@ -323,6 +323,8 @@ def inet_peers(sockets: list[RawSocket]) -> list[tuple[RawSocket, RawSocket]]:
     by_key = {}
     listening: set[tuple] = set()
     for raw in sockets:
+        if raw.attrs["proto"] == "unix":
+            continue
         key = pair_key(raw.attrs, reverse=False)
         if key is not None:
             by_key[key] = raw
