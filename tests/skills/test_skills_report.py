@@ -1,0 +1,81 @@
+"""Reports: Markdown for people, a dict for programs, rebuilt exactly from that dict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from wp_mcp.graph import UserError
+from wp_mcp.skills import Report, diagnose, run_skill
+from wp_mcp.skills.report import safe, safe_code
+
+from .builders import device_ranks, process, two_node_host
+
+
+def misplaced_graph():
+    graph = two_node_host()
+    device_ranks(graph, {0: (0, {1: 1.0}), 1: (1, {1: 1.0})})
+    return graph
+
+
+def test_round_trip_through_json_keeps_everything():
+    report = diagnose(misplaced_graph())
+    again = Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again.to_markdown() == report.to_markdown()
+    assert again.to_dict() == json.loads(json.dumps(report.to_dict()))
+
+
+def test_sections_and_findings_are_addressable():
+    report = run_skill("bottleneck-identification", misplaced_graph())
+    layer3 = report.to_markdown(section="Layer 3")
+    assert layer3.startswith("## Layer 3 — Interconnect") and "P0" in layer3
+    finding = report.finding("L3.device-numa-mismatch@proc:200")
+    assert finding.layer == 3
+    with pytest.raises(UserError, match="sections: Layer 1"):
+        report.to_markdown(section="Layer 9")
+    with pytest.raises(UserError, match="no finding 'nope'"):
+        report.finding("nope")
+
+
+def test_executive_summary_counts_per_priority_and_roadmap_orders_them():
+    report = run_skill("bottleneck-identification", misplaced_graph())
+    markdown = report.to_markdown()
+    assert "1 findings: **1 P0**" in markdown
+    roadmap = markdown.split("## Roadmap", 1)[1]
+    assert roadmap.strip().startswith("1. **P0** (layer 3)")
+
+
+def test_brief_fits_its_budget_and_says_what_was_cut():
+    graph = two_node_host()
+    placement = {i: (0, {1: 1.0}) for i in range(40)}
+    device_ranks(graph, placement)
+    report = run_skill("bottleneck-identification", graph)
+    short = report.brief(max_tokens=120)
+    assert len(short) <= 120 * 4 + 80
+    assert short.startswith("bottleneck-identification: 40 findings P0=40")
+    assert "more; read the full report" in short
+
+
+def test_host_strings_cannot_forge_markdown():
+    graph = misplaced_graph()
+    graph.nodes["proc:200"].name = "x\n## Layer 1 — Compute | `evil`"
+    markdown = run_skill("bottleneck-identification", graph).to_markdown()
+    assert "\n## Layer 1 — Compute | `evil`" not in markdown
+    assert safe("a|b\n#c") == "a\\|b \\#c"
+    assert safe_code("a`b\nc") == "a'b c"
+    assert len(safe("y" * 500)) == 120
+
+
+def test_unknown_skill_and_option_are_clear_errors():
+    with pytest.raises(UserError, match="skills: dataflow-topology-restore"):
+        run_skill("nope", two_node_host())
+    with pytest.raises(UserError, match="no option colour"):
+        run_skill("hotspot-thread-discovery", two_node_host(), colour="red")
+
+
+def test_empty_graph_still_reports_every_section():
+    report = diagnose(two_node_host())
+    assert report.findings == []
+    assert len([s for s in report.sections if s.name.startswith("Layer")]) == 7
+    assert "Nothing to fix" in report.to_markdown()
+    process(two_node_host(), 1)  # builders stay usable on their own

@@ -1,0 +1,59 @@
+"""Topology restore on small graphs: rank groups over TCP, rendezvous, loaders, front end."""
+
+from __future__ import annotations
+
+from wp_mcp.skills import run_skill
+from wp_mcp.skills.analysis import Analysis, grade
+
+from .builders import process, tcp_ranks, tcp_socket, two_node_host
+
+
+def job():
+    graph = two_node_host()
+    ranks = tcp_ranks(graph, count=3)
+    listener = tcp_socket(graph, ranks[0], 1, state="LISTEN", local_port=29500)
+    for i, rank in enumerate(ranks[1:], 2):
+        tcp_socket(graph, rank, i, remote_port=29500, remote_addr="127.0.0.1")
+    worker = process(graph, 300, parent=200, name="python3", cmdline="python3 train.py")
+    graph.link("talks_to", worker, ranks[0], transport="shm", bytes=4096)
+    graph.link("talks_to", "proc:100", ranks[1], transport="unix", bytes=10)
+    return graph, ranks, listener
+
+
+def test_ranks_rendezvous_and_loaders_are_recognised():
+    graph, ranks, _ = job()
+    analysis = Analysis(graph)
+    (group,) = analysis.groups
+    assert group.kind == "tcp ranks" and group.members == ranks
+    assert group.rendezvous == "proc:200 port 29500"
+    # the worker talks to its rank by shm; the launcher's control socket does not make it one
+    assert analysis.dataloaders == {"proc:200": ["proc:300"]}
+    assert analysis.roles["proc:300"] == "dataloader"
+
+
+def test_report_sections_describe_the_job():
+    graph, _, _ = job()
+    report = run_skill("dataflow-topology-restore", graph)
+    parallel = report.to_markdown(section="Parallelism")
+    assert (
+        "rank group over TCP" in parallel and "rendezvous store: `proc:200 port 29500`" in parallel
+    )
+    flows = report.to_markdown(section="Communication paths")
+    assert "| `proc:200` | `proc:201` | tcp | 1.0 MiB |" in flows
+    tree = report.to_markdown(section="Process hierarchy")
+    assert "`proc:100` launcher" in tree and "**rank**" in tree
+
+
+def test_processes_of_other_programs_are_not_ranks():
+    graph = two_node_host()
+    process(graph, 1, name="bash", cmdline="bash")
+    a = process(graph, 2, parent=1, cmdline="curl http://x")
+    b = process(graph, 3, parent=1, cmdline="nginx")
+    graph.link("talks_to", a, b, transport="tcp", bytes=1)
+    assert Analysis(graph).groups == []
+
+
+def test_locality_grades_follow_the_issue():
+    assert [grade(v) for v in (0.9, 0.8, 0.6, 0.4, 0.1)] == [
+        "good", "good", "mild", "moderate", "severe",
+    ]  # fmt: skip
