@@ -1,0 +1,64 @@
+"""As an unprivileged user the windowed and device collectors still produce their nodes, and
+say which processes they could not read (root test: it drops privileges in a forked child)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from wp_mcp.collectors.base import Context
+from wp_mcp.collectors.disk import DiskCollector
+from wp_mcp.collectors.metrics import MetricsCollector
+from wp_mcp.collectors.nic import NicCollector
+from wp_mcp.collectors.numa import NumaCollector
+from wp_mcp.collectors.pci import PciCollector
+from wp_mcp.graph import Graph
+
+NOBODY = 65534
+COLLECTORS = (MetricsCollector, NumaCollector, NicCollector, DiskCollector, PciCollector)
+
+
+def run_as_nobody() -> dict:
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: drop privileges, collect, report as JSON, exit
+        os.close(read_end)
+        report = {}
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            ctx = Context(window_s=0.2)
+            for cls in COLLECTORS:
+                graph = Graph()
+                outcome = cls().collect(graph, ctx)
+                report[cls.name] = {"status": outcome.status, "reason": outcome.reason,
+                                    "kinds": graph.kinds()}  # fmt: skip
+        except BaseException as exc:  # reported to the parent, never raised in a fork
+            report["error"] = repr(exc)
+        os.write(write_end, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(child, 0)
+    return json.loads(b"".join(chunks))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
+def test_collectors_degrade_to_partial_with_a_reason():
+    report = run_as_nobody()
+    assert "error" not in report, report.get("error")
+    assert report["metrics"]["status"] == "partial"
+    assert "I/O counters unreadable" in report["metrics"]["reason"]
+    assert report["metrics"]["kinds"]["thread"] > 0 and report["metrics"]["kinds"]["host"] == 1
+    assert (
+        report["numa"]["status"] == "partial" and "numa_maps unreadable" in report["numa"]["reason"]
+    )
+    assert report["numa"]["kinds"]["numa_node"] >= 1
+    assert report["nic"]["status"] == "ok" and report["nic"]["kinds"]["nic"] >= 1
+    assert report["disk"]["status"] == "ok"
+    assert report["pci"]["status"] == "ok"
