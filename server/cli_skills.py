@@ -8,14 +8,13 @@ skill on it, store snapshot and report, print the report. Reports always land in
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import orjson
 from wp_mcp.collectors import Context
 from wp_mcp.graph import Graph, UserError, formats
-from wp_mcp.skills import SKILL_NAMES, Report, bundle_dir, diagnose, install_bundles, run_skill
+from wp_mcp.skills import SKILL_NAMES, Report, diagnose, install_bundles, run_skill, skill_meta
 
 from .cli_collect import MAX_DURATION_S
 from .cli_collect import _run as collect_live
@@ -115,8 +114,7 @@ def cmd_skill_run(args: argparse.Namespace) -> int:
 
 def cmd_skills_list(args: argparse.Namespace) -> int:
     for name in SKILL_NAMES:
-        meta = front_matter((bundle_dir(name) / "SKILL.md").read_text(encoding="utf-8"))
-        print(f"{name}\n  {meta.get('description', '')}\n")
+        print(f"{name}\n  {skill_meta(name).get('description', '')}\n")
     return 0
 
 
@@ -131,19 +129,6 @@ def cmd_skills_install(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def front_matter(text: str) -> dict[str, str]:
-    """The ``key: value`` lines between the leading ``---`` fences of a SKILL.md."""
-    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
-    if not match:
-        return {}
-    out = {}
-    for line in match.group(1).splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip().strip('"')
-    return out
 
 
 def _layers(text: str) -> list[int]:

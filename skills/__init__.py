@@ -7,6 +7,7 @@ three into one report, ``install_bundles`` copies the bundles where an assistant
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -98,6 +99,24 @@ def bundle_dir(name: str) -> Path:
     return _ROOT / name.replace("-", "_")
 
 
+def front_matter(text: str) -> dict[str, str]:
+    """The ``key: value`` lines between the leading ``---`` fences of a SKILL.md."""
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    if not match:
+        return {}
+    out = {}
+    for line in match.group(1).splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip().strip("\"'")
+    return out
+
+
+def skill_meta(name: str) -> dict[str, str]:
+    """A skill's SKILL.md front matter (``name``, ``description``)."""
+    return front_matter((bundle_dir(name) / "SKILL.md").read_text(encoding="utf-8"))
+
+
 def install_bundles(dest: Path) -> list[Path]:
     """Copy every bundle to ``dest/<skill-name>/`` (SKILL.md + references/); returns the folders."""
     dest = Path(dest).expanduser()
@@ -121,6 +140,8 @@ __all__ = [
     "Section",
     "bundle_dir",
     "diagnose",
+    "front_matter",
     "install_bundles",
     "run_skill",
+    "skill_meta",
 ]
