@@ -162,7 +162,7 @@ async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> Non
         ("wp_summary", {"snapshot": "zzzz-none"}, "wp_snapshots"),
         ("wp_layer", {"view": "compute", "cursor": "bogus"}, "cursor"),
         ("wp_report", {"report": "zzzz-none"}, "report"),
-        ("wp_entity", {"id": "proc:999999999"}, "wp_search"),
+        ("wp_entity", {"id": "proc:999999999"}, "search"),
         ("wp_run_skill", {"skill": "astrology"}, "bottleneck-identification"),
         (
             "wp_skill_docs",
