@@ -28,8 +28,47 @@ class Graph:
         self.nodes: dict[str, Node] = {}
         self._by_kind: dict[str, dict[str, Node]] = defaultdict(dict)
         self._edges: dict[tuple, Edge] = {}
+        # adjacency is built on first use: loading a big file need not pay for it up front
+        self._adjacency_ready = True
         self._out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         self._in: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+
+    @classmethod
+    def from_validated(
+        cls, meta: Meta, nodes: list[Node], edges: list[Edge]
+    ) -> tuple[Graph, int | None, int | None]:
+        """Bulk-build from validated models; returns (graph, duplicate node position, dangling
+        edge position) so the reader can report the first problem with its position."""
+        graph = cls(meta)
+        by_id = graph.nodes
+        for position, node in enumerate(nodes):
+            if node.id in by_id:
+                return graph, position, None
+            _ensure_ids_set(node)
+            by_id[node.id] = node
+            graph._by_kind[node.kind][node.id] = node
+        table = graph._edges
+        for position, edge in enumerate(edges):
+            if edge.src not in by_id or edge.dst not in by_id:
+                return graph, None, position
+            _ensure_ids_set(edge)
+            ident = (edge.src, edge.kind, edge.dst, edge.key)
+            existing = table.get(ident)
+            if existing is None:
+                table[ident] = edge
+            else:
+                _merge_attrs(existing, edge)
+        graph._adjacency_ready = False
+        return graph, None, None
+
+    def _adjacency(self) -> None:
+        if self._adjacency_ready:
+            return
+        out, into = self._out, self._in
+        for edge in self._edges.values():
+            out[edge.src][edge.kind].append(edge)
+            into[edge.dst][edge.kind].append(edge)
+        self._adjacency_ready = True
 
     # ------------------------------------------------------------------ building
 
@@ -39,6 +78,7 @@ class Graph:
             node = NODE_ADAPTER.validate_python(node)
         existing = self.nodes.get(node.id)
         if existing is None:
+            _ensure_ids_set(node)
             self.nodes[node.id] = node
             self._by_kind[node.kind][node.id] = node
             return node
@@ -64,11 +104,13 @@ class Graph:
             for end in (edge.src, edge.dst):
                 if end not in self.nodes:
                     raise GraphError(f"edge {edge.kind} {edge.src} -> {edge.dst}: no node {end!r}")
+        self._adjacency()
         ident = edge.ident
         existing = self._edges.get(ident)
         if existing is not None:
             _merge_attrs(existing, edge)
             return existing
+        _ensure_ids_set(edge)
         self._edges[ident] = edge
         self._out[edge.src][edge.kind].append(edge)
         self._in[edge.dst][edge.kind].append(edge)
@@ -85,6 +127,7 @@ class Graph:
         node = self.nodes.pop(node_id, None)
         if node is None:
             return
+        self._adjacency()
         self._by_kind[node.kind].pop(node_id, None)
         doomed = [e for lists in self._out.pop(node_id, {}).values() for e in lists]
         doomed += [e for lists in self._in.pop(node_id, {}).values() for e in lists]
@@ -145,6 +188,7 @@ class Graph:
         return dict(counts)
 
     def out_edges(self, node_id: str, kind: str | None = None) -> list[Edge]:
+        self._adjacency()
         by_kind = self._out.get(node_id)
         if not by_kind:
             return []
@@ -153,6 +197,7 @@ class Graph:
         return [e for lists in by_kind.values() for e in lists]
 
     def in_edges(self, node_id: str, kind: str | None = None) -> list[Edge]:
+        self._adjacency()
         by_kind = self._in.get(node_id)
         if not by_kind:
             return []
@@ -208,6 +253,15 @@ class Graph:
         if kinds is None:
             return iter(self.nodes.values())
         return (n for k in kinds for n in self._by_kind.get(k, {}).values())
+
+
+def _ensure_ids_set(element: Node | Edge) -> None:
+    """Identity fields always count as set, so ``exclude_unset`` dumps always write them
+    (a model built directly, e.g. ``ProcessNode(id=…, pid=…)``, leaves ``kind`` unset)."""
+    fields_set = element.__pydantic_fields_set__
+    for key in element.ID_KEYS:
+        if key not in fields_set:
+            fields_set.add(key)
 
 
 def _merge_attrs(target: Node | Edge, incoming: Node | Edge) -> None:

@@ -41,7 +41,16 @@ def to_dict(graph: Graph) -> dict[str, Any]:
 
 
 def dumps(graph: Graph) -> bytes:
-    return orjson.dumps(to_dict(graph), option=_DUMP_OPTIONS)
+    """Serialise in one pass per list (pydantic's Rust serialiser), spliced into the object."""
+    meta = graph.meta.model_dump(exclude_none=True)
+    meta["format"] = FORMAT_NAME
+    meta["version"] = FORMAT_VERSION
+    head = orjson.dumps(
+        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": meta}, option=_DUMP_OPTIONS
+    )
+    nodes = NODES_ADAPTER.dump_json(list(graph.nodes.values()), exclude_unset=True)
+    edges = EDGES_ADAPTER.dump_json(list(graph.edges()), exclude_unset=True)
+    return b"".join((head[:-1], b',"nodes":', nodes, b',"edges":', edges, b"}"))
 
 
 def dump(graph: Graph, path: str | Path) -> Path:
@@ -108,19 +117,17 @@ def from_dict(doc: Any, origin: str = "<graph>") -> Graph:
 
 def build(meta: Meta, nodes: list, edges: list, origin: str) -> Graph:
     """Assemble a graph from validated parts, rejecting duplicates and dangling edges."""
-    graph = Graph(meta)
-    for position, node in enumerate(nodes):
-        if node.id in graph.nodes:
-            raise FormatError(f"{origin}: nodes[{position}]: duplicate node id {node.id!r}")
-        graph.add_node(node)
-    for position, edge in enumerate(edges):
-        for end_name in ("src", "dst"):
-            end = getattr(edge, end_name)
-            if end not in graph.nodes:
-                raise FormatError(
-                    f"{origin}: edges[{position}] ({edge.kind}): {end_name} {end!r} is not a node"
-                )
-        graph.add_edge(edge, strict=False)
+    graph, duplicate, dangling = Graph.from_validated(meta, nodes, edges)
+    if duplicate is not None:
+        raise FormatError(
+            f"{origin}: nodes[{duplicate}]: duplicate node id {nodes[duplicate].id!r}"
+        )
+    if dangling is not None:
+        edge = edges[dangling]
+        end_name, end = ("src", edge.src) if edge.src not in graph.nodes else ("dst", edge.dst)
+        raise FormatError(
+            f"{origin}: edges[{dangling}] ({edge.kind}): {end_name} {end!r} is not a node"
+        )
     return graph
 
 

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from . import ids
 from .cpulist import parse_cpulist
 from .errors import FormatError
 from .graph import Graph
-from .model import Edge, Meta, Node
+from .model import EDGE_CLASSES, EDGES_ADAPTER, NODE_CLASSES, NODES_ADAPTER, Edge, Meta, Node
 from .rawio import read_json_file
 
 DERIVED_MARK = "witty"
@@ -178,16 +179,23 @@ def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
 
 
 class _Importer:
+    """Builds plain attribute dicts first, derives on them, then validates everything in bulk
+    (one pydantic call per list is several times faster than one per element)."""
+
     def __init__(self, origin: str) -> None:
         self.origin = origin
-        self.graph = Graph(Meta(collectors=[], capabilities={}))
+        self.nodes: dict[str, dict[str, Any]] = {}  # our id -> attributes (with id and kind)
+        self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
+        self.edges: list[dict[str, Any]] = []
+        self.edge_where: list[str] = []
+        self.edge_idents: set[tuple] = set()
         self.node_ids: dict[tuple, str] = {}  # identity key -> our id
         self.raw: dict[str, dict] = {}  # our id -> the entity as first read (to spot stale copies)
 
-    # ------------------------------------------------------------------ entities
-
     def fail(self, where: str, message: str) -> FormatError:
         return FormatError(f"{self.origin}: {where}: {message}")
+
+    # ------------------------------------------------------------------ entities
 
     def entity(self, data: Any, where: str) -> str:
         """Add (or find) the node for one witty entity and return its id."""
@@ -206,39 +214,32 @@ class _Importer:
         kind = spec.kind if spec else GENERIC_ENTITY_KIND
         if spec and spec.kind == "npu" and data.get("device_type") == "gpu":
             kind = "gpu"
-            node_id = ids.gpu(attrs["index"])
-        try:
-            self.graph.add_node({"id": node_id, "kind": kind, **attrs})
-        except Exception as exc:  # pydantic ValidationError: a field of the wrong type
-            raise self.fail(where, _short_validation(exc)) from None
+            node_id = ids.gpu(attrs.get("index"))
+        self.nodes[node_id] = {"id": node_id, "kind": kind, **attrs}
+        self.where[node_id] = where
         self.node_ids[key] = node_id
         self.raw[node_id] = data
         return node_id
 
     def identity(self, entity_type: str, data: dict, where: str) -> tuple:
-        fields = {
-            "ProcessEntity": ("pid", "ppid"),
-            "ThreadEntity": ("tid",),
-            "SocketEntity": ("socket_addr", "socket_port", "socket_type"),
-            "NPUEntity": ("id", "cpu_affinity"),
-            "NumaEntity": ("numa_id",),
-            "NumaSetEntity": ("numa_id_str",),
-            "ContainerEntity": ("container_id",),
-        }.get(entity_type)
+        fields = _IDENTITY_FIELDS.get(entity_type)
         if fields is None:
             return (entity_type, _digest(data))
-        missing = [name for name in fields if name not in data and name != "ppid"]
-        if missing:
-            raise self.fail(where, f"{entity_type} lacks its key field {missing[0]!r}")
-        return (entity_type, *(_hashable(data.get(name)) for name in fields))
+        try:
+            return (entity_type, *[data[name] for name in fields])
+        except KeyError as exc:
+            if exc.args[0] == "ppid":
+                return (entity_type, *[data.get(name) for name in fields])
+            raise self.fail(where, f"{entity_type} lacks its key field {exc.args[0]!r}") from None
+        except TypeError:  # an unhashable key field (a list or object where a value belongs)
+            return (entity_type, *[_hashable(data.get(name)) for name in fields])
 
     def node_id(self, entity_type: str, key: tuple, data: dict) -> str:
         match entity_type:
             case "ProcessEntity":
                 base = ids.process(data["pid"])
                 # the same pid under another parent is pid reuse: a different process
-                taken = base in self.graph.nodes
-                return f"{base}@{data.get('ppid')}" if taken else base
+                return f"{base}@{data.get('ppid')}" if base in self.nodes else base
             case "ThreadEntity":
                 return ids.thread(data["tid"])
             case "SocketEntity":
@@ -246,9 +247,7 @@ class _Importer:
                 return ids.socket_endpoint(proto, str(data["socket_addr"]), data["socket_port"])
             case "NPUEntity":
                 base = ids.npu(data["id"])
-                return (
-                    base if base not in self.graph.nodes else f"{base}@{data.get('cpu_affinity')}"
-                )
+                return base if base not in self.nodes else f"{base}@{data.get('cpu_affinity')}"
             case "NumaEntity":
                 return ids.numa(data["numa_id"])
             case "NumaSetEntity":
@@ -300,7 +299,7 @@ class _Importer:
                 attrs["mem_free_bytes"] = _kb_to_bytes(mem_info.get("MemFree"))
         elif spec.kind == "numa_set":
             try:
-                attrs["numa_ids"] = sorted(parse_cpulist(str(data.get("numa_id_str", ""))))
+                attrs["numa_ids"] = parse_cpulist(str(data.get("numa_id_str", "")))
             except ValueError:
                 attrs["numa_ids"] = []
 
@@ -312,199 +311,232 @@ class _Importer:
         edge_type = data.get("edge_type")
         if not isinstance(edge_type, str):
             raise self.fail(where, "edge has no 'edge_type' string")
-        for end in ("source_node", "target_node"):
-            if not isinstance(data.get(end), dict):
-                raise self.fail(where, f"{edge_type} has no {end!r} entity")
-        src = self.entity(data["source_node"], f"{where}.source_node")
-        dst = self.entity(data["target_node"], f"{where}.target_node")
-        attrs = {k: v for k, v in data.items() if k not in _EDGE_ENDPOINT_FIELDS}
-        kind = EDGE_KINDS.get(edge_type)
+        source, target = data.get("source_node"), data.get("target_node")
+        if not isinstance(source, dict):
+            raise self.fail(where, f"{edge_type} has no 'source_node' entity")
+        if not isinstance(target, dict):
+            raise self.fail(where, f"{edge_type} has no 'target_node' entity")
+        src = self.entity(source, f"{where}.source_node")
+        dst = self.entity(target, f"{where}.target_node")
+        record = {"src": src, "dst": dst, "kind": EDGE_KINDS.get(edge_type)}
         expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
-        if expected_src and self.graph.nodes[src].kind != expected_src:
-            kind = None  # export could not tell it apart: keep it generic with its type
-        if kind is None:
-            kind = GENERIC_EDGE_KIND
-            attrs["edge_type"] = edge_type
-        record = {"src": src, "dst": dst, "kind": kind, **attrs}
+        if expected_src and self.nodes[src]["kind"] != expected_src:
+            record["kind"] = None  # export could not tell it apart: keep it generic with its type
+        if record["kind"] is None:
+            record["kind"] = GENERIC_EDGE_KIND
+            record["edge_type"] = edge_type
+        for name, value in data.items():
+            if name not in _EDGE_ENDPOINT_FIELDS:
+                record[name] = value
+        self.add_edge(record, where)
+
+    def add_edge(self, record: dict[str, Any], where: str) -> None:
         # witty graphs may repeat an edge between the same pair: keep each, told apart by key
+        ident = (record["src"], record["kind"], record["dst"], record.get("key"))
         twin = 1
-        while (src, kind, dst, record.get("key")) in self.graph._edges:
+        while ident in self.edge_idents:
             twin += 1
             record["key"] = str(twin)
-        try:
-            self.graph.add_edge(record, strict=False)
-        except Exception as exc:
-            raise self.fail(where, _short_validation(exc)) from None
+            ident = (*ident[:3], record["key"])
+        self.edge_idents.add(ident)
+        self.edges.append(record)
+        self.edge_where.append(where)
 
-    # ------------------------------------------------------------------ derivation
+    # ------------------------------------------------------------------ finishing
 
     def finish(self) -> Graph:
-        graph = self.graph
-        _derive(graph)
+        _derive(self)
+        node_list = list(self.nodes.values())
+        try:
+            nodes = NODES_ADAPTER.validate_python(node_list)
+        except ValidationError as exc:
+            raise self._validation_failure(exc, list(self.where.values()), node_list) from None
+        try:
+            edges = EDGES_ADAPTER.validate_python(self.edges)
+        except ValidationError as exc:
+            raise self._validation_failure(exc, self.edge_where, self.edges) from None
+        graph, _, _ = Graph.from_validated(Meta(), nodes, edges)
         return graph
+
+    def _validation_failure(
+        self, exc: ValidationError, wheres: list[str], items: list
+    ) -> FormatError:
+        first = exc.errors(include_url=False)[0]
+        loc = list(first["loc"])
+        position = loc.pop(0) if loc and isinstance(loc[0], int) else 0
+        if (
+            loc
+            and isinstance(loc[0], str)
+            and loc[0] in NODE_CLASSES | EDGE_CLASSES | {"generic": 0}
+        ):
+            loc.pop(0)
+        field_name = ".".join(str(part) for part in loc) or "value"
+        return self.fail(
+            wheres[position],
+            f"{field_name}: {first['msg'].lower()}, got {first.get('input')!r:.60}",
+        )
+
+
+_IDENTITY_FIELDS = {
+    "ProcessEntity": ("pid", "ppid"),
+    "ThreadEntity": ("tid",),
+    "SocketEntity": ("socket_addr", "socket_port", "socket_type"),
+    "NPUEntity": ("id", "cpu_affinity"),
+    "NumaEntity": ("numa_id",),
+    "NumaSetEntity": ("numa_id_str",),
+    "ContainerEntity": ("container_id",),
+}
 
 
 # ============================================================================ derivation
+# Derivation works on the importer's plain dicts, before validation.
 
 
-def _derive(graph: Graph) -> None:
+def _derive(imp: _Importer) -> None:
     """Compute the typed attributes and semantic edges our layers and rules read."""
+    nodes = imp.nodes
     mark = {"derived": DERIVED_MARK}
-    numa_sets = {
-        n.id: [f"numa:{i}" for i in n.get("numa_ids", []) if f"numa:{i}" in graph.nodes]
-        for n in graph.of_kind("numa_set")
-    }
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for edge in imp.edges:
+        by_kind[edge["kind"]].append(edge)
+
+    def between(kind: str, src_kinds: tuple, dst_kinds: tuple) -> list[dict]:
+        """Edges of one kind whose ends are of the expected kinds (odd files link anything)."""
+        return [
+            e for e in by_kind.get(kind, ())
+            if nodes[e["src"]]["kind"] in src_kinds and nodes[e["dst"]]["kind"] in dst_kinds
+        ]  # fmt: skip
+
+    def link(kind: str, src: str, dst: str, **attrs: Any) -> None:
+        imp.add_edge({"src": src, "dst": dst, "kind": kind, **attrs, **mark}, f"derived {kind}")
+
     # process tree from ppid
-    for process in graph.of_kind("process"):
-        parent = ids.process(process.ppid) if process.ppid is not None else None
-        if parent in graph.nodes and parent != process.id:
-            graph.add_edge({"src": parent, "dst": process.id, "kind": "parent_of", **mark})
-    # container membership
-    for edge in _edges_between(graph, "in_container", "process", "container"):
-        graph.nodes[edge.src].container_id = graph.nodes[edge.dst].get("container_id")
+    processes = [n for n in nodes.values() if n["kind"] == "process"]
+    for process in processes:
+        ppid = process.get("ppid")
+        parent = ids.process(ppid) if isinstance(ppid, int) else None
+        if parent in nodes and parent != process["id"] and nodes[parent]["kind"] == "process":
+            link("parent_of", parent, process["id"])
+    for edge in between("in_container", ("process",), ("container",)):
+        nodes[edge["src"]]["container_id"] = nodes[edge["dst"]].get("container_id")
     # device -> NUMA node
-    for edge in _edges_between(graph, "affine_to", ("npu", "gpu"), "numa_set"):
-        device = graph.nodes[edge.src]
-        nodes = numa_sets.get(edge.dst, [])
-        for numa_id in nodes:
-            graph.add_edge(
-                {"src": device.id, "dst": numa_id, "kind": "local_to", "confidence": 1.0, **mark}
-            )
-        if len(nodes) == 1:
-            device.numa_node = graph.nodes[nodes[0]].numa_id
+    for edge in between("affine_to", ("npu", "gpu"), ("numa_set",)):
+        members = [
+            f"numa:{i}" for i in nodes[edge["dst"]].get("numa_ids", []) if f"numa:{i}" in nodes
+        ]
+        for numa_id in members:
+            link("local_to", edge["src"], numa_id, confidence=1.0)
+        if len(members) == 1:
+            nodes[edge["src"]]["numa_node"] = nodes[members[0]].get("numa_id")
     # per-entity NUMA access statistics
-    for edge in list(graph.edges("numa_access")):
-        entity = graph.nodes[edge.src]
-        if entity.kind == "thread":
+    for edge in by_kind.get("numa_access", ()):
+        entity = nodes[edge["src"]]
+        if entity["kind"] == "thread":
             _derive_thread_status(entity, edge.get("proc_status"))
-        elif entity.kind == "process":
-            _derive_process_numa(graph, entity, edge.get("numa_access_info"), mark)
-    for process in graph.of_kind("process"):
-        threads = graph.out_edges(process.id, "has_thread")
-        if threads:
-            process.num_threads = len(threads)
-    _derive_socket_flows(graph, mark)
+        elif entity["kind"] == "process":
+            _derive_process_numa(entity, edge.get("numa_access_info"), nodes, link)
+    thread_counts: dict[str, int] = defaultdict(int)
+    for edge in between("has_thread", ("process",), ("thread",)):
+        thread_counts[edge["src"]] += 1
+    for process_id, count in thread_counts.items():
+        nodes[process_id]["num_threads"] = count
+    _derive_socket_flows(nodes, between, link)
 
 
-def _edges_between(
-    graph: Graph, kind: str, src_kinds: str | tuple, dst_kinds: str | tuple
-) -> list[Edge]:
-    """Edges of one kind whose ends are of the expected kinds (odd files may link anything)."""
-    src_kinds = (src_kinds,) if isinstance(src_kinds, str) else src_kinds
-    dst_kinds = (dst_kinds,) if isinstance(dst_kinds, str) else dst_kinds
-    return [
-        e for e in graph.edges(kind)
-        if graph.nodes[e.src].kind in src_kinds and graph.nodes[e.dst].kind in dst_kinds
-    ]  # fmt: skip
-
-
-def _derive_thread_status(thread: Node, status: Any) -> None:
+def _derive_thread_status(thread: dict, status: Any) -> None:
     if not isinstance(status, dict):
         return
-    thread.vol_ctxt_switches = status.get("voluntary_ctxt_switches")
-    thread.invol_ctxt_switches = status.get("involuntary_ctxt_switches")
-    thread.cpus_allowed = status.get("cpus_allowed_list") or None
-    thread.cpus_used = status.get("cpus_accessed_list") or None
-    thread.mems_allowed = status.get("mems_allowed_list") or None
+    thread["vol_ctxt_switches"] = status.get("voluntary_ctxt_switches")
+    thread["invol_ctxt_switches"] = status.get("involuntary_ctxt_switches")
+    thread["cpus_allowed"] = status.get("cpus_allowed_list") or None
+    thread["cpus_used"] = status.get("cpus_accessed_list") or None
+    thread["mems_allowed"] = status.get("mems_allowed_list") or None
 
 
-def _derive_process_numa(graph: Graph, process: Node, info: Any, mark: dict) -> None:
+def _derive_process_numa(process: dict, info: Any, nodes: dict, link) -> None:
     if not isinstance(info, dict):
         return
-    status = info.get("proc_status") or {}
+    status = info.get("proc_status")
     if isinstance(status, dict):
-        process.vol_ctxt_switches = status.get("voluntary_ctxt_switches")
-        process.invol_ctxt_switches = status.get("involuntary_ctxt_switches")
-        process.cpus_allowed = status.get("cpus_allowed_list") or None
-        process.mems_allowed = status.get("mems_allowed_list") or None
-    affinity = info.get("numa_affinity_info") or {}
-    cpu = _per_node(affinity.get("cpu_runtime_pct_in_each_numa"))
+        process["vol_ctxt_switches"] = status.get("voluntary_ctxt_switches")
+        process["invol_ctxt_switches"] = status.get("involuntary_ctxt_switches")
+        process["cpus_allowed"] = status.get("cpus_allowed_list") or None
+        process["mems_allowed"] = status.get("mems_allowed_list") or None
+    affinity = info.get("numa_affinity_info")
+    affinity = affinity if isinstance(affinity, dict) else {}
     pages = _per_node(affinity.get("mem_pages_in_each_numa"))
     total_pages = info.get("total_pages")
     if isinstance(total_pages, dict):
-        process.numa_pages = {str(k): int(v) for k, v in total_pages.items()}
-    cpu_share = _normalise(cpu)
+        process["numa_pages"] = {
+            str(k): int(v) for k, v in total_pages.items() if isinstance(v, int | float)
+        }
+    cpu_share = _normalise(_per_node(affinity.get("cpu_runtime_pct_in_each_numa")))
     page_share = _normalise(pages)
     if cpu_share:
-        process.numa_cpu_share = cpu_share
+        process["numa_cpu_share"] = cpu_share
     if page_share:
-        process.numa_page_share = page_share
+        process["numa_page_share"] = page_share
     if cpu_share and page_share:
-        process.numa_locality = round(
+        process["numa_locality"] = round(
             sum(share * page_share.get(node, 0.0) for node, share in cpu_share.items()), 4
         )
     if "cpu_mem_access_cosine_similarity" in affinity:
-        process.numa_locality_cosine = affinity["cpu_mem_access_cosine_similarity"]
+        process["numa_locality_cosine"] = affinity["cpu_mem_access_cosine_similarity"]
     for node, share in cpu_share.items():
-        if f"numa:{node}" in graph.nodes:
-            graph.add_edge(
-                {"src": process.id, "dst": f"numa:{node}", "kind": "cpu_on", "share": share, **mark}
-            )
+        if f"numa:{node}" in nodes:
+            link("cpu_on", process["id"], f"numa:{node}", share=share)
     for node, share in page_share.items():
-        if f"numa:{node}" in graph.nodes:
-            graph.add_edge(
-                {
-                    "src": process.id,
-                    "dst": f"numa:{node}",
-                    "kind": "mem_on",
-                    "share": share,
-                    "pages": int(pages.get(node, 0)),
-                    **mark,
-                }  # fmt: skip
+        if f"numa:{node}" in nodes:
+            link(
+                "mem_on", process["id"], f"numa:{node}", share=share, pages=int(pages.get(node, 0))
             )
 
 
-def _derive_socket_flows(graph: Graph, mark: dict) -> None:
+def _derive_socket_flows(nodes: dict, between, link) -> None:
     """Sockets belong to threads; threads send to sockets: pair them into process flows."""
     owner: dict[str, str] = {}
-    for edge in _edges_between(graph, "belongs_to", "socket", "thread"):
-        thread = graph.nodes[edge.dst]
-        pid = thread.get("pid")
+    for edge in between("belongs_to", ("socket",), ("thread",)):
+        pid = nodes[edge["dst"]].get("pid")
         process = ids.process(pid) if pid is not None else None
-        if process in graph.nodes:
-            owner[edge.src] = process
+        if process in nodes:
+            owner[edge["src"]] = process
     for socket_id, process in owner.items():
-        graph.add_edge({"src": process, "dst": socket_id, "kind": "holds", **mark})
+        link("holds", process, socket_id)
     flows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
         lambda: {"bytes": 0, "flows": 0, "start": None, "end": None, "transport": None}
     )
-    for edge in _edges_between(graph, "sends_to", "thread", "socket"):
-        sender_thread = graph.nodes[edge.src]
-        pid = sender_thread.get("pid")
+    for edge in between("sends_to", ("thread",), ("socket",)):
+        pid = nodes[edge["src"]].get("pid")
         sender = ids.process(pid) if pid is not None else None
-        receiver = owner.get(edge.dst)
-        flow = edge.get("data_flow") or {}
-        size = flow.get("data_size") if isinstance(flow, dict) else None
-        socket = graph.nodes[edge.dst]
+        receiver = owner.get(edge["dst"])
+        flow = edge.get("data_flow")
+        flow = flow if isinstance(flow, dict) else {}
+        size = flow.get("data_size")
+        socket = nodes[edge["dst"]]
         if isinstance(size, int | float):
-            socket.bytes_sent = int(size)
-        if sender not in graph.nodes or receiver is None or sender == receiver:
+            socket["bytes_sent"] = int(size)
+        if sender not in nodes or receiver is None or sender == receiver:
             continue
         total = flows[(sender, receiver)]
         total["bytes"] += int(size or 0)
         total["flows"] += 1
         total["transport"] = str(edge.get("connection_type") or socket.get("proto") or "").lower()
         for bound, pick in (("start", min), ("end", max)):
-            value = flow.get(f"{bound}_time") if isinstance(flow, dict) else None
+            value = flow.get(f"{bound}_time")
             if isinstance(value, int | float):
                 total[bound] = value if total[bound] is None else pick(total[bound], value)
     for (sender, receiver), total in flows.items():
-        window = None
-        if (
-            total["start"] is not None
-            and total["end"] is not None
-            and total["end"] > total["start"]
-        ):
-            window = (total["end"] - total["start"]) / 1e9  # witty stamps are nanoseconds
         attrs = {
             "transport": total["transport"] or None,
             "bytes": total["bytes"],
             "flows": total["flows"],
         }
-        if window:
+        start, end = total["start"], total["end"]
+        if start is not None and end is not None and end > start:
+            window = (end - start) / 1e9  # witty stamps are nanoseconds
             attrs["window_s"] = round(window, 3)
             attrs["bytes_per_s"] = round(total["bytes"] / window, 1)
-        graph.add_edge({"src": sender, "dst": receiver, "kind": "talks_to", **attrs, **mark})
+        link("talks_to", sender, receiver, **attrs)
 
 
 # ============================================================================ export

@@ -1,0 +1,278 @@
+"""Synthetic graphs for benchmarks and property tests.
+
+``cluster_graph`` builds a realistic cluster-scale graph in our model: N hosts, each with NUMA
+nodes, accelerators behind PCIe switches, NICs, a launcher with one rank per accelerator,
+dataloader workers, daemons, threads, sockets and the flows between ranks across hosts
+(multi-host ids: ``h3/proc:1234``). About 1,640 edges per host: 640 hosts give ≥ 1M edges.
+
+``witty_document`` builds a witty-profiler-format document of roughly a requested size, in the
+same shape as the published capture (denormalised edges embedding both endpoints).
+
+Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from . import ids
+from .cpulist import format_cpulist
+from .graph import Graph
+from .model import Meta
+
+THREADS_PER_RANK = 40
+WORKERS_PER_RANK = 4
+DAEMONS = 40
+
+
+def cluster_graph(hosts: int, accelerators_per_host: int = 8, seed: int = 0) -> Graph:
+    rng = random.Random(seed)
+    names = [f"h{i}" for i in range(hosts)]
+    graph = Graph(Meta(hosts=names, origin=f"synthetic cluster: {hosts} hosts", window_s=5.0))
+    for index, host in enumerate(names):
+        _add_host(graph, rng, host, index, accelerators_per_host)
+    _add_cross_host_flows(graph, rng, names, accelerators_per_host)
+    return graph
+
+
+def _add_host(graph: Graph, rng: random.Random, host: str, index: int, accels: int) -> None:
+    h = lambda node_id: ids.with_host(host, node_id)  # noqa: E731
+    numa_nodes, cpus_per_node = 2, 48
+    graph.add("host", h(ids.host()), hostname=f"node{index:04d}", cpus=numa_nodes * cpus_per_node,
+              cpu_busy_pct=rng.uniform(20, 90), mem_available_bytes=rng.randint(100, 900) * 2**30)  # fmt: skip
+    for node in range(numa_nodes):
+        cpus = range(node * cpus_per_node, (node + 1) * cpus_per_node)
+        graph.add("numa_node", h(ids.numa(node)), numa_id=node, cpulist=format_cpulist(cpus),
+                  mem_total_bytes=512 * 2**30, distances={str(o): 10 if o == node else 21 for o in range(numa_nodes)})  # fmt: skip
+    switches = []
+    for s in range(accels // 2):
+        bus = f"0000:{0x10 + s * 0x20:02x}:00.0"
+        switches.append(h(ids.pci(bus)))
+        graph.add("pci_bridge", switches[-1], pci_bus_id=bus, link_speed_gts=32.0, link_width=16,
+                  link_max_speed_gts=32.0, link_max_width=16)  # fmt: skip
+    for g in range(accels):
+        node = g * numa_nodes // accels
+        gpu = h(ids.gpu(g))
+        downtrained = rng.random() < 0.02
+        graph.add("gpu", gpu, index=g, model="H100", pci_bus_id=f"0000:{0x11 + g * 0x10:02x}:00.0",
+                  numa_node=node, util_pct=rng.uniform(0, 100), mem_used_bytes=rng.randint(1, 80) * 2**30,
+                  mem_total_bytes=80 * 2**30, link_speed_gts=16.0 if downtrained else 32.0, link_width=16,
+                  link_max_speed_gts=32.0, link_max_width=16)  # fmt: skip
+        graph.link("local_to", gpu, h(ids.numa(node)), confidence=1.0)
+    for n in range(accels // 2):
+        nic = h(ids.nic(f"ib{n}"))
+        graph.add("nic", nic, ifname=f"ib{n}", speed_mbps=400000, numa_node=n * numa_nodes // (accels // 2),
+                  rx_bytes_per_s=rng.uniform(0, 4e10), tx_bytes_per_s=rng.uniform(0, 4e10))  # fmt: skip
+        graph.link("local_to", nic, h(ids.numa(n * numa_nodes // (accels // 2))), confidence=1.0)
+    devices = [h(ids.gpu(g)) for g in range(accels)] + [
+        h(ids.nic(f"ib{n}")) for n in range(accels // 2)
+    ]
+    for a in devices:
+        for b in devices:
+            if a < b:
+                same_switch = a.endswith(("gpu:0", "gpu:1")) and b.endswith(("gpu:0", "gpu:1"))
+                cls = "NVL" if "gpu" in a and "gpu" in b else ("PIX" if same_switch else "PXB")
+                graph.link(
+                    "path", a, b, path_class=cls, bandwidth_gbps=450.0 if cls == "NVL" else 64.0
+                )
+    _add_processes(graph, rng, h, accels, numa_nodes)
+
+
+def _add_processes(graph: Graph, rng: random.Random, h, accels: int, numa_nodes: int) -> None:
+    pid = 1000
+    launcher = h(ids.process(pid))
+    graph.add("process", launcher, pid=pid, ppid=1, name="torchrun",
+              cmdline="torchrun --nproc-per-node 8 train.py --token=[REDACTED]", cpu_pct=0.5)  # fmt: skip
+    tid = 100000
+    for rank in range(accels):
+        pid += 1
+        rank_id = h(ids.process(pid))
+        node = rank * numa_nodes // accels
+        wrong = rng.random() < 0.1
+        cpu_node = (node + 1) % numa_nodes if wrong else node
+        graph.add("process", rank_id, pid=pid, ppid=1000, name="python", cmdline=f"python train.py --local-rank {rank}",
+                  cpu_pct=rng.uniform(80, 400), rss_bytes=rng.randint(8, 64) * 2**30,
+                  numa_cpu_share={str(cpu_node): 1.0}, numa_page_share={str(cpu_node): 1.0},
+                  numa_locality=1.0)  # fmt: skip
+        graph.link("parent_of", launcher, rank_id)
+        graph.link("uses_device", rank_id, h(ids.gpu(rank)), via=f"/dev/nvidia{rank}")
+        graph.link("cpu_on", rank_id, h(ids.numa(cpu_node)), share=1.0)
+        graph.link(
+            "mem_on", rank_id, h(ids.numa(cpu_node)), share=1.0, pages=rng.randint(10**5, 10**7)
+        )
+        for t in range(THREADS_PER_RANK):
+            tid += 1
+            _add_thread(
+                graph,
+                rng,
+                h,
+                rank_id,
+                tid,
+                "pt_main_thread" if t == 0 else f"pt_autograd_{t}",
+                cpu_node,
+            )
+        for w in range(WORKERS_PER_RANK):
+            pid += 1
+            worker = h(ids.process(pid))
+            graph.add("process", worker, pid=pid, ppid=pid - w - 1, name="pt_data_worker",
+                      cpu_pct=rng.uniform(0, 100), rss_bytes=rng.randint(1, 4) * 2**30)  # fmt: skip
+            graph.link("parent_of", rank_id, worker)
+            graph.link("cpu_on", worker, h(ids.numa(cpu_node)), share=1.0)
+            graph.link(
+                "mem_on", worker, h(ids.numa(cpu_node)), share=1.0, pages=rng.randint(10**4, 10**6)
+            )
+            for _ in range(4):
+                tid += 1
+                _add_thread(graph, rng, h, worker, tid, "pt_data_worker", cpu_node)
+            shm = h(ids.shm("posix", f"torch_{pid}"))
+            graph.add("shm", shm, shm_type="posix", path=f"/dev/shm/torch_{pid}", size_bytes=2**28)
+            graph.link("holds", worker, shm)
+            graph.link("holds", rank_id, shm)
+            graph.link(
+                "talks_to",
+                worker,
+                rank_id,
+                key="shm",
+                transport="shm",
+                bytes=rng.randint(10**8, 10**10),
+            )
+    for d in range(DAEMONS):
+        pid += 1
+        daemon = h(ids.process(pid))
+        graph.add(
+            "process", daemon, pid=pid, ppid=1, name=f"daemon-{d % 7}", cpu_pct=rng.uniform(0, 2)
+        )
+        for _ in range(3):
+            tid += 1
+            _add_thread(graph, rng, h, daemon, tid, f"daemon-{d % 7}", d % numa_nodes)
+
+
+def _add_thread(
+    graph: Graph, rng: random.Random, h, process: str, tid: int, name: str, node: int
+) -> None:
+    thread = h(ids.thread(tid))
+    graph.add("thread", thread, tid=tid, name=name, cpu_pct=round(rng.expovariate(1 / 10), 2),
+              vol_switches_per_s=round(rng.expovariate(1 / 50), 1), invol_switches_per_s=round(rng.expovariate(1 / 5), 1),
+              run_delay_pct=round(rng.expovariate(1 / 2), 2))  # fmt: skip
+    graph.link("has_thread", process, thread)
+    graph.link("cpu_on", thread, h(ids.numa(node)), share=1.0)
+
+
+def _add_cross_host_flows(graph: Graph, rng: random.Random, hosts: list[str], accels: int) -> None:
+    """Ring all-reduce between equal ranks of neighbouring hosts, plus a rendezvous store."""
+    inode = 10**6
+    for index, host in enumerate(hosts):
+        peer_host = hosts[(index + 1) % len(hosts)]
+        for rank in range(accels):
+            src_proc = ids.with_host(host, ids.process(1001 + rank * (WORKERS_PER_RANK + 1)))
+            dst_proc = ids.with_host(peer_host, ids.process(1001 + rank * (WORKERS_PER_RANK + 1)))
+            for _ in range(8):  # NCCL opens several sockets per peer
+                inode += 2
+                a = ids.with_host(host, ids.socket_inode(inode))
+                b = ids.with_host(peer_host, ids.socket_inode(inode + 1))
+                sent = rng.randint(10**7, 10**10)
+                graph.add("socket", a, proto="tcp", family="inet", state="ESTABLISHED", local_addr=f"10.0.{index // 250}.{index % 250}",
+                          local_port=40000 + inode % 20000, bytes_sent=sent, rtt_ms=rng.uniform(0.05, 2))  # fmt: skip
+                graph.add(
+                    "socket",
+                    b,
+                    proto="tcp",
+                    family="inet",
+                    state="ESTABLISHED",
+                    bytes_received=sent,
+                )
+                graph.link("holds", src_proc, a)
+                graph.link("holds", dst_proc, b)
+                graph.link("peer", a, b)
+            if src_proc != dst_proc:
+                graph.link("talks_to", src_proc, dst_proc, key="tcp", transport="tcp",
+                           bytes=rng.randint(10**9, 10**11), bytes_per_s=rng.uniform(1e8, 1e10), window_s=5.0, flows=8)  # fmt: skip
+
+
+# ============================================================================ witty-format
+
+
+def witty_document(target_mb: float = 50.0, seed: int = 0) -> dict[str, Any]:
+    """A witty-profiler graph of about ``target_mb`` MB (serialised compactly)."""
+    rng = random.Random(seed)
+    nodes: list[dict] = []
+    edges: list[dict] = []
+
+    def base(entity_type: str, **fields: Any) -> dict[str, Any]:
+        return {"entity_namespace": "local", "entity_type": entity_type, "details": {}, **fields}
+
+    numas = [base("NumaEntity", numa_id=n, cpu_set=f"{n * 24}-{n * 24 + 23}", memory_set="0-1",
+                  distance_to_all_numa={str(o): 10 if o == n else 24 for o in range(8)}) for n in range(8)]  # fmt: skip
+    nodes += numas
+    sets = {n: base("NumaSetEntity", numa_id_str=str(n)) for n in range(8)}
+    nodes += sets.values()
+    for n, numa_set in sets.items():
+        edges.append(
+            {
+                "edge_type": "NumaSetContainEdge",
+                "weight": None,
+                "source_node": numa_set,
+                "target_node": numas[n],
+            }
+        )
+    for d in range(8):
+        npu = base("NPUEntity", device_id="device-id-unknown", device_type="npu", pci_bus_id=f"0000:{d:02X}:00.0",
+                   id=d, cpu_affinity=numas[d]["cpu_set"])  # fmt: skip
+        nodes.append(npu)
+        edges.append(
+            {
+                "edge_type": "AffinitativeToNuma",
+                "weight": None,
+                "source_node": npu,
+                "target_node": sets[d],
+            }
+        )
+    pid = 10000
+    approx_size = 0
+    while approx_size < target_mb * 1e6:
+        pid += 1
+        process = base("ProcessEntity", pid=pid, ppid=pid - 1, name="python3",
+                       cmdline=f"/usr/bin/python3 -m worker --rank {pid % 64} --config /etc/train/{pid}.yaml")  # fmt: skip
+        nodes.append(process)
+        cpu = [round(rng.random(), 4) for _ in range(8)]
+        pages = [rng.randint(0, 5000) for _ in range(8)]
+        edges.append({"edge_type": "NumaAccessEdge", "weight": None, "source_node": process, "target_node": sets[pid % 8],
+                      "numa_access_info": {"proc_status": {"voluntary_ctxt_switches": rng.randint(0, 10**6),
+                      "involuntary_ctxt_switches": rng.randint(0, 10**4), "cpus_allowed_list": "0-191",
+                      "cpus_preferred_list": "", "cpus_accessed_list": "", "mems_allowed_list": "0-7",
+                      "numa_index_to_cpu_runtime": {}}, "total_pages": {str(i): p for i, p in enumerate(pages) if p},
+                      "numa_affinity_info": {"cpu_runtime_pct_in_each_numa": cpu, "mem_pages_in_each_numa": pages,
+                      "total_dirty_anon_pages": sum(pages), "cpu_mem_access_cosine_similarity": rng.random()}}})  # fmt: skip
+        for t in range(6):
+            thread = base("ThreadEntity", tid=pid * 100 + t, process=process, name=f"python3-{t}")
+            nodes.append(thread)
+            edges.append(
+                {
+                    "edge_type": "OwnEdge",
+                    "weight": 0.0,
+                    "source_node": process,
+                    "target_node": thread,
+                }
+            )
+            edges.append({"edge_type": "AccessWithProcStatusEdge", "weight": None, "source_node": thread,
+                          "target_node": sets[t % 8], "proc_status": {"voluntary_ctxt_switches": rng.randint(0, 10**6),
+                          "involuntary_ctxt_switches": rng.randint(0, 10**3), "cpus_allowed_list": "0-191",
+                          "cpus_preferred_list": "", "cpus_accessed_list": f"{t},{t + 24}", "mems_allowed_list": "0-7",
+                          "numa_index_to_cpu_runtime": {str(t % 8): float(rng.randint(0, 10**8))}}})  # fmt: skip
+        socket = base("SocketEntity", socket_type="TCP", socket_addr="127.0.0.1", socket_port=20000 + pid % 40000,
+                      socket_thread=None, socket_process=None)  # fmt: skip
+        nodes.append(socket)
+        edges.append(
+            {
+                "edge_type": "BelongEdge",
+                "weight": None,
+                "source_node": socket,
+                "target_node": nodes[-2],
+            }
+        )
+        edges.append({"edge_type": "SendToSocketEdge", "weight": 0.0, "connection_type": "TCP", "source_node": nodes[-8],
+                      "target_node": socket, "data_flow": {"start_time": 1772608557762327490, "end_time": 1772608564774666280,
+                      "data_size": rng.randint(1000, 10**6), "packets_cnt": rng.randint(1, 1000)}})  # fmt: skip
+        approx_size += 12000  # measured bytes per process block above, compact JSON
+    return {"nodes": nodes, "edges": edges}
