@@ -21,6 +21,7 @@ def serve_command(store_dir: Path, *extra: str) -> list[str]:
 def server_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("WP_MCP_STORE", None)  # the command line names the store
+    env.pop("WP_MCP_TOKEN", None)  # tests choose their own token
     return env
 
 

@@ -1,0 +1,80 @@
+"""`wp-mcp serve --transport http`: loopback by default, a bearer token everywhere else."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from server_helpers import serve_command, server_env
+
+TOKEN = "test-token-4f1c"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError("server did not start listening")
+
+
+@pytest.fixture
+def http_server(store_dir: Path) -> Iterator[int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        serve_command(store_dir, "--transport", "http", "--port", str(port), "--token", TOKEN),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(),
+    )  # fmt: skip
+    try:
+        wait_listening(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_requests_without_the_token_are_refused(http_server: int) -> None:
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    assert httpx2.post(url, json={}).status_code == 401
+    wrong = httpx2.post(url, json={}, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+
+
+@pytest.mark.anyio
+async def test_client_with_the_token_lists_tools(http_server: int) -> None:
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        tools = await client.list_tools()
+        snapshots = await client.call_tool("wp_snapshots", {})
+    assert len(tools.tools) == 11
+    assert not snapshots.is_error
+
+
+def test_non_loopback_bind_without_a_token_is_refused(store_dir: Path) -> None:
+    done = subprocess.run(
+        serve_command(store_dir, "--transport", "http", "--host", "0.0.0.0", "--port", "0"),
+        capture_output=True, text=True, timeout=60, env=server_env(),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "token" in done.stderr and "Traceback" not in done.stderr
