@@ -11,7 +11,7 @@ from .cursor import ViewError
 from .facts import Facts, attr
 from .items import Item, node_item
 from .layers import named
-from .text import compact, escape, quote, show_id
+from .text import compact, quote, show_id, word
 
 VALUE_LIMIT = 400
 LEGEND = (
@@ -51,11 +51,11 @@ def entity_items(facts: Facts, entity: str | None, depth: int) -> list[Item]:
 
 
 def _title(node: Node) -> str:
-    return f"{named(node)} kind={escape(node.kind, 24)}"
+    return f"{named(node)} kind={word(node.kind, 24)}"
 
 
 def _attribute(name: str, value: Any) -> str:
-    return f"{escape(name, 60)}={_value(value)}"
+    return f"{word(name, 60)}={_value(value)}"
 
 
 def _value(value: Any) -> str:
@@ -102,4 +102,4 @@ def _edge_line(edge: Edge, arrow: str, neighbour: Node | None, other: str) -> st
     }
     target = named(neighbour) if neighbour is not None else f"{show_id(other)} (not in graph)"
     extra = f" {_value(attrs)}" if attrs else ""
-    return f"{arrow} {escape(edge.kind, 24)} {target}{extra}"
+    return f"{arrow} {word(edge.kind, 24)} {target}{extra}"

@@ -18,7 +18,7 @@ from wp_mcp.graph.graph import Graph
 
 from .cursor import ViewError
 from .items import Item
-from .text import escape
+from .text import escape, word
 
 KEYS = ("kind", "pid", "name")
 METRICS = {
@@ -62,7 +62,10 @@ class Filters:
         return hashlib.blake2b(repr(self.items).encode(), digest_size=6).hexdigest()
 
     def describe(self) -> str:
-        return " ".join(f"{k}={escape(str(v), 40)}" for k, v in self.items)
+        return " ".join(
+            f"{k}={word(v if isinstance(v, str) else ','.join(v) if isinstance(v, tuple) else v, 40)}"
+            for k, v in self.items
+        )
 
     def predicate(self, graph: Graph) -> Callable[[Item], bool] | None:
         if not self.items:

@@ -16,7 +16,6 @@ from wp_mcp.graph.model import Edge, Node
 from .facts import Facts, attr
 from .items import Item, aggregate, group_item, node_item
 from .text import (
-    escape,
     fmt_byte_rate,
     fmt_bytes,
     fmt_count,
@@ -29,6 +28,7 @@ from .text import (
     name_pattern,
     quote,
     show_id,
+    word,
 )
 
 ACCELERATORS = ("gpu", "npu")
@@ -104,7 +104,7 @@ def psi_kv(psi: dict | None, resource: str) -> str | None:
     if not psi:
         return None
     shown = [
-        f"{escape(k.removeprefix(resource + '_'), 24)}={fmt_num(v)}"
+        f"{word(k.removeprefix(resource + '_'), 24)}={fmt_num(v)}"
         for k, v in sorted(psi.items())
         if k.startswith(resource) and isinstance(v, int | float)
     ]
@@ -192,11 +192,11 @@ def _compute_process_line(facts: Facts, process: Node) -> str:
 
 
 def escape_short(value: object) -> str:
-    return escape(str(value), 24)
+    return word(value, 24)
 
 
 def cpus(value: object) -> str:
-    return escape(str(value), 60)
+    return word(value, 60)
 
 
 def _compute_thread_line(thread: Node) -> str:
@@ -489,7 +489,7 @@ def _numa_map_line(numa: Node) -> str:
         show_id(numa.id),
         kv("cpus", g("cpulist"), cpus),
         kv("mem", g("mem_total_bytes"), fmt_bytes),
-        f"dist={escape(row, 200)}" if row else None,
+        f"dist={word(row, 200)}" if row else None,
     )
 
 
@@ -519,7 +519,7 @@ def _ports(ports: list | None) -> str | None:
     for port in ports[:4]:
         if isinstance(port, dict):
             shown.append(
-                escape(
+                word(
                     f"{port.get('port', '?')}:{port.get('state', '?')}:{port.get('rate_gbps', '?')}G",
                     40,
                 )
@@ -552,7 +552,7 @@ def _path_line(path_class: str, edges: list[Edge]) -> str:
     more = f" +{len(edges) - 6}" if len(edges) > 6 else ""
     bandwidths = sorted({attr(e, "bandwidth_gbps") for e in edges if attr(e, "bandwidth_gbps")})
     bw = f" bw={fmt_num(bandwidths[0])}Gb/s" if bandwidths else ""
-    return f"{len(edges)}× path {escape(path_class, 8)}{bw} {' '.join(pairs)}{more}"
+    return f"{len(edges)}× path {word(path_class, 8)}{bw} {' '.join(pairs)}{more}"
 
 
 def _placement_line(facts: Facts, process: Node) -> str:
@@ -574,7 +574,7 @@ def _placement_line(facts: Facts, process: Node) -> str:
 
 def _allowed(facts: Facts, process: Node) -> str | None:
     allowed = attr(process, "cpus_allowed")
-    return f"allowed={escape(allowed, 40)}" if allowed else None
+    return f"allowed={word(allowed, 40)}" if allowed else None
 
 
 def _device_remote(
@@ -746,7 +746,7 @@ def endpoint(addr: object, port: object) -> str | None:
     if addr is None and port is None:
         return None
     text = f"{addr if addr is not None else '*'}:{port if port is not None else '*'}"
-    return escape(text, 64)
+    return word(text, 64)
 
 
 def _socket_line(facts: Facts, sock: Node) -> str:
@@ -787,7 +787,7 @@ def _socket_group_detail(facts: Facts, group: list[Node]) -> str:
     received = [attr(s, "bytes_received") for s in group if attr(s, "bytes_received") is not None]
     holders = facts.holders(group[0].id)
     ports = sorted(attr(s, "local_port") for s in group if attr(s, "local_port") is not None)
-    local = escape(str(first("local_addr")), 40) if first("local_addr") else None
+    local = word(first("local_addr"), 40) if first("local_addr") else None
     return parts(
         escape_short(first("proto") or "?"),
         escape_short(first("state")) if first("state") else None,

@@ -24,7 +24,7 @@ from .index import ViewIndex, index_for
 from .items import Item
 from .layers import LAYERS
 from .layers import LEGENDS as LAYER_LEGENDS
-from .text import escape
+from .text import escape, word
 from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, MIN_MAX_TOKENS, count_tokens
 from .views import LEGENDS as VIEW_LEGENDS
 from .views import VIEW_BUILDERS
@@ -88,7 +88,7 @@ def check_request(view: str, fmt: str) -> None:
 
 
 def snapshot_label(index: ViewIndex, snapshot_id: str | None) -> str:
-    return escape(snapshot_id, 40) if snapshot_id else f"fp:{index.fingerprint}"
+    return word(snapshot_id, 40) if snapshot_id else f"fp:{index.fingerprint}"
 
 
 def view_items(
@@ -144,7 +144,7 @@ def paged(
     legend = legend or LEGENDS[view]
     scope_text = parsed.describe()
     if view == "entity":
-        scope_text = f"entity={escape(str(entity), 60)} depth={depth} {scope_text}".strip()
+        scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
 
     def frame(first: int, count: int, pages: str, closing: str) -> Frame:
         total = len(items)

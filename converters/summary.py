@@ -15,7 +15,7 @@ from .index import ViewIndex, index_for
 from .items import Item
 from .layers import LAYERS
 from .render import EXACT_LAYOUT_LIMIT, Page, snapshot_label
-from .text import escape, fmt_count
+from .text import escape, fmt_count, quote, word
 from .tokens import count_tokens
 
 SUMMARY_MAX_TOKENS = 300
@@ -51,13 +51,13 @@ def render_summary(graph: Graph, fmt: str, budget: int, snapshot_id: str | None)
 def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str, Any]:
     meta = graph.meta
     hosts = list(meta.hosts) or [
-        escape(attr(h, "hostname") or h.id, 40) for h in graph.of_kind("host")
+        word(attr(h, "hostname") or h.id, 40) for h in graph.of_kind("host")
     ]
     kinds = sorted(graph.kinds().items(), key=lambda kv: -kv[1])
     coverage: dict[str, list[str]] = {}
     for status in meta.collectors:
         reason = f"({escape(status.reason, 40)})" if status.reason and status.status != "ok" else ""
-        coverage.setdefault(status.status, []).append(escape(status.name, 24) + reason)
+        coverage.setdefault(status.status, []).append(word(status.name, 24) + reason)
     layers = {}
     for name, build in LAYERS.items():
         items = index.items(name, build)
@@ -68,7 +68,7 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         }
     return {
         "snapshot": snapshot_label(index, snapshot_id),
-        "origin": escape(meta.origin, 60) if meta.origin else None,
+        "origin": quote(meta.origin, 60) if meta.origin else None,
         "window_s": meta.window_s,
         "hosts": hosts,
         "nodes": len(graph.nodes),
@@ -138,7 +138,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
     ]
     if hosts:
         lines.append(f"hosts: {host_text}")
-    kinds = ", ".join(f"{escape(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:9])
+    kinds = ", ".join(f"{word(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:9])
     lines.append(f"nodes {fmt_count(facts['nodes'])} ({kinds}) edges {fmt_count(facts['edges'])}")
     coverage = facts["coverage"]
     if coverage:

@@ -46,6 +46,18 @@ def quote(text: object, limit: int = MAX_STRING) -> str:
     return f'"{escape(str(text), limit)}"'
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_.:/@+,*()\[\]-]+\Z")
+
+
+def word(value: object, limit: int = 60) -> str:
+    """A host value shown bare when it is one plain word (``ESTAB``, ``0-23``,
+    ``127.0.0.1:80``), quoted otherwise, so it can never fake a ``key=value`` on its line."""
+    text = str(value)
+    if len(text) <= limit and _PLAIN_WORD.match(text):
+        return text
+    return quote(text, limit)
+
+
 def show_id(node_id: str) -> str:
     """An id bare when it is plain (``proc:12``, ``h2/npu:0``), quoted otherwise."""
     if len(node_id) <= MAX_ID and _SAFE_ID.match(node_id):
@@ -144,7 +156,7 @@ def fmt_per_node(values: Mapping[str, float], limit: int = 4, min_share: float =
         ((k, v) for k, v in values.items() if v is not None and v >= min_share),
         key=lambda kv: (-kv[1], kv[0]),
     )
-    parts = [f"{escape(str(k), 8)}:{fmt_share(v)}" for k, v in ranked[:limit]]
+    parts = [f"{word(k, 12)}:{fmt_share(v)}" for k, v in ranked[:limit]]
     if len(ranked) > limit:
         parts.append(f"+{len(ranked) - limit}")
     return "{" + ",".join(parts) + "}"
@@ -170,7 +182,7 @@ def _compact(value: object, out: list[str], room: list[int]) -> None:
         for position, (key, item) in enumerate(value.items()):
             if position:
                 out.append(",")
-            out.append(escape(str(key), 40).replace(":", "\\x3a") + ":")
+            out.append(word(key, 40) + ":")
             _compact(item, out, room)
             if room[0] <= 0:
                 break
