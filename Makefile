@@ -2,9 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-FIXTURE ?= ../shared/fixtures/witty-profiler/graph.json
 
-.PHONY: venv run test lint bench clean
+.PHONY: venv run test lint clean
 
 venv: $(STAMP)
 
@@ -14,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,gpu]'
 	touch $(STAMP)
 
+# The main job: diagnose this host live (collect a window, run every skill, print the report).
 run: $(STAMP)
-	$(VENV)/bin/wp-mcp import $(FIXTURE)
+	$(VENV)/bin/wp-mcp diagnose --live
 
 test: $(STAMP)
 	$(VENV)/bin/pytest -q
