@@ -17,7 +17,7 @@ from .common import add_counter, format_addr, set_missing
 from .program import SOURCE, Program, Scope
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph
+    from wp_mcp.graph import Edge, Graph
 
 C_TEXT = r"""
 struct retrans_val_t {
@@ -110,11 +110,17 @@ def merge(graph: Graph, records: list[RetransRecord], scope: Scope) -> None:
         graph.nodes[sock_id].set("ebpf_retrans", record.segments, SOURCE)
         for owner in owners:
             add_counter(graph, owner, "ebpf_retrans", record.segments)
-            for edge in graph.out_edges(owner, "talks_to"):
-                if edge.get("transport") == "tcp" and _flow_matches(graph, edge.dst, record):
-                    edge.set(
-                        "ebpf_retrans", (edge.get("ebpf_retrans") or 0) + record.segments, SOURCE
-                    )
+            for edge, peer in _tcp_links(graph, owner):
+                if _flow_matches(graph, peer, record):
+                    total = (edge.get("ebpf_retrans") or 0) + record.segments
+                    edge.set("ebpf_retrans", total, SOURCE)
+
+
+def _tcp_links(graph: Graph, proc_id: str) -> list[tuple[Edge, str]]:
+    """The process's TCP talks_to edges, either orientation, with the other process."""
+    out = [(e, e.dst) for e in graph.out_edges(proc_id, "talks_to")]
+    out += [(e, e.src) for e in graph.in_edges(proc_id, "talks_to")]
+    return [(edge, peer) for edge, peer in out if edge.get("transport") == "tcp"]
 
 
 def _flow_matches(graph: Graph, peer_proc: str, record: RetransRecord) -> bool:

@@ -275,7 +275,8 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
                 sent[key] += counters[0] // len(readers)
                 flows[key] += 1
     for (src, dst, proto), count in flows.items():
-        if src in graph and dst in graph and src != dst:
+        # a direction with no bytes must not decide the edge's orientation
+        if sent[(src, dst, proto)] and src in graph and dst in graph and src != dst:
             _link_flow(graph, src, dst, proto, sent[(src, dst, proto)], count, window_s)
 
 

@@ -53,6 +53,18 @@ def bpf_prog_fds(pid: int | str = "self") -> int:
     return count
 
 
+def flow_bytes(graph: Graph, src_pid: int, dst_pid: int, transport: str) -> int | None:
+    """Bytes src sent to dst according to the talks_to edge between them."""
+    src, dst = f"proc:{src_pid}", f"proc:{dst_pid}"
+    for edge in graph.out_edges(src, "talks_to"):
+        if edge.dst == dst and edge.get("transport") == transport:
+            return edge.get("ebpf_bytes_src_to_dst")
+    for edge in graph.out_edges(dst, "talks_to"):
+        if edge.dst == src and edge.get("transport") == transport:
+            return edge.get("ebpf_bytes_dst_to_src")
+    return None
+
+
 class Peer:
     """A workload process from peers.py that reports what it did as JSON lines."""
 
@@ -126,8 +138,12 @@ def _run(*command: str) -> None:
 
 @pytest.fixture
 def lossy_netns() -> Iterator[dict[str, str]]:
-    """Two network namespaces joined by a veth pair; the sender's drops ~5 % of its
-    outgoing packets (nftables), so its TCP flow must retransmit."""
+    """Two network namespaces joined by a veth pair, losing ~5 % of the sender's packets.
+
+    The drop rule sits where the receiver's namespace takes packets in: a packet dropped
+    anywhere in the sender's own stack (output hook, egress hook, qdisc) is reported back
+    to TCP synchronously and simply sent again — not a retransmission (measured on this
+    kernel: 26 such drops, 0 retransmitted segments). Lost on the wire, it must be."""
     if shutil.which("ip") is None or shutil.which("nft") is None:
         require_ebpf()  # fails on CI where the set-up installs both
         pytest.skip("needs iproute2 and nftables")
@@ -146,11 +162,11 @@ def lossy_netns() -> Iterator[dict[str, str]]:
             _run("ip", "-n", ns, "link", "set", "lo", "up")
         rules = (
             "add table ip wpebpf\n"
-            "add chain ip wpebpf out { type filter hook output priority 0; }\n"
-            "add rule ip wpebpf out ip daddr 10.77.0.1 numgen random mod 100 < 5 counter drop\n"
+            "add chain ip wpebpf in { type filter hook prerouting priority 0; }\n"
+            "add rule ip wpebpf in ip saddr 10.77.0.2 numgen random mod 100 < 5 counter drop\n"
         )
         subprocess.run(
-            ["ip", "netns", "exec", sender, "nft", "-f", "-"], input=rules, text=True, check=True
+            ["ip", "netns", "exec", receiver, "nft", "-f", "-"], input=rules, text=True, check=True
         )
         yield names
     finally:

@@ -42,9 +42,9 @@ def tcp_send(args: argparse.Namespace) -> None:
         left = args.bytes
         while left:
             left -= conn.send(payload[: min(left, CHUNK)])
-        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
         conn.shutdown(socket.SHUT_WR)
         conn.recv(1)  # wait for the receiver to close: every byte has been read
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
     # struct tcp_info: tcpi_total_retrans is the u32 at offset 100
     say(sent=args.bytes, total_retrans=struct.unpack_from("I", info, 100)[0])
 

@@ -10,25 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Peer, Window
+from .conftest import Peer, Window, flow_bytes
 
 pytestmark = pytest.mark.usefixtures("ebpf")
 
 
 def within_1pct(measured: float | None, expected: float) -> bool:
     return measured is not None and abs(measured - expected) <= 0.01 * expected
-
-
-def flow_bytes(graph, src_pid: int, dst_pid: int, transport: str) -> int | None:
-    """Bytes src sent to dst according to the talks_to edge between them."""
-    src, dst = f"proc:{src_pid}", f"proc:{dst_pid}"
-    for edge in graph.out_edges(src, "talks_to"):
-        if edge.dst == dst and edge.get("transport") == transport:
-            return edge.get("ebpf_bytes_src_to_dst")
-    for edge in graph.out_edges(dst, "talks_to"):
-        if edge.dst == src and edge.get("transport") == transport:
-            return edge.get("ebpf_bytes_dst_to_src")
-    return None
 
 
 def socket_of(graph, pid: int, proto: str):
