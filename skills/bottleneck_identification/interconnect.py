@@ -42,8 +42,10 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
                 "entity",
                 [place.process],
                 {
-                    "cpu_share": {k: round(v, 3) for k, v in sorted(place.cpu_share.items())},
-                    "page_share": {k: round(v, 3) for k, v in sorted(place.page_share.items())},
+                    "cpu_share": {str(k): round(v, 3) for k, v in sorted(place.cpu_share.items())},
+                    "page_share": {
+                        str(k): round(v, 3) for k, v in sorted(place.page_share.items())
+                    },
                 },
                 ctx.window_s,
             ),
@@ -119,8 +121,8 @@ def remote_memory(ctx: RuleContext) -> list[Finding]:
                         [proc.id],
                         {
                             "numa_locality": round(locality, 3),
-                            "cpu_share": {k: round(v, 3) for k, v in sorted(cpu.items())},
-                            "page_share": {k: round(v, 3) for k, v in sorted(pages.items())},
+                            "cpu_share": {str(k): round(v, 3) for k, v in sorted(cpu.items())},
+                            "page_share": {str(k): round(v, 3) for k, v in sorted(pages.items())},
                         },
                         ctx.window_s,
                     )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+import orjson
 import pytest
 from wp_mcp.graph import UserError
 from wp_mcp.skills import Report, diagnose, run_skill
@@ -20,9 +19,10 @@ def misplaced_graph():
 
 def test_round_trip_through_json_keeps_everything():
     report = diagnose(misplaced_graph())
-    again = Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    stored = orjson.loads(orjson.dumps(report.to_dict()))  # strict: string keys only
+    again = Report.from_dict(stored)
     assert again.to_markdown() == report.to_markdown()
-    assert again.to_dict() == json.loads(json.dumps(report.to_dict()))
+    assert again.to_dict() == report.to_dict()
 
 
 def test_sections_and_findings_are_addressable():

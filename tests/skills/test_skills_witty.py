@@ -56,7 +56,7 @@ def test_topology_flags_every_worker_away_from_its_npu_with_numbers_and_command(
             f"&& migratepages {pid} all {device_node}"
         )
         shares = finding.evidence[1].values["cpu_share"]
-        assert shares[cpu_node] == pytest.approx(share, abs=0.01)
+        assert shares[str(cpu_node)] == pytest.approx(share, abs=0.01)
 
 
 def test_end_to_end_paths_run_from_the_load_generator_to_the_numa_node(topology):
