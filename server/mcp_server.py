@@ -503,13 +503,24 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
     def wp_run_skill(
         skill: Annotated[str, Field(description="skill name or 'all'")],
         snapshot: Snapshot = "latest",
+        options: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description='bottleneck-identification: {"layers": [1, 3]}; hotspot-thread-discovery: {"top": 5}'
+            ),
+        ] = None,
         max_tokens: Annotated[int, Field(ge=200, le=HARD_MAX_TOKENS)] = 1500,
     ) -> CallToolResult:
         from wp_mcp.skills import diagnose, run_skill
 
         sid = state.resolve_snapshot(snapshot)
         graph = state.graph(sid)
-        report = diagnose(graph) if skill == "all" else run_skill(skill, graph)
+        if skill == "all":
+            if options:
+                raise UserError("options apply to one skill; run that skill alone to use them")
+            report = diagnose(graph)
+        else:
+            report = run_skill(skill, graph, **(options or {}))
         report_id = state.store.put_report(
             sid, report.skill, report.to_dict(), report.to_markdown()
         )
@@ -590,6 +601,9 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
 def _report_text(
     state: ServerState, report_id: str, section: str | None, finding: str | None, fmt: str
 ) -> str:
+    """A stored report, whole or one section or one finding, as Markdown or JSON."""
+    from dataclasses import asdict
+
     import orjson
     from wp_mcp.skills import Report
 
@@ -600,51 +614,30 @@ def _report_text(
         return stored.markdown
     report = Report.from_dict(stored.data)
     if finding is not None:
-        return _finding_text(report, finding, fmt)
-    if section not in report.section_names():
+        found = report.finding(finding)  # UserError listing the findings when unknown
+        if fmt == "json":
+            return orjson.dumps(asdict(found), option=orjson.OPT_INDENT_2).decode()
+        return found.to_markdown()
+    if fmt == "md":
+        return report.to_markdown(section=section)  # UserError listing the sections
+    sections = {s.name: s for s in report.sections}
+    if section not in sections:
         raise UserError(
-            f"unknown section {section!r} in report {report_id}; sections: "
-            f"{', '.join(report.section_names())}"
+            f"no section {section!r} in report {report_id}; sections: {', '.join(sections)}"
         )
-    if fmt == "json":
-        findings = [f.to_dict() for f in report.findings if f.layer == section]
-        return orjson.dumps(findings, option=orjson.OPT_INDENT_2).decode()
-    return report.to_markdown(section=section)
-
-
-def _finding_text(report: Any, finding_id: str, fmt: str) -> str:
-    import orjson
-
-    try:
-        found = report.finding(finding_id)
-    except (KeyError, UserError):
-        ids = ", ".join(f.id for f in report.findings[:20]) or "(no findings)"
-        raise UserError(f"unknown finding {finding_id!r}; findings in this report: {ids}") from None
-    if fmt == "json":
-        return orjson.dumps(found.to_dict(), option=orjson.OPT_INDENT_2).decode()
-    return found.to_markdown()
+    wanted = set(sections[section].finding_ids)
+    chosen = [asdict(f) for f in report.findings if f.id in wanted]
+    return orjson.dumps({"section": asdict(sections[section]), "findings": chosen},
+                        option=orjson.OPT_INDENT_2).decode()  # fmt: skip
 
 
 def _skill_listing() -> str:
-    from wp_mcp.skills import bundle_dir
+    from wp_mcp.skills import skill_meta
 
     lines = ["# skills (read one with wp_skill_docs skill=<name>; run it with wp_run_skill)"]
     for name in SKILLS:
-        lines.append(f"{name}: {_one_line(_description(bundle_dir(name) / 'SKILL.md'))}")
+        lines.append(f"{name}: {_one_line(skill_meta(name).get('description'))}")
     return "\n".join(lines)
-
-
-def _description(skill_md: Any) -> str:
-    """The front matter's description of a SKILL.md."""
-    in_front = False
-    for line in skill_md.read_text(encoding="utf-8").splitlines():
-        if line.strip() == "---":
-            if in_front:
-                break
-            in_front = True
-        elif in_front and line.startswith("description:"):
-            return line.partition(":")[2].strip().strip("\"'")
-    return ""
 
 
 def _skill_doc(skill: str, reference: str | None) -> str:

@@ -138,6 +138,18 @@ def _stored(server, report_id: str):
     return Store().get_report(report_id)
 
 
+async def test_skill_options_reach_the_engine(server, witty_id: str) -> None:
+    async with Client(server) as client:
+        one_layer = await client.call_tool(
+            "wp_run_skill", {"skill": "bottleneck-identification", "options": {"layers": [3]}}
+        )
+        report = await client.call_tool(
+            "wp_report", {"report": one_layer.structured_content["report_id"]}
+        )
+    assert not one_layer.is_error, text(one_layer)
+    assert "nterconnect" in text(report) and "Storage" not in text(report)
+
+
 async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> None:
     async with Client(server) as client:
         a = await client.call_tool("wp_open", {"path": str(allowed / "graph.json")})
@@ -164,6 +176,7 @@ async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> Non
         ("wp_report", {"report": "zzzz-none"}, "report"),
         ("wp_entity", {"id": "proc:999999999"}, "search"),
         ("wp_run_skill", {"skill": "astrology"}, "bottleneck-identification"),
+        ("wp_run_skill", {"skill": "hotspot-thread-discovery", "options": {"tops": 3}}, "top"),
         (
             "wp_skill_docs",
             {"skill": "bottleneck-identification", "reference": "../../etc/passwd"},
