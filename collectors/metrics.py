@@ -149,9 +149,10 @@ class MetricsCollector(WindowedCollector[MetricsSample]):
         processes: dict[int, ProcessSample] = {}
         threads: dict[int, ThreadSample] = {}
         io_denied = 0
+        cgroups: dict[str, Path | None] = {}  # most processes share a few cgroups
         for pid in scoped_pids(ctx.proc_root, ctx.pids):
             ctx.check_cancelled()
-            proc = _sample_process(ctx, pid)
+            proc = _sample_process(ctx, pid, cgroups)
             if proc is None:
                 continue
             processes[pid] = proc
@@ -177,8 +178,11 @@ class MetricsCollector(WindowedCollector[MetricsSample]):
         psi = _emit_host(graph, first.host, last.host, window_s)
         graph.meta.capabilities.setdefault("psi", psi)
         ctx.capabilities.setdefault("psi", psi)
+        tids_of: dict[int, list[int]] = {}
+        for tid, thread in last.threads.items():
+            tids_of.setdefault(thread.pid, []).append(tid)
         for pid in last.processes:
-            _emit_process(graph, pid, first, last, window_s)
+            _emit_process(graph, pid, tids_of.get(pid, []), first, last, window_s)
         for tid, thread in last.threads.items():
             if thread.pid in last.processes:
                 _emit_thread(graph, tid, first.threads.get(tid), thread, window_s)
@@ -209,18 +213,23 @@ def _sample_host(ctx: Context) -> HostSample:
     return host
 
 
-def _sample_process(ctx: Context, pid: int) -> ProcessSample | None:
+def _sample_process(
+    ctx: Context, pid: int, cgroups: dict[str, Path | None]
+) -> ProcessSample | None:
     base = ctx.proc_root / str(pid)
     stat = read_stat(base / "stat")
     if stat is None:
         return None
     io_text = read_text(base / "io")
+    cgroup = read_text(base / "cgroup") or ""
+    if cgroup not in cgroups:
+        cgroups[cgroup] = cgroup_cpu_stat_path(ctx.sys_root, cgroup)
     return ProcessSample(
         start_ticks=stat.start_ticks,
         cpu_time_s=stat.cpu_time_s,
         major_faults=stat.major_faults,
         io=parse_key_values(io_text) if io_text else None,
-        cgroup_cpu_stat=cgroup_cpu_stat_path(ctx.sys_root, read_text(base / "cgroup") or ""),
+        cgroup_cpu_stat=cgroups[cgroup],
     )
 
 
@@ -330,7 +339,12 @@ def _psi_attrs(first: dict, last: dict, window_s: float) -> dict[str, float]:
 
 
 def _emit_process(
-    graph: Graph, pid: int, first: MetricsSample, last: MetricsSample, window_s: float
+    graph: Graph,
+    pid: int,
+    tids: list[int],
+    first: MetricsSample,
+    last: MetricsSample,
+    window_s: float,
 ) -> None:
     now = last.processes[pid]
     before = first.processes.get(pid)
@@ -345,7 +359,7 @@ def _emit_process(
         attrs["cpu_pct"] = rounded(100 * rate(before.cpu_time_s, now.cpu_time_s, window_s), 2)
         attrs["major_faults_per_s"] = rounded(rate(before.major_faults, now.major_faults, window_s))
         attrs.update(_io_rates(before.io, now.io, window_s))
-        attrs.update(_thread_totals(pid, first, last, window_s))
+        attrs.update(_thread_totals(tids, first, last, window_s))
         attrs.update(_throttling(now.cgroup_cpu_stat, first, last, window_s))
     elif now.io:
         attrs["io_read_bytes"] = now.io.get("read_bytes")
@@ -373,15 +387,14 @@ def _io_rates(before: dict | None, now: dict | None, window_s: float) -> dict[st
 
 
 def _thread_totals(
-    pid: int, first: MetricsSample, last: MetricsSample, window_s: float
+    tids: list[int], first: MetricsSample, last: MetricsSample, window_s: float
 ) -> dict[str, Any]:
     """Switch rates and run-queue delay of a process: the sums over its threads."""
     vol = invol = delay = 0.0
     vol_total = invol_total = 0
     seen = False
-    for tid, now in last.threads.items():
-        if now.pid != pid:
-            continue
+    for tid in tids:
+        now = last.threads[tid]
         before = first.threads.get(tid)
         deltas = _thread_deltas(before, now)
         if now.switches:

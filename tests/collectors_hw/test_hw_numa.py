@@ -159,6 +159,25 @@ def test_balancing_hint_fault_locality_from_vmstat(fake_proc, fake_sys):
     assert graph.meta.capabilities["numa_balancing"] is True
 
 
+def test_balancing_fault_counts_per_process_from_sched(fake_proc, fake_sys):
+    dual_socket(fake_sys)
+    fake_proc.write("sys/kernel/numa_balancing", "1\n")
+    fake_proc.task(30, 30, cpu_s=1.0, cpu=0)
+    fake_proc.process_files(30, numa_maps="7f00 default anon=4 N0=4\n")
+    fake_proc.write(
+        "30/sched",
+        "numa_faults node=0 task_private=10 task_shared=2 group_private=0 group_shared=0\n"
+        "numa_faults node=1 task_private=30 task_shared=0 group_private=0 group_shared=0\n",
+    )
+    ctx = Context(proc_root=fake_proc.root, sys_root=fake_sys.root)
+    collector = NumaCollector()
+    collector.probe(ctx)
+    first = collector.sample(ctx)
+    graph = Graph()
+    collector.emit(graph, ctx, first, collector.sample(ctx), 1.0)
+    assert graph.node("proc:30").numa_faults == {"0": 12, "1": 30}
+
+
 def test_kernel_without_numa_is_skipped_with_a_reason(fake_sys):
     reason = NumaCollector().probe(Context(sys_root=fake_sys.root))
     assert reason and "no NUMA nodes" in reason

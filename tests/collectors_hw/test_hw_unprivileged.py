@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from wp_mcp.collectors.base import Context
@@ -55,9 +56,11 @@ def test_collectors_degrade_to_partial_with_a_reason():
     assert report["metrics"]["status"] == "partial"
     assert "I/O counters unreadable" in report["metrics"]["reason"]
     assert report["metrics"]["kinds"]["thread"] > 0 and report["metrics"]["kinds"]["host"] == 1
-    assert (
-        report["numa"]["status"] == "partial" and "numa_maps unreadable" in report["numa"]["reason"]
-    )
+    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    if len(nodes) == 1:  # every page is on the one node: statm answers, for any user
+        assert report["numa"]["status"] == "ok"
+    else:
+        assert "numa_maps unreadable" in report["numa"]["reason"]
     assert report["numa"]["kinds"]["numa_node"] >= 1
     assert report["nic"]["status"] == "ok" and report["nic"]["kinds"]["nic"] >= 1
     assert report["disk"]["status"] == "ok"
