@@ -12,9 +12,10 @@ from typing import Any
 
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.model import Element, Node
+from wp_mcp.graph.model import Edge, Element, Node
 
 PROCESS = "process"
+PATH_ENDS = ("gpu", "npu", "nic", "rdma_device", "pci_bridge")
 
 
 def attr(element: Element, name: str) -> Any:
@@ -65,6 +66,25 @@ class Facts:
         for thread_id, process_id in self.thread_owner.items():
             by_process[process_id].append(nodes[thread_id])
         return by_process
+
+    @cached_property
+    def talks_to(self) -> list[Edge]:
+        """Every talks_to edge, found from the processes (Graph.edges(kind) scans all edges)."""
+        return [
+            edge
+            for process in self.graph.of_kind(PROCESS)
+            for edge in self.graph.out_edges(process.id, "talks_to")
+        ]
+
+    @cached_property
+    def paths(self) -> list[Edge]:
+        """Every path edge (device↔device/nic), found from the devices."""
+        return [
+            edge
+            for kind in PATH_ENDS
+            for node in self.graph.of_kind(kind)
+            for edge in self.graph.out_edges(node.id, "path")
+        ]
 
     def devices_of(self, process_id: str) -> list[str]:
         return [e.dst for e in self.graph.out_edges(process_id, "uses_device")]

@@ -39,9 +39,13 @@ class ViewIndex:
         with self._lock:
             items = self._items.get(view)
             if items is None:
-                with _no_gc():
+                with no_gc():
                     items = self._items[view] = build(self.facts)
             return items
+
+    def built(self, view: str) -> list[Item] | None:
+        """The items of a view if some call already built them, else None (never builds)."""
+        return self._items.get(view)
 
     def filtered(
         self, key: tuple, items: list[Item], keep: Callable[[Item], bool] | None
@@ -67,7 +71,7 @@ class ViewIndex:
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Building a view allocates one small object per entity and frees none; on a graph of
     millions of objects the cyclic collector's passes would then cost more than the build.
     """

@@ -530,7 +530,7 @@ def _ports(ports: list | None) -> str | None:
 def path_items(facts: Facts) -> list[Item]:
     """Device↔device paths grouped by class (NCCL's LOC/NVL/PIX/PXB/PHB/SYS)."""
     by_class: dict[str, list[Edge]] = {}
-    for edge in facts.graph.edges("path"):
+    for edge in facts.paths:
         by_class.setdefault(str(attr(edge, "path_class") or "?"), []).append(edge)
     items = []
     for path_class in sorted(by_class):
@@ -637,7 +637,7 @@ def _nic_line(nic: Node) -> str:
 
 def flow_items(facts: Facts, wanted: Callable[[str], bool], indent: int = 0) -> list[Item]:
     """talks_to edges (process → process), the biggest first."""
-    edges = [e for e in facts.graph.edges("talks_to") if wanted(str(attr(e, "transport") or "?"))]
+    edges = [e for e in facts.talks_to if wanted(str(attr(e, "transport") or "?"))]
     edges.sort(
         key=lambda e: (-(attr(e, "bytes") or 0), -(attr(e, "bytes_per_s") or 0), e.src, e.dst)
     )

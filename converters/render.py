@@ -20,7 +20,7 @@ from . import filters as filtering
 from .cursor import CursorState, ViewError
 from .facts import Facts
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
-from .index import ViewIndex, index_for
+from .index import ViewIndex, index_for, no_gc
 from .items import Item
 from .layers import LAYERS
 from .layers import LEGENDS as LAYER_LEGENDS
@@ -113,7 +113,13 @@ def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> l
     return index.items(view, BUILDERS[view])
 
 
-def paged(
+def paged(graph: Graph, view: str, **options: Any) -> Page:
+    """One page (see :func:`_paged`), without cyclic-GC passes over a huge heap meanwhile."""
+    with no_gc():
+        return _paged(graph, view, **options)
+
+
+def _paged(
     graph: Graph,
     view: str,
     *,

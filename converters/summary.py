@@ -9,6 +9,7 @@ from typing import Any
 
 from wp_mcp.graph.graph import Graph
 
+from .estimate import estimate_layer
 from .facts import attr
 from .formats import dumps
 from .index import ViewIndex, index_for
@@ -19,6 +20,9 @@ from .text import escape, fmt_count, quote, word
 from .tokens import count_tokens
 
 SUMMARY_MAX_TOKENS = 300
+# Up to this many nodes the summary builds every layer (exact costs, well under a second);
+# above it, layers not built yet are estimated from a scan (see estimate.py).
+SMALL_GRAPH_NODES = 20_000
 # Per page: header, legend and closing line (measured on typical pages).
 PAGE_OVERHEAD = 110
 COST_SAMPLE = 400
@@ -50,7 +54,7 @@ def render_summary(graph: Graph, fmt: str, budget: int, snapshot_id: str | None)
 
 def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str, Any]:
     meta = graph.meta
-    hosts = list(meta.hosts) or [
+    hosts = [word(h, 40) for h in meta.hosts] or [
         word(attr(h, "hostname") or h.id, 40) for h in graph.of_kind("host")
     ]
     kinds = sorted(graph.kinds().items(), key=lambda kv: -kv[1])
@@ -59,13 +63,17 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         reason = f"({escape(status.reason, 40)})" if status.reason and status.status != "ok" else ""
         coverage.setdefault(status.status, []).append(word(status.name, 24) + reason)
     layers = {}
+    small = len(graph.nodes) <= SMALL_GRAPH_NODES
     for name, build in LAYERS.items():
-        items = index.items(name, build)
-        layers[name] = {
-            "items": len(items),
-            "tokens": _cost(items),
-            "top": _signal(name, items),
-        }
+        items = index.items(name, build) if small else index.built(name)
+        if items is not None:
+            layers[name] = {
+                "items": len(items),
+                "tokens": _cost(items),
+                "top": _signal(name, items),
+            }
+        else:
+            layers[name] = estimate_layer(index.facts, name)
     return {
         "snapshot": snapshot_label(index, snapshot_id),
         "origin": quote(meta.origin, 60) if meta.origin else None,
