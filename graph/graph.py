@@ -37,21 +37,19 @@ class Graph:
     def from_validated(
         cls, meta: Meta, nodes: list[Node], edges: list[Edge]
     ) -> tuple[Graph, int | None, int | None]:
-        """Bulk-build from validated models; returns (graph, duplicate node position, dangling
+        """Bulk-build from models validated from dicts (their id fields are all set); returns (graph, duplicate node position, dangling
         edge position) so the reader can report the first problem with its position."""
         graph = cls(meta)
         by_id = graph.nodes
         for position, node in enumerate(nodes):
             if node.id in by_id:
                 return graph, position, None
-            _ensure_ids_set(node)
             by_id[node.id] = node
             graph._by_kind[node.kind][node.id] = node
         table = graph._edges
         for position, edge in enumerate(edges):
             if edge.src not in by_id or edge.dst not in by_id:
                 return graph, None, position
-            _ensure_ids_set(edge)
             ident = (edge.src, edge.kind, edge.dst, edge.key)
             existing = table.get(ident)
             if existing is None:

@@ -462,3 +462,67 @@ def make_node(kind: str, id: str, **attrs: Any) -> Node:
 
 def make_edge(kind: str, src: str, dst: str, **attrs: Any) -> Edge:
     return EDGE_ADAPTER.validate_python({"src": src, "dst": dst, "kind": kind, **attrs})
+
+
+class ElementsError(ValueError):
+    """Validation of a list of nodes or edges failed: where (original position) and why."""
+
+    def __init__(self, position: int, field: str, message: str, found: Any, more: int) -> None:
+        self.position, self.field, self.found, self.more = position, field, found, more
+        super().__init__(message)
+
+
+_LIST_ADAPTERS: dict[type, TypeAdapter] = {}
+
+
+def _list_adapter(cls: type) -> TypeAdapter:
+    adapter = _LIST_ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _LIST_ADAPTERS[cls] = TypeAdapter(list[cls])
+    return adapter
+
+
+def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> list:
+    """Validate a list element by element's kind, one pydantic call per kind, keeping order.
+
+    Grouping first (a cheap dict pass) lets each call use one concrete class instead of a
+    union with a Python discriminator, which is markedly faster on large graphs.
+    """
+    from pydantic import ValidationError
+
+    groups: dict[type, tuple[list[int], list]] = {}
+    for position, item in enumerate(items):
+        kind = item.get("kind") if isinstance(item, dict) else None
+        cls = classes.get(kind, generic) if isinstance(kind, str) else generic
+        group = groups.get(cls)
+        if group is None:
+            group = groups[cls] = ([], [])
+        group[0].append(position)
+        group[1].append(item)
+    result: list = [None] * len(items)
+    for cls, (positions, members) in groups.items():
+        try:
+            validated = _list_adapter(cls).validate_python(members)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            loc = list(first["loc"])
+            index = loc.pop(0) if loc and isinstance(loc[0], int) else 0
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+            raise ElementsError(
+                positions[index],
+                field,
+                first["msg"].lower(),
+                first.get("input"),
+                exc.error_count() - 1,
+            ) from None
+        for position, element in zip(positions, validated, strict=True):
+            result[position] = element
+    return result
+
+
+def validate_nodes(items: list) -> list[Node]:
+    return _validate_grouped(items, NODE_CLASSES, Node)
+
+
+def validate_edges(items: list) -> list[Edge]:
+    return _validate_grouped(items, EDGE_CLASSES, Edge)

@@ -21,7 +21,16 @@ from pydantic import ValidationError
 
 from .errors import FormatError
 from .graph import Graph
-from .model import EDGES_ADAPTER, FORMAT_NAME, FORMAT_VERSION, NODES_ADAPTER, Meta
+from .model import (
+    EDGES_ADAPTER,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    NODES_ADAPTER,
+    ElementsError,
+    Meta,
+    validate_edges,
+    validate_nodes,
+)
 from .rawio import read_json_file
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -105,13 +114,13 @@ def from_dict(doc: Any, origin: str = "<graph>") -> Graph:
     except ValidationError as exc:
         raise FormatError(f"{origin}: {describe_validation_error(exc, 'meta')}") from None
     try:
-        nodes = NODES_ADAPTER.validate_python(doc["nodes"])
-    except ValidationError as exc:
-        raise FormatError(f"{origin}: {describe_validation_error(exc, 'nodes')}") from None
+        nodes = validate_nodes(doc["nodes"])
+    except ElementsError as exc:
+        raise FormatError(f"{origin}: {describe_elements_error(exc, 'nodes')}") from None
     try:
-        edges = EDGES_ADAPTER.validate_python(doc["edges"])
-    except ValidationError as exc:
-        raise FormatError(f"{origin}: {describe_validation_error(exc, 'edges')}") from None
+        edges = validate_edges(doc["edges"])
+    except ElementsError as exc:
+        raise FormatError(f"{origin}: {describe_elements_error(exc, 'edges')}") from None
     return build(meta, nodes, edges, origin)
 
 
@@ -145,6 +154,15 @@ def describe_validation_error(exc: ValidationError, root: str) -> str:
         found_text = found_text[:57] + "..."
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{location}: {first['msg'].lower()}, got {found_text}{more}"
+
+
+def describe_elements_error(exc: ElementsError, root: str) -> str:
+    found_text = repr(exc.found)
+    if len(found_text) > 60:
+        found_text = found_text[:57] + "..."
+    more = f" (and {exc.more} more)" if exc.more else ""
+    where = f"{root}[{exc.position}]{exc.field}"
+    return f"{where}: {exc}, got {found_text}{more}"
 
 
 def _type_name(value: Any) -> str:

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
 from . import ids
 from .cpulist import parse_cpulist
 from .errors import FormatError
 from .graph import Graph
-from .model import EDGE_CLASSES, EDGES_ADAPTER, NODE_CLASSES, NODES_ADAPTER, Edge, Meta, Node
+from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
 from .rawio import read_json_file
 
 DERIVED_MARK = "witty"
@@ -348,33 +347,21 @@ class _Importer:
         _derive(self)
         node_list = list(self.nodes.values())
         try:
-            nodes = NODES_ADAPTER.validate_python(node_list)
-        except ValidationError as exc:
-            raise self._validation_failure(exc, list(self.where.values()), node_list) from None
+            nodes = validate_nodes(node_list)
+        except ElementsError as exc:
+            where = list(self.where.values())[exc.position]
+            raise self.fail(
+                where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
+            ) from None
         try:
-            edges = EDGES_ADAPTER.validate_python(self.edges)
-        except ValidationError as exc:
-            raise self._validation_failure(exc, self.edge_where, self.edges) from None
+            edges = validate_edges(self.edges)
+        except ElementsError as exc:
+            where = self.edge_where[exc.position]
+            raise self.fail(
+                where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
+            ) from None
         graph, _, _ = Graph.from_validated(Meta(), nodes, edges)
         return graph
-
-    def _validation_failure(
-        self, exc: ValidationError, wheres: list[str], items: list
-    ) -> FormatError:
-        first = exc.errors(include_url=False)[0]
-        loc = list(first["loc"])
-        position = loc.pop(0) if loc and isinstance(loc[0], int) else 0
-        if (
-            loc
-            and isinstance(loc[0], str)
-            and loc[0] in NODE_CLASSES | EDGE_CLASSES | {"generic": 0}
-        ):
-            loc.pop(0)
-        field_name = ".".join(str(part) for part in loc) or "value"
-        return self.fail(
-            wheres[position],
-            f"{field_name}: {first['msg'].lower()}, got {first.get('input')!r:.60}",
-        )
 
 
 _IDENTITY_FIELDS = {
