@@ -174,7 +174,7 @@ class NumaCollector(WindowedCollector[NumaSample]):
         for pid in scoped_pids(ctx.proc_root, ctx.pids):
             ctx.check_cancelled()
             for tid in list_tids(ctx.proc_root, pid):
-                stat = read_stat(ctx.proc_root / str(pid) / "task" / str(tid) / "stat")
+                stat = read_stat(f"{ctx.proc_root}/{pid}/task/{tid}/stat")
                 if stat is not None:
                     threads[tid] = (pid, stat.cpu_time_s, stat.last_cpu)
         vmstat = parse_key_values(read_text(ctx.proc_root / "vmstat") or "")

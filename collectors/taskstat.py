@@ -32,9 +32,9 @@ def list_pids(proc_root: Path) -> list[int]:
         return []
 
 
-def list_tids(proc_root: Path, pid: int) -> list[int]:
+def list_tids(proc_root: Path | str, pid: int) -> list[int]:
     try:
-        return sorted(int(e.name) for e in os.scandir(proc_root / str(pid) / "task"))
+        return sorted(int(e.name) for e in os.scandir(f"{proc_root}/{pid}/task"))
     except OSError:
         return []
 
@@ -75,12 +75,12 @@ def parse_stat(text: str) -> StatFields | None:
         return None
 
 
-def read_stat(path: Path) -> StatFields | None:
+def read_stat(path: Path | str) -> StatFields | None:
     text = read_text(path)
     return parse_stat(text) if text else None
 
 
-def read_schedstat(path: Path) -> tuple[float, float] | None:
+def read_schedstat(path: Path | str) -> tuple[float, float] | None:
     """``(on-CPU seconds, runnable-but-waiting seconds)`` from a ``schedstat`` file."""
     text = read_text(path)
     if not text:
@@ -92,7 +92,7 @@ def read_schedstat(path: Path) -> tuple[float, float] | None:
         return None
 
 
-def read_switches(path: Path) -> tuple[int, int] | None:
+def read_switches(path: Path | str) -> tuple[int, int] | None:
     """``(voluntary, involuntary)`` context switches from a ``status`` file."""
     text = read_text(path)
     if not text:

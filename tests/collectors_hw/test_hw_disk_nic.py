@@ -144,4 +144,5 @@ def test_real_loopback_transfer_shows_on_lo():
     collector.collect(graph, ctx)
     lo = graph.node("nic:lo")
     assert lo.virtual is True
-    assert lo.rx_bytes_per_s * lo.window_s >= payload
+    # window_s is stored rounded to the millisecond: allow for it on a very short window
+    assert lo.rx_bytes_per_s * lo.window_s >= payload * 0.95
