@@ -381,7 +381,8 @@ def _io_rates(before: dict | None, now: dict | None, window_s: float) -> dict[st
         "io_write_bytes_per_s": rounded(
             rate(before.get("write_bytes"), now.get("write_bytes"), window_s), 1
         ),
-        # rchar/wchar count every read()/write(), including pipes and sockets
+        # rchar/wchar count read()/write()-family calls on any file, pipes included (not
+        # send()/recv() on sockets: the sockets collector measures those)
         "io_rchar_per_s": rounded(rate(before.get("rchar"), now.get("rchar"), window_s), 1),
         "io_wchar_per_s": rounded(rate(before.get("wchar"), now.get("wchar"), window_s), 1),
     }
