@@ -33,6 +33,7 @@ class ViewIndex:
         self._filtered: OrderedDict[tuple, list[Item]] = OrderedDict()
         self.layouts: OrderedDict[tuple, list[int]] = OrderedDict()
         self.search_haystacks: list[tuple[Any, str]] | None = None  # built by search()
+        self.summary_layers: dict[str, dict[str, Any]] | None = None  # built by the summary
         self._lock = threading.RLock()
 
     def items(self, view: str, build: Callable[[Facts], list[Item]]) -> list[Item]:
@@ -42,10 +43,6 @@ class ViewIndex:
                 with no_gc():
                     items = self._items[view] = build(self.facts)
             return items
-
-    def built(self, view: str) -> list[Item] | None:
-        """The items of a view if some call already built them, else None (never builds)."""
-        return self._items.get(view)
 
     def filtered(
         self, key: tuple, items: list[Item], keep: Callable[[Item], bool] | None

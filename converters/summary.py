@@ -21,7 +21,7 @@ from .tokens import count_tokens
 
 SUMMARY_MAX_TOKENS = 300
 # Up to this many nodes the summary builds every layer (exact costs, well under a second);
-# above it, layers not built yet are estimated from a scan (see estimate.py).
+# above it, every layer is estimated from one scan (see estimate.py).
 SMALL_GRAPH_NODES = 20_000
 # Per page: header, legend and closing line (measured on typical pages).
 PAGE_OVERHEAD = 110
@@ -62,18 +62,6 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
     for status in meta.collectors:
         reason = f"({escape(status.reason, 40)})" if status.reason and status.status != "ok" else ""
         coverage.setdefault(status.status, []).append(word(status.name, 24) + reason)
-    layers = {}
-    small = len(graph.nodes) <= SMALL_GRAPH_NODES
-    for name, build in LAYERS.items():
-        items = index.items(name, build) if small else index.built(name)
-        if items is not None:
-            layers[name] = {
-                "items": len(items),
-                "tokens": _cost(items),
-                "top": _signal(name, items),
-            }
-        else:
-            layers[name] = estimate_layer(index.facts, name)
     return {
         "snapshot": snapshot_label(index, snapshot_id),
         "origin": quote(meta.origin, 60) if meta.origin else None,
@@ -83,8 +71,32 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         "edges": graph.edge_count,
         "kinds": kinds,
         "coverage": coverage,
-        "layers": layers,
+        "layers": _layers(graph, index),
     }
+
+
+def _layers(graph: Graph, index: ViewIndex) -> dict[str, dict[str, Any]]:
+    """Per layer: items, tokens and top line — computed once per graph and kept.
+
+    Small graphs build every layer (exact); large ones are always estimated, even when some
+    layers happen to be built already, so one snapshot always gets the same summary.
+    """
+    if index.summary_layers is not None:
+        return index.summary_layers
+    layers: dict[str, dict[str, Any]] = {}
+    small = len(graph.nodes) <= SMALL_GRAPH_NODES
+    for name, build in LAYERS.items():
+        if small:
+            items = index.items(name, build)
+            layers[name] = {
+                "items": len(items),
+                "tokens": _cost(items),
+                "top": _signal(name, items),
+            }
+        else:
+            layers[name] = estimate_layer(index.facts, name)
+    index.summary_layers = layers
+    return layers
 
 
 def _cost(items: list[Item]) -> tuple[int, bool]:
