@@ -77,7 +77,8 @@ def dataloader_saturated(ctx: RuleContext) -> list[Finding]:
     7,
     "Data loaders waiting (sleep / I/O), trainer starved",
     "loader cpu_pct and wake-ups with the trainer's cpu_pct",
-    "trainer < 50 %, loaders < 25 % CPU yet waking ≥ 5 times/s",
+    "trainer < 50 % CPU without waiting for a CPU (run delay < 20 %), loaders < 25 % CPU "
+    "yet waking ≥ 5 times/s",
     PYTORCH_TUNING,
 )
 def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
@@ -85,7 +86,9 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
     for trainer, workers in _loader_sets(ctx):
         mean = sum(w.get("cpu_pct") for w in workers) / len(workers)
         wakeups = sum(w.get("vol_switches_per_s") or 0 for w in workers) / len(workers)
-        if trainer.get("cpu_pct") < 50 and mean < 25 and wakeups >= 5:
+        # a trainer short of CPU (run-queue delay) is not waiting for data: layer 6 says so
+        starved = _worst_run_delay(ctx, trainer) >= 20
+        if trainer.get("cpu_pct") < 50 and mean < 25 and wakeups >= 5 and not starved:
             out.append(
                 ctx.finding(
                     subject=trainer.id,
@@ -101,6 +104,11 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
                 )
             )
     return out
+
+
+def _worst_run_delay(ctx: RuleContext, proc: Node) -> float:
+    delays = [t.get("run_delay_pct") or 0 for t in ctx.graph.successors(proc.id, "has_thread")]
+    return max(delays, default=0.0)
 
 
 @rule(
