@@ -264,9 +264,15 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
         description="List stored snapshots, newest first: id, time, label, origin, size.",
     )
     @_user_errors
-    def wp_snapshots(limit: Annotated[int, Field(ge=1, le=200)] = 20) -> CallToolResult:
+    def wp_snapshots(
+        limit: Annotated[int, Field(ge=1, le=200)] = 20, cursor: Cursor = None
+    ) -> CallToolResult:
         listing, counts = _snapshot_listing(state, limit)
-        return _result(listing, **counts)
+        # labels and origins are free text: the listing is paged like any long answer
+        page = page_text(
+            listing, max_tokens=DEFAULT_MAX_TOKENS, cursor=cursor, again="wp_snapshots"
+        )
+        return _result(page.text, **counts, next_cursor=page.next_cursor)
 
 
 def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, Any]]:

@@ -150,6 +150,19 @@ async def test_skill_options_reach_the_engine(server, witty_id: str) -> None:
     assert "nterconnect" in text(report) and "Storage" not in text(report)
 
 
+async def test_long_snapshot_listing_is_paged(server, store) -> None:
+    from wp_mcp.graph import Graph
+
+    for index in range(50):  # the store's default retention
+        store.put(Graph(), label=f"run {index} " + "运行" * 150)  # costly free-text labels
+    async with Client(server) as client:
+        first = await client.call_tool("wp_snapshots", {"limit": 60})
+        cursor = first.structured_content["next_cursor"]
+        second = await client.call_tool("wp_snapshots", {"limit": 60, "cursor": cursor})
+    assert count_tokens(text(first)) <= 4000 and count_tokens(text(second)) <= 4000
+    assert first.structured_content["total"] == 50 and "run 0 " in text(second)
+
+
 async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> None:
     async with Client(server) as client:
         a = await client.call_tool("wp_open", {"path": str(allowed / "graph.json")})
