@@ -711,14 +711,18 @@ def _register_resources(server: WpServer, state: ServerState) -> None:
                      description="A skill's SKILL.md (as wp_skill_docs)")  # fmt: skip
     @_resource_errors
     def skill_md(name: str) -> str:
-        return _skill_doc(name, None)
+        again = f"wp_skill_docs skill={name}"
+        return page_text(_skill_doc(name, None), max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
+                         again=again).text  # fmt: skip
 
     @server.resource("skill://{name}/references/{reference}", name="skill-reference",
                      mime_type="text/markdown",
                      description="A skill's reference file")  # fmt: skip
     @_resource_errors
     def skill_reference(name: str, reference: str) -> str:
-        return _skill_doc(name, reference)
+        again = f"wp_skill_docs skill={name} reference={reference}"
+        return page_text(_skill_doc(name, reference), max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
+                         again=again).text  # fmt: skip
 
 
 # --------------------------------------------------------------------------- prompts

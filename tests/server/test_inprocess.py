@@ -237,6 +237,23 @@ async def test_open_refuses_paths_outside_roots_links_and_big_files(
     assert "not valid JSON" in text(results["garbage"])
 
 
+async def test_every_resource_and_skill_doc_stays_within_budget(server, witty_id: str) -> None:
+    async with Client(server) as client:
+        ran = await client.call_tool("wp_run_skill", {"skill": "all"})
+        uris = [f"wp://reports/{ran.structured_content['report_id']}", "wp://snapshots"]
+        uris += [f"wp://snapshots/{witty_id}/layers/{layer}" for layer in LAYERS]
+        for name in skills.SKILL_NAMES:
+            uris.append(f"skill://{name}/SKILL.md")
+            refs = sorted(p.name for p in (skills.bundle_dir(name) / "references").iterdir())
+            uris += [f"skill://{name}/references/{ref}" for ref in refs]
+        for uri in uris:
+            answer = await client.read_resource(uri)
+            assert count_tokens(answer.contents[0].text) <= 4000, uri
+        for name in skills.SKILL_NAMES:
+            doc = await client.call_tool("wp_skill_docs", {"skill": name, "max_tokens": 500})
+            assert not doc.is_error and count_tokens(text(doc)) <= 500
+
+
 async def test_resources_and_prompts(server, witty_id: str) -> None:
     async with Client(server) as client:
         templates = await client.list_resource_templates()
