@@ -361,7 +361,7 @@ class Analysis:
         """trainer → its data-loading worker processes."""
         out: dict[str, list[str]] = {}
         for trainer in sorted(self.ranks) or [p.id for p in self.graph.of_kind("process")]:
-            ancestors = self._ancestors(trainer)
+            ancestors = self.ancestors(trainer)
             # children (torch DataLoader workers) and processes feeding it over local IPC
             candidates = set(self.children(trainer))
             if trainer in self.ranks:
@@ -373,7 +373,7 @@ class Analysis:
                 out[trainer] = workers
         return out
 
-    def _ancestors(self, proc_id: str) -> set[str]:
+    def ancestors(self, proc_id: str) -> set[str]:
         found: set[str] = set()
         current = self.parent(proc_id)
         while current is not None and current not in found:

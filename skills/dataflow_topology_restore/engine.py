@@ -49,6 +49,9 @@ def _hierarchy(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Sectio
     if not procs:
         return Section("Process hierarchy", "not evaluable", "No processes in this snapshot.")
     roots = sorted(p.id for p in procs if analysis.parent(p.id) is None)
+    # with a job found, show its processes and their ancestors only: on a live host the
+    # job is a few lines among hundreds of daemons
+    focus = _job_processes(graph, analysis)
     lines: list[str] = []
 
     def walk(proc_id: str, depth: int) -> None:
@@ -56,15 +59,32 @@ def _hierarchy(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Sectio
             return
         lines.append("  " * depth + "- " + _describe(graph, analysis, proc_id))
         for child in sorted(analysis.children(proc_id)):
-            walk(child, depth + 1)
+            if not focus or child in focus:
+                walk(child, depth + 1)
 
     for root in roots:
-        walk(root, 0)
+        if not focus or root in focus:
+            walk(root, 0)
     cut = len(procs) - len(lines)
     if cut > 0:
-        lines.append(f"- … {cut} more processes (use wp_entity / wp_layer topology)")
+        lines.append(f"- … {cut} other processes (wp_layer view=topology lists them all)")
     data["roots"] = roots
     return Section("Process hierarchy", "info", "\n".join(lines))
+
+
+def _job_processes(graph: Graph, analysis: Analysis) -> set[str]:
+    """Processes with a role or a device, their loaders' children, and all their ancestors."""
+    core = set(analysis.roles) | {
+        p.id for p in graph.of_kind("process") if analysis.devices_of(p.id)
+    }
+    for member in list(core):
+        core.update(analysis.children(member))
+    for group in analysis.groups:  # the clients a front end serves
+        if group.front_end:
+            core.update(peer for peer, _ in analysis.talks(group.front_end))
+    for member in list(core):
+        core.update(analysis.ancestors(member))
+    return core
 
 
 def _describe(graph: Graph, analysis: Analysis, proc_id: str) -> str:
