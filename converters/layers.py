@@ -64,6 +64,13 @@ def sort_desc(value: float | None) -> float:
 
 
 def host_line(node: Node, fields: tuple[str, ...]) -> str:
+    name = attr(node, "hostname") or attr(node, "name")
+    head = f"{show_id(node.id)} {quote(name, 60)}" if name else show_id(node.id)
+    return parts(head, host_facts(node, fields))
+
+
+def host_facts(node: Node, fields: tuple[str, ...]) -> str:
+    """The host's values for one layer ("" when it has none)."""
     g = node.get
     pieces: dict[str, str | None] = {
         "cpu": parts(
@@ -90,9 +97,7 @@ def host_line(node: Node, fields: tuple[str, ...]) -> str:
             kv("numa_balancing", g("numa_balancing")),
         ),
     }
-    name = g("hostname") or g("name")
-    head = f"{show_id(node.id)} {quote(name, 60)}" if name else show_id(node.id)
-    return parts(head, *(pieces[f] for f in fields)) or head
+    return parts(*(pieces[f] for f in fields))
 
 
 def pair_kv(name: str, a: object, b: object, fmt: Callable[[float], str]) -> str | None:
@@ -112,6 +117,8 @@ def psi_kv(psi: dict | None, resource: str) -> str | None:
 
 
 def host_items(graph_hosts: list[Node], fields: tuple[str, ...]) -> list[Item]:
+    """One line per host that has values for this layer."""
+    graph_hosts = [h for h in graph_hosts if host_facts(h, fields)]
     return [node_item(h, partial(host_line, h, fields)) for h in graph_hosts]
 
 
@@ -597,9 +604,7 @@ def _device_remote(
 
 def network(facts: Facts) -> list[Item]:
     graph = facts.graph
-    items = [
-        i for i in host_items(graph.of_kind("host"), ("net",)) if i.render() != show_id(i.ids[0])
-    ]
+    items = host_items(graph.of_kind("host"), ("net",))
     for nic in sorted(graph.of_kind("nic"), key=_nic_rank):
         items.append(node_item(nic, partial(_nic_line, nic), metrics=partial(_nic_metrics, nic)))
     for rdma in sorted(graph.of_kind("rdma_device"), key=lambda n: n.id):
@@ -815,9 +820,7 @@ def _spread(name: str, values: list[float]) -> str | None:
 
 def storage(facts: Facts) -> list[Item]:
     graph = facts.graph
-    items = [
-        i for i in host_items(graph.of_kind("host"), ("io",)) if i.render() != show_id(i.ids[0])
-    ]
+    items = host_items(graph.of_kind("host"), ("io",))
     disks = sorted(graph.of_kind("disk"), key=lambda d: (sort_desc(attr(d, "util_pct")), d.id))
     items += [
         node_item(d, partial(_disk_line, d), metrics=partial(_disk_metrics, d)) for d in disks
@@ -890,9 +893,7 @@ def _stuck_line(facts: Facts, thread: Node) -> str:
 
 def control(facts: Facts) -> list[Item]:
     graph = facts.graph
-    items = [
-        i for i in host_items(graph.of_kind("host"), ("ctl",)) if i.render() != show_id(i.ids[0])
-    ]
+    items = host_items(graph.of_kind("host"), ("ctl",))
     for ctr in sorted(graph.of_kind("container"), key=_throttle_rank):
         members = [e.src for e in graph.in_edges(ctr.id, "in_container")]
         items.append(

@@ -178,7 +178,9 @@ def _paged(
 
     # Reserve the frame at its worst: widest numbers and the longest cursor.
     worst_cursor = cursors.encode(CursorState(view, fmt, scope, index.fingerprint, 10**9, 10**6))
-    worst = frame(10**9, 10**6, f"~{10**6}", _closing(view, 10**9, 10**6, worst_cursor, scope_text))
+    worst = frame(
+        10**9, 10**6, f"~{10**6}", _closing(view, 10**9, 10**6, worst_cursor, scope_text, 10**9)
+    )
     reserve = (
         count_tokens(worst.header)
         + count_tokens(worst.legend)
@@ -206,7 +208,9 @@ def _paged(
                 CursorState(view, fmt, scope, index.fingerprint, stop, page_no + 1)
             )
         pages_text = f"{pages_total}" if exact else f"~{pages_total}"
-        closing = _closing(view, remaining, max(0, pages_total - page_no), next_cursor, scope_text)
+        closing = _closing(
+            view, remaining, max(0, pages_total - page_no), next_cursor, scope_text, len(items)
+        )
         pieces = [_fit(form, item, available) for item in items[offset:stop]]
         return form.assemble(frame(offset, stop - offset, pages_text, closing), pieces), next_cursor
 
@@ -289,8 +293,11 @@ def _page_count(
 
 
 def _closing(
-    view: str, remaining: int, pages_left: int, next_cursor: str | None, scope: str
+    view: str, remaining: int, pages_left: int, next_cursor: str | None, scope: str, total: int
 ) -> str:
+    if not total:
+        why = "no item matches the filters" if scope else "nothing collected for this view"
+        return f"#end (empty: {why}; the summary shows coverage)"
     if not remaining:
         return "#end"
     hint = NARROW_HINTS.get(view, "kind=… pid=… name=…")

@@ -40,7 +40,7 @@ def test_show_entity_search_and_diagram(witty_path, capsys):
     assert main(["show", str(witty_path), "--view", "entity", "--entity", "proc:1895087"]) == 0
     assert "  numa_locality=0.0588" in capsys.readouterr().out
     assert main(["show", str(witty_path), "--search", "release_thread"]) == 0
-    assert capsys.readouterr().out.count("\"release_thread\" thread") == 4
+    assert capsys.readouterr().out.count('"release_thread" thread') == 4
     assert main(["show", str(witty_path), "--view", "flows", "--format", "dot"]) == 0
     assert "digraph wp {" in capsys.readouterr().out
 

@@ -56,7 +56,7 @@ def check_text_page(page) -> None:
     assert lines == page.text.splitlines(), "a character that splits lines got through"
     assert lines[0].startswith(f"#wp {page.view} ")
     assert lines[1].startswith("#legend ")
-    assert lines[-1] == "#end" or lines[-1].startswith("#more ")
+    assert lines[-1] == "#end" or lines[-1].startswith(("#more ", "#end (empty: "))
     body = lines[2:-1]
     assert len(body) == page.item_count
     for line in body:
