@@ -35,8 +35,9 @@ from .mcp_text import DIAGNOSE_PROMPT, INSTRUCTIONS, SKILL_PROMPT, page_text
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 4000  # mirrors wp_mcp.converters.DEFAULT_MAX_TOKENS (checked by a test)
+DEFAULT_MAX_TOKENS = 4000  # mirror the converters' budgets (a test checks they agree)
 HARD_MAX_TOKENS = 8000
+MIN_MAX_TOKENS = 300
 OVERVIEW_TOKENS = 600  # the summary that follows wp_collect / wp_open
 CANCEL_GRACE_S = 30.0  # how long a cancelled collection may take to close its collectors
 
@@ -53,7 +54,7 @@ Snapshot = Annotated[
     str, Field(description="snapshot id, unique id prefix, or 'latest' (see wp_snapshots)")
 ]
 MaxTokens = Annotated[
-    int, Field(ge=200, le=HARD_MAX_TOKENS, description="token budget of the answer")
+    int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS, description="token budget of the answer")
 ]
 Cursor = Annotated[
     str | None, Field(description="next_cursor of the previous answer, for the next page")
@@ -515,7 +516,7 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
                 description='bottleneck-identification: {"layers": [1, 3]}; hotspot-thread-discovery: {"top": 5}'
             ),
         ] = None,
-        max_tokens: Annotated[int, Field(ge=200, le=HARD_MAX_TOKENS)] = 1500,
+        max_tokens: Annotated[int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS)] = 1500,
     ) -> CallToolResult:
         from wp_mcp.skills import diagnose, run_skill
 

@@ -51,6 +51,7 @@ async def test_catalog_lists_every_tool_with_annotations_within_budget(server) -
 def test_server_budget_constants_match_the_converters() -> None:
     assert mcp_server.DEFAULT_MAX_TOKENS == converters.DEFAULT_MAX_TOKENS
     assert mcp_server.HARD_MAX_TOKENS == converters.HARD_MAX_TOKENS
+    assert mcp_server.MIN_MAX_TOKENS == converters.tokens.MIN_MAX_TOKENS
     assert tuple(mcp_server.SKILLS) == tuple(skills.SKILL_NAMES)
 
 
@@ -79,6 +80,8 @@ async def test_open_then_read_every_layer_within_budget(server, allowed: Path) -
             "wp_layer", {"view": "compute", "snapshot": sid, "max_tokens": 300}
         )
         assert count_tokens(text(small)) <= 300
+        too_small = await client.call_tool("wp_layer", {"view": "compute", "max_tokens": 100})
+        assert too_small.is_error and "max_tokens" in text(too_small)
         cursor = small.structured_content.get("next_cursor")
         assert cursor, "a 300-token page of the compute layer must be cut"
         following = await client.call_tool(
