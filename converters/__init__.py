@@ -15,6 +15,8 @@ Public names (other stages code against these; docs/views.md and docs/compact-te
 - ``search(graph, query, limit=20) -> Page``: entities by id, name, cmdline or address.
 - ``view_items(graph, view, filters=None, entity=None, depth=1) -> list[Item]``: the items a
   view pages through (each with ``ids``, ``kind``, ``line``, ``tokens``).
+- ``prepare(graph, views=None)``: build the views' indexes now (e.g. in a background thread
+  right after a snapshot is opened) so that the first page of each is as fast as the others.
 - ``DEFAULT_MAX_TOKENS`` (4000), ``HARD_MAX_TOKENS`` (8000), ``SUMMARY_MAX_TOKENS`` (300).
 """
 
@@ -39,6 +41,7 @@ __all__ = [
     "Page",
     "ViewError",
     "count_tokens",
+    "prepare",
     "render_view",
     "search",
     "view_items",
@@ -77,6 +80,13 @@ def render_view(
         snapshot_id=snapshot_id,
         legend=_entity_legend() if view == "entity" else None,
     )
+
+
+def prepare(graph: Graph, views: tuple[str, ...] | None = None) -> None:
+    """Build the item lists of ``views`` (default: every paged view) for ``graph`` now."""
+    for view in views or VIEWS:
+        if view not in ("summary", "entity"):
+            view_items(graph, view)
 
 
 def _entity_legend() -> str:

@@ -130,9 +130,7 @@ def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
         return lambda item: item.kind in value
     if key == "pid":
         family = process_family(graph, value)
-        return lambda item: (
-            any(p in family for p in item.procs) or any(i in family for i in item.ids)
-        )
+        return lambda item: not (family.isdisjoint(item.procs) and family.isdisjoint(item.ids))
     if key == "name":
         pattern = re.compile(fnmatch.translate(value), re.IGNORECASE | re.DOTALL)
         return lambda item: item.name is not None and bool(pattern.match(item.name))

@@ -78,6 +78,7 @@ def host_facts(node: Node, fields: tuple[str, ...]) -> str:
             kv("busy", g("cpu_busy_pct"), fmt_pct),
             kv("steal", g("cpu_steal_pct"), fmt_pct),
             kv("load", g("load1")),
+            kv("virt", g("virtualized"), escape_short),
         ),
         "mem": parts(
             pair_kv("avail", g("mem_available_bytes"), g("mem_total_bytes"), fmt_bytes),

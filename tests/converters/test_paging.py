@@ -148,3 +148,16 @@ def test_largest_synthetic_graph_pages_within_budget_and_visit_everything_once()
             assert page.tokens <= 4000
             seen.update(page.ids)
         assert seen == expected(graph, view)
+
+
+def test_prepare_builds_views_ahead_without_changing_them(witty_path):
+    from wp_mcp.converters import prepare
+    from wp_mcp.converters.index import index_for
+    from wp_mcp.graph.witty import load_witty
+
+    graph = load_witty(witty_path)
+    prepare(graph)
+    assert index_for(graph)._items.keys() >= {"compute", "interconnect", "topology", "flows"}
+    fresh = load_witty(witty_path)
+    for view in ("compute", "interconnect", "topology"):
+        assert render_view(graph, view).text == render_view(fresh, view).text
