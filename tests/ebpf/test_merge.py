@@ -1,0 +1,116 @@
+"""How eBPF records merge into a graph polling already filled (no BPF needed).
+
+The records are what the programs' ``read`` returns; the graph holds what procfs, the
+sockets collector and the ipc collector would have put there.
+"""
+
+from __future__ import annotations
+
+from wp_mcp.collectors.ebpf import runqlat, sockbytes
+from wp_mcp.collectors.ebpf.common import AF_INET, AF_UNIX
+from wp_mcp.collectors.ebpf.program import Scope
+from wp_mcp.collectors.ebpf.sockbytes import SocketRecord
+from wp_mcp.graph import Graph
+
+TCP, UDP = 6, 17
+
+
+def tcp(ino, sk, laddr, lport, raddr, rport, by_pid):
+    return SocketRecord(ino, sk, AF_INET, TCP, 1, laddr, lport, raddr, rport, by_pid=by_pid)
+
+
+def polled_tcp_pair() -> Graph:
+    """Client pid 10 (sock:100) connected to server pid 20 (sock:200), as polling sees it."""
+    g = Graph()
+    for pid in (10, 20):
+        g.add("process", f"proc:{pid}", source="procfs", pid=pid, name=f"p{pid}")
+    g.add("socket", "sock:100", source="sockets", proto="tcp", local_addr="127.0.0.1",
+          local_port=40000, remote_addr="127.0.0.1", remote_port=5000, bytes_sent=900)  # fmt: skip
+    g.add("socket", "sock:200", source="sockets", proto="tcp", local_addr="127.0.0.1",
+          local_port=5000, remote_addr="127.0.0.1", remote_port=40000)  # fmt: skip
+    g.link("holds", "proc:10", "sock:100", source="procfs")
+    g.link("holds", "proc:20", "sock:200", source="procfs")
+    g.link("talks_to", "proc:10", "proc:20", source="ipc", key="tcp", transport="tcp", bytes=950)
+    return g
+
+
+def test_tcp_bytes_land_on_the_polling_nodes_and_edge_both_kept():
+    g = polled_tcp_pair()
+    records = [
+        tcp(100, 1, "127.0.0.1", 40000, "127.0.0.1", 5000, {10: [1000, 50, 3, 1]}),
+        tcp(200, 2, "127.0.0.1", 5000, "127.0.0.1", 40000, {20: [50, 1000, 1, 9]}),
+    ]
+    sockbytes.merge(g, records, Scope(window_s=2.0))
+    client = g.nodes["sock:100"]
+    assert (client.get("bytes_sent"), client.get("ebpf_bytes_sent")) == (900, 1000)
+    assert client.source["bytes_sent"] == "sockets"
+    assert client.source["ebpf_bytes_sent"] == "ebpf"
+    assert client.source["local_port"] == "sockets"  # identity stays with polling
+    [edge] = list(g.edges("talks_to"))  # merged into the ipc edge, not a second one
+    assert (edge.src, edge.dst, edge.get("bytes")) == ("proc:10", "proc:20", 950)
+    assert edge.get("ebpf_bytes_src_to_dst") == 1000
+    assert edge.get("ebpf_bytes_dst_to_src") == 50
+    assert edge.get("ebpf_bytes") == 1050
+    assert edge.get("ebpf_bytes_per_s") == 525.0
+    assert g.nodes["proc:10"].get("ebpf_bytes_sent") == 1000
+    assert g.nodes["proc:20"].get("ebpf_bytes_received") == 1000
+    assert len(g.out_edges("proc:10", "holds")) == 1  # not duplicated
+
+
+def test_processes_and_sockets_polling_missed_are_added():
+    g = Graph()
+    records = [
+        tcp(7, 1, "10.0.0.1", 41000, "10.0.0.2", 80, {4242: [300, 0, 1, 0]}),
+    ]
+    records[0].comms[4242] = "curl"
+    sockbytes.merge(g, records, Scope(window_s=1.0))
+    proc = g.nodes["proc:4242"]
+    assert proc.get("name") == "curl" and proc.source["pid"] == "ebpf"
+    sock = g.nodes["sock:7"]
+    assert (sock.get("remote_addr"), sock.get("remote_port")) == ("10.0.0.2", 80)
+    assert [e.dst for e in g.out_edges("proc:4242", "holds")] == ["sock:7"]
+    assert not list(g.edges("talks_to"))  # the far end is not on this host
+
+
+def test_pid_filter_keeps_only_processes_in_scope():
+    g = polled_tcp_pair()
+    records = [tcp(300, 3, "127.0.0.1", 1, "127.0.0.1", 2, {99: [5, 5, 1, 1]})]
+    sockbytes.merge(g, records, Scope(window_s=1.0, pids={10}))
+    assert "proc:99" not in g and "sock:300" not in g
+
+
+def test_connected_udp_sender_pairs_with_a_bound_receiver():
+    g = Graph()
+    sender = SocketRecord(1, 1, AF_INET, UDP, 2, "127.0.0.1", 50000, "127.0.0.1", 6000,
+                          by_pid={1: [4000, 0, 4, 0]})  # fmt: skip
+    receiver = SocketRecord(2, 2, AF_INET, UDP, 2, "0.0.0.0", 6000, "0.0.0.0", 0,
+                            by_pid={2: [0, 3000, 0, 3]})  # fmt: skip
+    sockbytes.merge(g, [sender, receiver], Scope(window_s=1.0))
+    [edge] = list(g.edges("talks_to"))
+    assert (edge.src, edge.dst, edge.get("transport")) == ("proc:1", "proc:2", "udp")
+    assert edge.get("ebpf_bytes_src_to_dst") == 4000
+
+
+def test_unix_sockets_pair_through_their_peer_pointer():
+    g = Graph()
+    a = SocketRecord(11, 0xA, AF_UNIX, 0, 1, peer=0xB, by_pid={1: [10, 0, 1, 0]})
+    b = SocketRecord(12, 0xB, AF_UNIX, 0, 1, peer=0xA, by_pid={2: [0, 10, 0, 1]})
+    sockbytes.merge(g, [a, b], Scope(window_s=1.0))
+    [edge] = list(g.edges("talks_to"))
+    assert (edge.src, edge.dst, edge.get("transport")) == ("proc:1", "proc:2", "unix")
+    assert g.nodes["sock:11"].get("unix_type") == "stream"
+
+
+def test_thread_records_become_thread_attributes_under_their_process():
+    g = Graph()
+    g.add("process", "proc:5", source="procfs", pid=5)
+    g.add("thread", "thr:6", source="procfs", tid=6, pid=5)
+    g.link("has_thread", "proc:5", "thr:6")
+    record = runqlat.ThreadRecord(6, 5, "worker", 500_000_000, 20_000_000, 100, 1_000_000, 120, 90)
+    runqlat.merge(g, [record], Scope(window_s=2.0))
+    node = g.nodes["thr:6"]
+    assert node.get("ebpf_run_delay_ms") == 500.0
+    assert node.get("ebpf_run_delay_pct") == 25.0
+    assert node.get("ebpf_run_delay_max_ms") == 20.0
+    assert node.get("ebpf_off_cpu_ms") == 1.0
+    assert len(g.in_edges("thr:6", "has_thread")) == 1
