@@ -228,6 +228,10 @@ class NumaCollector(WindowedCollector[NumaSample]):
         basis: str,
     ) -> bool:
         """Add CPU and page placement of one process; False when numa_maps was unreadable."""
+        base = ctx.proc_root / str(pid)
+        page_bytes = self._page_bytes(base)
+        if basis == "placement" and page_bytes is not None and not any(page_bytes.values()):
+            return True  # an idle kernel thread: no memory, no CPU time, nothing to place
         proc_id = ids.process(pid)
         cpu_share = shares(cpu_time)
         attrs: dict[str, Any] = {
@@ -240,8 +244,6 @@ class NumaCollector(WindowedCollector[NumaSample]):
                 "cpu_on", proc_id, ids.numa(node), source=SOURCE,
                 share=round(share, 4), cpu_time_s=round(cpu_time[node], 3),
             )  # fmt: skip
-        base = ctx.proc_root / str(pid)
-        page_bytes = self._page_bytes(base)
         if page_bytes is None:
             return not base.exists()  # a process that exited is not a permission problem
         page_share = shares({n: float(b) for n, b in page_bytes.items()})
@@ -318,9 +320,11 @@ def _cpu_time_per_node(
         votes.setdefault(pid, {}).setdefault(node, 0.0)
         votes[pid][node] += 1.0
         if delta > 0:
+            seen_on = {last_cpu} | ({before[2]} if before and before[2] is not None else set())
             graph.add(
                 "thread", ids.thread(tid), source=SOURCE, tid=tid, pid=pid,
                 numa_cpu_time={str(node): round(delta, 3)},
+                cpus_used=format_cpulist(seen_on),  # CPUs seen at the window's two ends
             )  # fmt: skip
             graph.add("process", ids.process(pid), pid=pid)
             graph.link("has_thread", ids.process(pid), ids.thread(tid))

@@ -122,6 +122,20 @@ def test_dual_socket_process_split_across_nodes(fake_proc: FakeProc, fake_sys: F
     mem_on = {e.dst: e for e in graph.out_edges("proc:10", "mem_on")}
     assert mem_on["numa:1"].share == 0.75 and mem_on["numa:1"].pages == 300
     assert graph.node("thr:11").numa_cpu_time == {"1": 1.0}
+    assert graph.node("thr:10").cpus_used == "0,4"  # seen on CPU 0, then CPU 4
+
+
+def test_idle_kernel_threads_are_not_placed(fake_proc, fake_sys):
+    dual_socket(fake_sys)
+    fake_proc.task(2, 2, comm="kthreadd", cpu_s=1.0, cpu=3)
+    fake_proc.process_files(2, numa_maps="")
+    ctx = Context(proc_root=fake_proc.root, sys_root=fake_sys.root)
+    collector = NumaCollector()
+    collector.probe(ctx)
+    first = collector.sample(ctx)
+    graph = Graph()
+    collector.emit(graph, ctx, first, collector.sample(ctx), 1.0)
+    assert graph.out_edges("proc:2", "cpu_on") == []
 
 
 def test_idle_process_placement_counts_one_vote_per_thread(fake_proc, fake_sys):
