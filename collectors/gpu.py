@@ -63,6 +63,9 @@ class GpuReading:
 class GpuSample:
     gpus: dict[int, GpuReading] = field(default_factory=dict)
     driver: str | None = None
+    errors: list[str] = field(
+        default_factory=list
+    )  # GPUs NVML could not read (fallen off the bus…)
 
 
 @dataclass
@@ -274,7 +277,11 @@ class NvmlBackend:
         nv = self.nvml
         sample = GpuSample(driver=_text(self._try("nvmlSystemGetDriverVersion")))
         for index in range(nv.nvmlDeviceGetCount()):
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+            except Exception as exc:  # NVML_ERROR_GPU_IS_LOST and friends: one GPU, not all
+                sample.errors.append(f"gpu:{index}: {exc}")
+                continue
             sample.gpus[index] = self._reading(index, handle)
         return sample
 
@@ -410,7 +417,10 @@ class GpuCollector(WindowedCollector[GpuSample]):
             _emit_path(graph, ids.gpu(i), ids.gpu(j), found, backend)
         if matrix is not None:
             _emit_nic_paths(graph, matrix, backend)
-        return Outcome(details={"gpus": len(last.gpus), "backend": backend})
+        details = {"gpus": len(last.gpus), "backend": backend}
+        if last.errors:
+            return Outcome("partial", "unreadable: " + "; ".join(last.errors), details)
+        return Outcome(details=details)
 
     def close(self) -> None:
         if isinstance(self.backend, NvmlBackend):

@@ -254,6 +254,21 @@ def test_nvml_readings_nvlinks_and_processes():
     assert nvml.shutdown
 
 
+def test_a_lost_gpu_makes_the_status_partial_and_keeps_the_others():
+    class OneLost(FakeNvml):
+        def nvmlDeviceGetHandleByIndex(self, i):
+            if i == 1:
+                raise RuntimeError("GPU is lost")
+            return i
+
+    collector = GpuCollector()
+    collector.backend = NvmlBackend(OneLost())
+    graph = Graph()
+    outcome = collector.collect(graph, Context(window_s=0.05))
+    assert outcome.status == "partial" and "gpu:1: GPU is lost" in outcome.reason
+    assert graph.node("gpu:0").pci_bus_id == "0000:18:00.0" and "gpu:1" not in graph
+
+
 def test_without_a_driver_the_probe_says_why(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     reason = GpuCollector().probe(Context())
