@@ -42,6 +42,9 @@ def tcp_send(args: argparse.Namespace) -> None:
         left = args.bytes
         while left:
             left -= conn.send(payload[: min(left, CHUNK)])
+        if args.hold:
+            say(sent=args.bytes)
+            sys.stdin.read()  # keep the connection open (for polling) until told to stop
         conn.shutdown(socket.SHUT_WR)
         conn.recv(1)  # wait for the receiver to close: every byte has been read
         info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
@@ -141,6 +144,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--busy", type=int, default=4)
+    parser.add_argument("--hold", action="store_true", help="tcp-send: keep the connection open")
     args = parser.parse_args()
     modes = {
         "tcp-recv": tcp_recv,
