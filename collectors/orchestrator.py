@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
+from wp_mcp.graph import CollectorStatus, Graph, Node, UserError, ids
 
 from wp_mcp import __version__
 
@@ -91,7 +91,7 @@ def collect_snapshot(
         if ctx.window_s > 0 and ctx.cancel.wait(ctx.window_s):
             raise Cancelled()
         graph.meta.window_s = round(time.monotonic() - window_started, 3) if ctx.window_s > 0 else 0
-        _collect(usable, ctx, graph)
+        graph = _collect(usable, ctx, graph)
     except Cancelled:
         graph.meta.cancelled = True  # type: ignore[attr-defined]
         for run in runs:
@@ -149,17 +149,19 @@ def _begin(usable: list[_Run], ctx: Context) -> None:
             usable.remove(run)
 
 
-def _collect(usable: list[_Run], ctx: Context, graph: Graph) -> None:
+def _collect(usable: list[_Run], ctx: Context, graph: Graph) -> Graph:
+    """Run every collector; returns the merged graph (carrying ``graph``'s metadata)."""
     names = {run.name for run in usable}
     first = [run for run in usable if not set(run.collector.after) & names]
     later = _dependency_order([run for run in usable if run not in first], names)
     for run in first:
         run.graph = Graph()
     _run_concurrently(first, ctx)
-    _merge(graph, [run for run in first if run.graph is not None], ctx)
+    graph = _merge(graph, [run for run in first if run.graph is not None], ctx)
     for run in later:
         run.graph = graph
         _run_concurrently([run], ctx)
+    return graph
 
 
 def _dependency_order(runs: list[_Run], names: set[str]) -> list[_Run]:
@@ -235,31 +237,91 @@ def _close(run: _Run) -> None:
 # --------------------------------------------------------------------------- merging
 
 
-def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> None:
-    """Merge the collectors' own graphs; drop edges to nodes nobody produced."""
+def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
+    """Merge the collectors' own graphs; drop edges to nodes nobody produced.
+
+    The biggest graph (procfs's: every process and thread) becomes the result as it is,
+    when none of its edges dangles, and the others merge into it: copying ten thousand
+    nodes and edges again would cost more than collecting them did. It takes over the
+    metadata of ``graph``.
+    """
     node_ids: set[str] = set()
     for run in runs:
         node_ids.update(run.graph.nodes)
-    if ctx.pids:
-        node_ids -= _unheld_shared_objects(runs)
-    for run in runs:
-        for node_id, node in run.graph.nodes.items():
-            if node_id in node_ids:
-                graph.add_node(node)
+    unheld = _unheld_shared_objects(runs) if ctx.pids else set()
+    node_ids -= unheld
+    base = _pick_base(runs, node_ids | unheld)
+    if base is not None:
+        _take_meta(graph, base.graph)
+        merged, rest = base.graph, [run for run in runs if run is not base]
+    else:
+        merged, rest = graph, runs
+    _merge_nodes(merged, rest, node_ids)
+    for run in rest:
         dropped = 0
         for edge in run.graph.edges():
             if edge.src in node_ids and edge.dst in node_ids:
-                graph.add_edge(edge, strict=False)
+                merged.add_edge(edge, strict=False)
             elif not ctx.pids:
                 dropped += 1
         if dropped and run.status is not None and run.status.status == "ok":
             run.status.status = "partial"
             run.status.reason = f"{dropped} edges dropped: their other end was not collected"
-        for host in run.graph.meta.hosts:
-            if host not in graph.meta.hosts:
-                graph.meta.hosts.append(host)
-        for name, value in run.graph.meta.capabilities.items():
-            graph.meta.capabilities.setdefault(name, value)
+        _take_meta_facts(merged, run.graph)
+    for node_id in unheld:
+        merged.remove_node(node_id)
+    return merged
+
+
+def _pick_base(runs: list[_Run], node_ids: set[str]) -> _Run | None:
+    if not runs:
+        return None
+    biggest = max(runs, key=lambda run: len(run.graph.nodes))
+    if all(e.src in node_ids and e.dst in node_ids for e in biggest.graph.edges()):
+        return biggest
+    return None
+
+
+def _take_meta(meta_from: Graph, target: Graph) -> None:
+    """``target`` keeps its own hosts and capabilities, and takes ``meta_from``'s metadata."""
+    own = Graph()
+    own.meta = target.meta
+    target.meta = meta_from.meta
+    _take_meta_facts(target, own)
+
+
+def _take_meta_facts(target: Graph, source: Graph) -> None:
+    for host in source.meta.hosts:
+        if host not in target.meta.hosts:
+            target.meta.hosts.append(host)
+    for name, value in source.meta.capabilities.items():
+        target.meta.capabilities.setdefault(name, value)
+
+
+def _merge_nodes(graph: Graph, runs: list[_Run], node_ids: set[str]) -> None:
+    """Add every node; where several collectors describe one node, the richest description
+    goes in first and the others merge into it (per attribute, the last merged wins).
+
+    Merging copies attribute by attribute, so merging a 3-attribute socket stub from procfs
+    into sockets' 20-attribute node is cheap, and the other way round is not (thousands of
+    sockets on a busy host).
+    """
+    instances: dict[str, list[Node]] = {}
+    for run in runs:
+        for node_id, node in run.graph.nodes.items():
+            if node_id in node_ids:
+                instances.setdefault(node_id, []).append(node)
+    poorer: list[Node] = []
+    for nodes in instances.values():
+        richest = nodes[0] if len(nodes) == 1 else max(nodes, key=_richness)
+        graph.add_node(richest)
+        poorer.extend(n for n in nodes if n is not richest)
+    for node in poorer:
+        graph.add_node(node)
+
+
+def _richness(node: Node) -> int:
+    return len(node.model_fields_set) + len(node.model_extra or {})
 
 
 def _unheld_shared_objects(runs: list[_Run]) -> set[str]:

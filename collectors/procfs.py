@@ -29,8 +29,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph import ids
+from wp_mcp.graph.model import (
+    Edge,
+    Holds,
+    MqueueNode,
+    Node,
+    PipeNode,
+    ProcessNode,
+    ShmNode,
+    SocketNode,
+    ThreadNode,
+)
 
-from .base import Collector, Context, Outcome
+from .base import Collector, Context, Outcome, add_typed_node
 from .cpulist import format_cpulist
 from .redact import redact_argv
 from .taskstat import CLOCK_TICKS, list_tids, parse_stat, scoped_pids
@@ -42,6 +53,9 @@ NAME = "procfs"
 MAX_CMDLINE_CHARS = 4096
 DEVICE_PREFIXES = ("/dev/nvidia", "/dev/davinci", "/dev/infiniband/", "/dev/accel/", "/dev/dri/")
 _ACCESS_MODES = {0: "r", 1: "w", 2: "rw"}
+_HELD_CLASSES: dict[str, type[Node]] = {
+    "socket": SocketNode, "pipe": PipeNode, "shm": ShmNode, "mqueue": MqueueNode,
+}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- small readers
@@ -124,6 +138,14 @@ def _readlink(path: str) -> str | None:
         return os.readlink(path)
     except OSError:
         return None
+
+
+def _add_node(graph: Graph, cls: type[Node], node_id: str, attrs: dict[str, Any]) -> Node:
+    return add_typed_node(graph, cls, node_id, attrs, NAME)
+
+
+def _add_edge(graph: Graph, cls: type[Edge], kind: str, src: str, dst: str, **attrs: Any) -> None:
+    graph.add_edge(cls(src=src, dst=dst, kind=kind, **attrs))
 
 
 # --------------------------------------------------------------------------- fds and maps
@@ -257,10 +279,14 @@ def scan_fds(proc_dir: str) -> tuple[dict[str, Held], list[str]] | None:
 
 def scan_maps(proc_dir: str, held: dict[str, Held]) -> None:
     """Shared memory that is mapped (its fd may be closed long ago)."""
-    text = _read(f"{proc_dir}/maps")
-    if not text or ("/dev/shm/" not in text and "/memfd:" not in text and "/SYSV" not in text):
+    try:
+        with open(f"{proc_dir}/maps", "rb") as handle:
+            data = handle.read()
+    except OSError:
         return
-    for line in text.splitlines():
+    if b"/dev/shm/" not in data and b"/memfd:" not in data and b"/SYSV" not in data:
+        return
+    for line in data.decode("utf-8", "replace").splitlines():
         if "/dev/shm/" not in line and "/memfd:" not in line and "/SYSV" not in line:
             continue
         match = _MAPS_LINE.match(line)
@@ -330,7 +356,7 @@ class ProcfsCollector(Collector):
                 seen[pid] = ppid
         for pid, ppid in seen.items():
             if ppid in seen:
-                graph.link("parent_of", ids.process(ppid), ids.process(pid))
+                _add_edge(graph, Edge, "parent_of", ids.process(ppid), ids.process(pid))
         self._describe_sysv(graph, ctx.proc_root)
         ctx.report(NAME, "collect", f"{counts.processes} processes, {counts.threads} threads")
         return _outcome(counts)
@@ -374,9 +400,7 @@ class ProcfsCollector(Collector):
         else:
             attrs.update(self._user_space_attrs(proc_dir, ctx, counts))
         node_id = ids.process(pid)
-        graph.add(
-            "process", node_id, source=NAME, **{k: v for k, v in attrs.items() if v is not None}
-        )
+        _add_node(graph, ProcessNode, node_id, {k: v for k, v in attrs.items() if v is not None})
         counts.processes += 1
         counts.threads += self._add_threads(graph, ctx, pid, node_id)
         if not kernel_thread:
@@ -426,8 +450,8 @@ class ProcfsCollector(Collector):
             if allowed:
                 attrs["cpus_allowed"] = allowed
             thread_id = ids.thread(tid)
-            graph.add("thread", thread_id, source=NAME, tid=tid, **attrs)
-            graph.link("has_thread", proc_id, thread_id)
+            _add_node(graph, ThreadNode, thread_id, {"tid": tid, **attrs})
+            _add_edge(graph, Edge, "has_thread", proc_id, thread_id)
             added += 1
         return added
 
@@ -441,7 +465,7 @@ class ProcfsCollector(Collector):
         if devices:
             graph.nodes[proc_id].set("devices", devices, NAME)
         for entry in held.values():
-            graph.add(entry.kind, entry.node_id, source=NAME, **entry.attrs)
+            _add_node(graph, _HELD_CLASSES[entry.kind], entry.node_id, entry.attrs)
             edge: dict[str, Any] = {}
             if entry.fds:
                 edge["fd"] = min(entry.fds)
@@ -450,7 +474,7 @@ class ProcfsCollector(Collector):
                 edge["mode"] = _merge_modes(entry.modes)
             if entry.mapped:
                 edge["mapped"] = True
-            graph.link("holds", proc_id, entry.node_id, **edge)
+            _add_edge(graph, Holds, "holds", proc_id, entry.node_id, **edge)
 
     def _describe_sysv(self, graph: Graph, proc_root: Path) -> None:
         segments = read_sysv_shm(proc_root)
@@ -476,9 +500,14 @@ def _affinity(tid: int, ctx: Context) -> str | None:
     if str(ctx.proc_root) != "/proc":
         return None
     try:
-        return format_cpulist(os.sched_getaffinity(tid))
+        return _cpulist(frozenset(os.sched_getaffinity(tid)))
     except OSError:
         return None
+
+
+@lru_cache(maxsize=256)
+def _cpulist(cpus: frozenset[int]) -> str:
+    return format_cpulist(cpus)
 
 
 def _outcome(counts: ScanCounts) -> Outcome:

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph import ids
+from wp_mcp.graph.model import SocketNode
 
-from .base import Collector, Context, Outcome
+from .base import Collector, Context, Outcome, add_typed_node
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -397,7 +398,7 @@ class SocketsCollector(Collector):
         for client, server in pairs:
             client.attrs["role"], server.attrs["role"] = "client", "server"
         for raw in kept.values():
-            graph.add("socket", ids.socket_inode(raw.inode), source=NAME, **raw.attrs)
+            add_typed_node(graph, SocketNode, ids.socket_inode(raw.inode), raw.attrs, NAME)
         for client, server in pairs:
             graph.link("peer", ids.socket_inode(client.inode), ids.socket_inode(server.inode))
         peers = len(pairs)

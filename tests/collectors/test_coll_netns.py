@@ -1,5 +1,5 @@
 """Two network namespaces joined by a veth pair, with nftables dropping ~5 % of the
-sender's packets (this kernel has no netem): the snapshot shows the retransmissions on
+sender's packets on arrival (this kernel has no netem): the snapshot shows the retransmissions on
 that very flow, on its sockets and on the talks_to edge between the two processes."""
 
 from __future__ import annotations
@@ -59,10 +59,12 @@ def lossy_link() -> Iterator[dict]:
         for ns, dev in ((rx_ns, f"{tag}a"), (tx_ns, f"{tag}b")):
             sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
-        nft = ("ip", "netns", "exec", tx_ns, "nft")
+        # drop on arrival: a drop in the sender's own output path is reported to TCP as a
+        # local send failure and re-sent without counting as a retransmission
+        nft = ("ip", "netns", "exec", rx_ns, "nft")
         sh(*nft, "add", "table", "ip", "wpmcp")
-        sh(*nft, "add chain ip wpmcp out { type filter hook output priority 0 ; }")
-        sh(*nft, "add", "rule", "ip", "wpmcp", "out", "ip", "daddr", RECEIVER_IP, "numgen",
+        sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
+        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", SENDER_IP, "numgen",
            "random", "mod", "100", "<", "5", "counter", "drop")  # fmt: skip
         receiver = subprocess.Popen(["ip", "netns", "exec", rx_ns, sys.executable, "-c", RECEIVER],
                                     stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -39,7 +39,7 @@ def test_churn_of_200_short_lived_processes_gives_no_error():
     assert len(started) == 200
     for graph in snapshots:
         for status in graph.meta.collectors:
-            assert status.status in ("ok", "partial"), status
+            assert status.status in ("ok", "partial", "skipped"), status
         assert graph.of_kind("process")
 
 
