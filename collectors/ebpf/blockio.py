@@ -27,7 +27,9 @@ struct bio_key_t {
 struct bio_start_t {
     u64 ts;
     u32 tgid;
+    u32 bytes;  /* at completion the bio's size has been consumed: keep it from the start */
     u32 write;
+    u32 pad;
     char comm[16];
 };
 struct blk_val_t {
@@ -47,6 +49,7 @@ TRACEPOINT_PROBE(block, block_io_start)
     struct bio_key_t key = {.sector = args->sector, .dev = args->dev};
     struct bio_start_t start = {.ts = bpf_ktime_get_ns(),
                                 .tgid = bpf_get_current_pid_tgid() >> 32,
+                                .bytes = args->bytes,
                                 .write = args->rwbs[0] == 'W' || args->rwbs[1] == 'W'};
     bpf_get_current_comm(&start.comm, sizeof(start.comm));
     if (bio_inflight.update(&key, &start) < 0)
@@ -63,6 +66,7 @@ TRACEPOINT_PROBE(block, block_io_done)
     u64 took = bpf_ktime_get_ns() - start->ts;
     u32 tgid = start->tgid;
     u32 write = start->write;
+    u64 bytes = start->bytes;
     struct blk_val_t zero = {};
     __builtin_memcpy(zero.comm, start->comm, sizeof(zero.comm));
     bio_inflight.delete(&key);
@@ -77,13 +81,13 @@ TRACEPOINT_PROBE(block, block_io_done)
             return 0;
     }
     __sync_fetch_and_add(&val->ios, 1);
-    __sync_fetch_and_add(&val->bytes, args->bytes);
+    __sync_fetch_and_add(&val->bytes, bytes);
     __sync_fetch_and_add(&val->lat_ns, took);
     if (took > val->max_ns)
         val->max_ns = took;
     if (write) {
         __sync_fetch_and_add(&val->write_ios, 1);
-        __sync_fetch_and_add(&val->write_bytes, args->bytes);
+        __sync_fetch_and_add(&val->write_bytes, bytes);
     }
     return 0;
 }
