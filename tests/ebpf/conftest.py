@@ -25,6 +25,11 @@ from wp_mcp.graph import Graph
 PEERS = Path(__file__).with_name("peers.py")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ebpf: loads BPF programs (root, bcc; see docs/ebpf.md)")
+    config.addinivalue_line("markers", "netns: creates network namespaces (root, iproute2, nft)")
+
+
 def require_ebpf() -> None:
     reason = probe_ebpf()
     if reason is None:

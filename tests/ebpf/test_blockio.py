@@ -11,7 +11,7 @@ from wp_mcp.collectors.ebpf.bccmod import load_bcc
 
 from .conftest import Window
 
-pytestmark = pytest.mark.usefixtures("ebpf")
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
 
 MIB = 1 << 20
 

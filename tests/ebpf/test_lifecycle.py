@@ -16,6 +16,8 @@ from wp_mcp.graph import Graph, UserError
 
 from .conftest import bpf_prog_fds, require_ebpf
 
+pytestmark = pytest.mark.ebpf
+
 
 @pytest.fixture
 def baseline(ebpf) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import Peer, Window, flow_bytes
 
-pytestmark = pytest.mark.usefixtures("ebpf")
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf, pytest.mark.netns]
 
 
 def test_lossy_flow_between_namespaces_shows_retransmissions(peers, lossy_netns):

@@ -19,7 +19,7 @@ from wp_mcp.collectors.procfs import ProcfsCollector
 
 from .conftest import Peer
 
-pytestmark = pytest.mark.usefixtures("ebpf")
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
 
 
 def test_contended_threads_wait_and_an_idle_thread_does_not(peers):

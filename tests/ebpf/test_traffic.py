@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import Peer, Window, flow_bytes
 
-pytestmark = pytest.mark.usefixtures("ebpf")
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
 
 
 def within_1pct(measured: float | None, expected: float) -> bool:
