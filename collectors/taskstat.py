@@ -12,11 +12,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+READ_SIZE = 65536
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def read_text(path: Path | str) -> str | None:
     """File contents, or None when it vanished or we may not read it."""
+    return _read(path, whole=True)
+
+
+def read_small(path: Path | str) -> str | None:
+    """A one-record procfs file (``stat``, ``status``, ``schedstat``): one read() is all of it.
+
+    Large seq_files (``numa_maps``, ``maps``) return a page per read(); use ``read_text``.
+    """
+    return _read(path, whole=False)
+
+
+def _read(path: Path | str, whole: bool) -> str | None:
     # os.open/os.read skip the buffered text layer: about twice as fast as open().read()
     # on the thousands of tiny procfs files a big host has
     try:
@@ -24,14 +37,17 @@ def read_text(path: Path | str) -> str | None:
     except OSError:
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
+        data = os.read(fd, READ_SIZE)
+        if whole and data:
+            chunks = [data]
+            while chunk := os.read(fd, READ_SIZE):
+                chunks.append(chunk)
+            data = b"".join(chunks)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")
 
 
 def list_pids(proc_root: Path) -> list[int]:
@@ -85,13 +101,13 @@ def parse_stat(text: str) -> StatFields | None:
 
 
 def read_stat(path: Path | str) -> StatFields | None:
-    text = read_text(path)
+    text = read_small(path)
     return parse_stat(text) if text else None
 
 
 def read_schedstat(path: Path | str) -> tuple[float, float] | None:
     """``(on-CPU seconds, runnable-but-waiting seconds)`` from a ``schedstat`` file."""
-    text = read_text(path)
+    text = read_small(path)
     if not text:
         return None
     parts = text.split()
@@ -103,16 +119,24 @@ def read_schedstat(path: Path | str) -> tuple[float, float] | None:
 
 def read_switches(path: Path | str) -> tuple[int, int] | None:
     """``(voluntary, involuntary)`` context switches from a ``status`` file."""
-    text = read_text(path)
+    text = read_small(path)
     if not text:
         return None
-    vol = invol = None
-    for line in text.splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            vol = int(line.split()[1])
-        elif line.startswith("nonvoluntary_ctxt_switches:"):
-            invol = int(line.split()[1])
+    # find() over the ~55 lines of status is far cheaper than splitting them on big hosts
+    vol = _field_after(text, "\nvoluntary_ctxt_switches:")
+    invol = _field_after(text, "\nnonvoluntary_ctxt_switches:")
     return None if vol is None or invol is None else (vol, invol)
+
+
+def _field_after(text: str, key: str) -> int | None:
+    start = text.find(key)
+    if start < 0:
+        return None
+    end = text.find("\n", start + len(key))
+    try:
+        return int(text[start + len(key) : end if end >= 0 else None])
+    except ValueError:
+        return None
 
 
 def family_pids(proc_root: Path, roots: set[int]) -> set[int]:
