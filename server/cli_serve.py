@@ -33,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8765, help="http port (default 8765)")
     p.add_argument("--token", help=f"bearer token clients must send (http; or ${TOKEN_ENV})")
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="http: another Host name clients use to reach the server (DNS-rebinding check)",
+    )
+    p.add_argument(
         "--allow-dir",
         action="append",
         default=[],
@@ -66,7 +73,7 @@ def serve(args: argparse.Namespace) -> int:
         server.run("stdio")
         return 0
     token = args.token or os.environ.get(TOKEN_ENV)
-    _serve_http(server, args.host, args.port, token)
+    _serve_http(server, args.host, args.port, token, args.allow_host)
     return 0
 
 
@@ -79,7 +86,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
+def _serve_http(
+    server: Any, host: str, port: int, token: str | None, extra_hosts: list[str]
+) -> None:
     """Streamable HTTP with Host/Origin checks; a bearer token is required off loopback."""
     import anyio
     import uvicorn
@@ -89,18 +98,31 @@ def _serve_http(server: Any, host: str, port: int, token: str | None) -> None:
         raise UserError(
             f"--host {host} is not loopback: set a bearer token with --token or ${TOKEN_ENV}"
         )
-    names = {host, f"{host}:{port}", "127.0.0.1", f"127.0.0.1:{port}", "localhost",
-             f"localhost:{port}"}  # fmt: skip
+    names = _host_names(host, extra_hosts)
+    addresses = sorted({f"{name}:{port}" for name in names} | names)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(names),
-        allowed_origins=sorted({f"http://{name}" for name in names}),
+        allowed_hosts=addresses,
+        allowed_origins=[f"http://{address}" for address in addresses],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
     if token:
         app = BearerAuth(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)
+
+
+def _host_names(host: str, extra_hosts: list[str]) -> set[str]:
+    """Host header values a legitimate client sends: the bind address, loopback names, this
+    machine's names when bound to every interface, and what --allow-host adds."""
+    import socket
+
+    names = {"127.0.0.1", "localhost", "[::1]", *extra_hosts}
+    if host in ("0.0.0.0", "::"):
+        names |= {socket.gethostname(), socket.getfqdn()}
+    else:
+        names.add(f"[{host}]" if ":" in host else host)
+    return names
 
 
 class BearerAuth:

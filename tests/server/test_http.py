@@ -57,6 +57,18 @@ def test_requests_without_the_token_are_refused(http_server: int) -> None:
     assert wrong.status_code == 401
 
 
+def test_foreign_host_and_origin_headers_are_refused(http_server: int) -> None:
+    """DNS rebinding: a page on another site must not reach the server, token or not."""
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream"}  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    foreign_host = httpx2.post(url, json=body, headers={**auth, "Host": "evil.example"})
+    foreign_origin = httpx2.post(url, json=body, headers={**auth, "Origin": "http://evil.example"})
+    assert foreign_host.status_code in (400, 403, 421)
+    assert foreign_origin.status_code in (400, 403, 421)
+
+
 @pytest.mark.anyio
 async def test_client_with_the_token_lists_tools(http_server: int) -> None:
     url = f"http://127.0.0.1:{http_server}/mcp"
