@@ -443,8 +443,10 @@ def _emit_gpu(
         if values:
             attrs[key] = round(sum(values) / len(values), 1)
     gpu_id = ids.gpu(now.index)
+    if driver:
+        attrs["driver"] = driver
     graph.add(
-        "gpu", gpu_id, source=SOURCE, index=now.index, driver=driver, backend=backend,
+        "gpu", gpu_id, source=SOURCE, index=now.index, backend=backend,
         window_s=round(window_s, 3), **attrs,
     )  # fmt: skip
     numa = attrs.get("numa_node")

@@ -237,10 +237,13 @@ def _emit_chip(
     ]
     if samples:
         attrs["util_pct"] = round(sum(samples) / len(samples), 1)
-    extra = {"phy_id": chip.phy_id} if chip.phy_id is not None else {}
+    if chip.phy_id is not None:
+        attrs["phy_id"] = chip.phy_id
+    if version:
+        attrs["driver"] = version
     graph.add(
         "npu", ids.npu(chip.index), source=SOURCE, index=chip.index, chip=chip.chip,
-        card=chip.npu, driver=version, window_s=round(window_s, 3), **extra, **attrs,
+        card=chip.npu, window_s=round(window_s, 3), **attrs,
     )  # fmt: skip
 
 
