@@ -105,6 +105,21 @@ def parse_numactl_hardware(text: str) -> dict[int, NumaNodeInfo]:
     return nodes
 
 
+_LSCPU_NODE = re.compile(r"^\s*NUMA node(\d+) CPU\(s\):\s*(.*)$")
+
+
+def parse_lscpu_numa(text: str) -> dict[int, NumaNodeInfo]:
+    """The ``NUMA nodeN CPU(s):`` lines of ``lscpu`` (flat or grouped layout; strided and
+    empty CPU lists as util-linux prints them)."""
+    nodes: dict[int, NumaNodeInfo] = {}
+    for line in text.splitlines():
+        match = _LSCPU_NODE.match(line)
+        if match:
+            node = int(match.group(1))
+            nodes[node] = NumaNodeInfo(node, parse_cpulist(match.group(2)))
+    return nodes
+
+
 def _numactl_node_line(info: NumaNodeInfo, key: str, values: list[str]) -> None:
     if key == "cpus":
         info.cpus = [int(v) for v in values]

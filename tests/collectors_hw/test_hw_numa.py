@@ -12,6 +12,7 @@ from wp_mcp.collectors.base import Context
 from wp_mcp.collectors.numa import (
     NumaCollector,
     locality,
+    parse_lscpu_numa,
     parse_numa_maps,
     parse_numactl_hardware,
     parse_sched_numa_faults,
@@ -58,6 +59,34 @@ def test_numactl_distance_table_with_three_digit_distances():
     assert nodes[0].distances[8] == 100
     assert nodes[10].distances == {**{n: 100 for n in range(8)}, 8: 40, 9: 30, 10: 10,
                                    11: 20, 12: 40, 13: 50, 14: 20, 15: 30}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("capture", "expected"),
+    [
+        # node ids 0, 2, 3 (no node 1) with util-linux's strided lists
+        ("lscpu-utillinux-expected-xeonX7550-4s-3numa-stride.txt",
+         {0: (32, 0, 62), 2: (16, 1, 61), 3: (16, 3, 63)}),
+        # a node without CPUs (trailing spaces only)
+        ("lscpu-utillinux-expected-power7-64cpu-2numa.txt", {0: (64, 0, 63), 1: (0, None, None)}),
+        # the grouped layout of util-linux >= 2.38
+        ("lscpu-amd-epyc9374f-2s-2numa-new-format.txt", {0: (32, 0, 31), 1: (32, 32, 63)}),
+        # even/odd interleaving as comma lists
+        ("lscpu-xeon8468-2s-2numa-interleaved-old-format.txt", {0: (48, 0, 94), 1: (48, 1, 95)}),
+        ("dgx-a100-lscpu-grep-numa-8nodes.txt", {7: (32, 112, 255)}),
+    ],
+)  # fmt: skip
+def test_lscpu_numa_lines(capture, expected):
+    nodes = parse_lscpu_numa(fixture_text(f"numa_lscpu/{capture}"))
+    for node, (count, first, last) in expected.items():
+        cpus = nodes[node].cpus
+        assert (len(cpus), cpus[0] if cpus else None, cpus[-1] if cpus else None) == (
+            count,
+            first,
+            last,
+        )
+    if "X7550" in capture:
+        assert sorted(nodes) == [0, 2, 3] and nodes[2].cpus[:3] == [1, 5, 9]
 
 
 def test_numa_maps_captures():
