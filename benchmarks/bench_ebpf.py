@@ -7,7 +7,9 @@ the receiver's byte count gives the throughput. Rounds alternate between "withou
 loaded) and "with" (the eBPF collector attached: socket bytes on every send/recv, the
 scheduler programs on every context switch, retransmits, block I/O) so drifting background
 load hits both alike; each round's collector also reads its maps, so the run proves it
-counted the traffic. Prints per-round figures, the medians and the loss (target ≤ 3 %).
+counted the traffic. Prints per-round figures, the medians and the loss (target ≤ 3 %),
+and the pair's CPU time per GB moved with and without (robust to background load, which
+on a shared 2-CPU machine swings wall-clock throughput by more than the effect measured).
 Asserts nothing.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
+import resource
 import socket
 import statistics
 import time
@@ -42,8 +46,14 @@ def send(port: int, chunk: int, seconds: float) -> None:
             conn.sendall(payload)
 
 
-def stream(seconds: float, chunk: int) -> tuple[float, int]:
-    """One sender→receiver run; returns (bytes per second, receiver pid)."""
+def stream(seconds: float, chunk: int) -> tuple[float, float, int]:
+    """One sender→receiver run: (bytes per second, CPU seconds per GB, receiver pid).
+
+    The CPU time is the pair's own (user + system, from the children's rusage): eBPF
+    programs run in the context of the task that hits the tracepoint, so their cost is
+    charged there — a figure background load on a shared machine does not distort the way
+    it distorts wall-clock throughput."""
+    before = _children_cpu_s()
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     result: multiprocessing.Queue = multiprocessing.Queue()
@@ -55,7 +65,12 @@ def stream(seconds: float, chunk: int) -> tuple[float, int]:
     total, elapsed = result.get(timeout=seconds + 30)
     sender.join()
     receiver.join()
-    return total / elapsed, receiver.pid
+    return total / elapsed, (_children_cpu_s() - before) / (total / 1e9), receiver.pid
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -68,24 +83,28 @@ def main() -> None:
     if reason is not None:
         raise SystemExit(f"eBPF cannot run here: {reason}")
     without, with_ebpf = [], []
+    cpu_without, cpu_with = [], []
     stream(1.0, args.chunk)  # warm up: page cache, socket buffers, CPU frequency
     for round_no in range(1, args.rounds + 1):
-        rate, _ = stream(args.seconds, args.chunk)
+        rate, cpu, _ = stream(args.seconds, args.chunk)
         without.append(rate)
+        cpu_without.append(cpu)
         collector = EbpfCollector()
         ctx = Context(window_s=args.seconds)
         collector.begin(ctx)
         try:
-            rate, receiver_pid = stream(args.seconds, args.chunk)
+            rate, cpu, receiver_pid = stream(args.seconds, args.chunk)
             graph = Graph()
             collector.collect(graph, ctx)
         finally:
             collector.close()
         with_ebpf.append(rate)
+        cpu_with.append(cpu)
         seen = graph.nodes[f"proc:{receiver_pid}"].get("ebpf_bytes_received", 0)
         print(
-            f"round {round_no}: without {without[-1] / 1e9:.3f} GB/s, "
-            f"with eBPF {rate / 1e9:.3f} GB/s (eBPF counted {seen / 1e9:.2f} GB received)"
+            f"round {round_no}: without {without[-1] / 1e9:.3f} GB/s "
+            f"({cpu_without[-1]:.3f} CPU-s/GB), with eBPF {rate / 1e9:.3f} GB/s "
+            f"({cpu:.3f} CPU-s/GB; eBPF counted {seen / 1e9:.2f} GB received)"
         )
     base, loaded = statistics.median(without), statistics.median(with_ebpf)
     loss = 100 * (base - loaded) / base
@@ -93,6 +112,11 @@ def main() -> None:
     print(f"median without eBPF: {base / 1e9:.3f} GB/s")
     print(f"median with eBPF:    {loaded / 1e9:.3f} GB/s")
     print(f"throughput loss:     {loss:.2f} % (target <= 3 %)")
+    cpu_base, cpu_loaded = statistics.median(cpu_without), statistics.median(cpu_with)
+    print(f"median CPU per GB without eBPF: {cpu_base:.3f} s")
+    print(f"median CPU per GB with eBPF:    {cpu_loaded:.3f} s")
+    print(f"CPU overhead per byte moved:    {100 * (cpu_loaded - cpu_base) / cpu_base:.2f} %")
+    print(f"load average during the run:    {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

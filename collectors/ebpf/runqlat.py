@@ -79,8 +79,10 @@ TRACEPOINT_PROBE(sched, sched_switch)
         /* the current task is still prev here: its tgid and comm are at hand */
         struct thread_val_t *val = thread_stats(prev);
         if (val) {
-            val->tgid = bpf_get_current_pid_tgid() >> 32;
-            bpf_get_current_comm(&val->comm, sizeof(val->comm));
+            if (!val->tgid) {  /* once per thread: this runs on every context switch */
+                val->tgid = bpf_get_current_pid_tgid() >> 32;
+                bpf_get_current_comm(&val->comm, sizeof(val->comm));
+            }
             if (!(args->prev_state & TASK_SLEEP_MASK)) {
                 val->preempted++;
                 runnable_since.update(&prev, &now);
