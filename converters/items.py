@@ -103,7 +103,7 @@ def group_item(
     pattern = _shared_pattern(nodes)
 
     def render() -> str:
-        shown = f" {quote(pattern)}" if pattern is not None else ""
+        shown = f" {quote(pattern)}" if pattern is not None else _some_names(nodes)
         extra = f" {detail}" if detail else ""
         return f"{len(nodes)}× {kind}{shown} {label}{extra} {id_ranges(ids)}"
 
@@ -120,6 +120,16 @@ def group_item(
         group=group,
         indent=indent,
     )
+
+
+def _some_names(nodes: list[Node], limit: int = 3) -> str:
+    """`` names="a","b",+4`` for a group whose members are named differently."""
+    patterns = sorted({name_pattern(n) for n in (attr(node, "name") for node in nodes) if n})
+    if not patterns:
+        return ""
+    shown = ",".join(quote(p, 40) for p in patterns[:limit])
+    more = f",+{len(patterns) - limit}" if len(patterns) > limit else ""
+    return f" names={shown}{more}"
 
 
 def _shared_pattern(nodes: list[Node]) -> str | None:

@@ -24,6 +24,7 @@ from .text import (
     fmt_pct,
     fmt_per_node,
     fmt_rate,
+    fmt_seconds,
     id_ranges,
     name_pattern,
     quote,
@@ -191,7 +192,7 @@ def _compute_process_line(facts: Facts, process: Node) -> str:
     return parts(
         named(process),
         kv("cpu", g("cpu_pct"), fmt_pct),
-        kv("cpu_time", g("cpu_time_s"), fmt_num),
+        kv("cpu_time", g("cpu_time_s"), fmt_seconds),
         kv("thr", g("num_threads")),
         switches(process),
         f"dev={','.join(show_id(d) for d in devices)}" if devices else None,
@@ -212,7 +213,7 @@ def _compute_thread_line(thread: Node) -> str:
     return parts(
         named(thread),
         kv("cpu", g("cpu_pct"), fmt_pct),
-        kv("cpu_time", g("cpu_time_s"), fmt_num),
+        kv("cpu_time", g("cpu_time_s"), fmt_seconds),
         switches(thread),
         kv("cpus", g("cpus_used"), cpus),
         _numa_time(g("numa_cpu_time")),
@@ -254,13 +255,12 @@ def thread_items(
     """Threads one per line, idle or unmeasured look-alikes folded into groups."""
 
     def key(thread: Node) -> tuple | None:
+        # All idle threads of a process share one line; unmeasured ones fold by name shape.
         if is_idle(thread):
-            state = "idle"
-        elif is_unmeasured(thread, THREAD_METRICS):
-            state = "unmeasured"
-        else:
-            return None
-        return (name_pattern(attr(thread, "name") or ""), state)
+            return ("idle",)
+        if is_unmeasured(thread, THREAD_METRICS):
+            return ("unmeasured", name_pattern(attr(thread, "name") or ""))
+        return None
 
     def one(thread: Node) -> Item:
         owner = procs or ()
@@ -431,7 +431,7 @@ def _memory_process_line(process: Node) -> str:
     return parts(
         named(process),
         kv("rss", g("rss_bytes"), fmt_bytes),
-        kv("majflt", g("major_faults")),
+        kv("majflt_total", g("major_faults")),
         kv("majflt", g("major_faults_per_s"), fmt_rate),
         f"pages={fmt_count(sum(pages.values()))}" if pages else None,
     )
@@ -770,7 +770,7 @@ def _socket_line(facts: Facts, sock: Node) -> str:
         pair_kv("sent/recv", g("bytes_sent"), g("bytes_received"), fmt_bytes),
         pair_kv("rate", g("send_bytes_per_s"), g("recv_bytes_per_s"), fmt_byte_rate),
         _rtt(sock),
-        kv("retrans", g("retrans_total")),
+        kv("retrans_total", g("retrans_total")),
         kv("retrans", g("retrans_per_s"), fmt_rate),
         kv("lost", g("lost")),
         kv("rto", g("rto_ms"), fmt_ms),
@@ -925,7 +925,8 @@ def control(facts: Facts) -> list[Item]:
         return group_item(
             group,
             "no contention signal",
-            "(affinity not shared, no run delay/invol data)",
+            f"(affinity not shared, run delay <{RUN_DELAY_SHOWN_PCT:g}% and invol "
+            f"<{INVOL_SHOWN_PER_S:g}/s or unmeasured)",
             procs=tuple(p.id for p in group),
         )
 
@@ -934,10 +935,11 @@ def control(facts: Facts) -> list[Item]:
         if item.group is None:
             threads = [t for t in facts.threads_of.get(item.ids[0], ()) if _contended(t)]
             threads.sort(key=_contention_rank)
+            allowed = attr(item.nodes[0], "cpus_allowed")
             items += [
                 node_item(
                     t,
-                    partial(_control_thread_line, t),
+                    partial(_control_thread_line, t, allowed),
                     procs=item.ids,
                     metrics=partial(_cpu_metrics, t),
                     indent=1,
@@ -962,8 +964,18 @@ def _container_line(ctr: Node, members: list[str]) -> str:
     )
 
 
+# Below both, a process or thread shows no sign of waiting for a CPU and is folded. These are
+# display cut-offs, not diagnoses: the rules apply their own thresholds to the graph.
+RUN_DELAY_SHOWN_PCT = 1.0
+INVOL_SHOWN_PER_S = 10.0
+
+
 def _contended(node: Node) -> bool:
-    return attr(node, "run_delay_pct") is not None or attr(node, "invol_switches_per_s") is not None
+    run = attr(node, "run_delay_pct")
+    invol = attr(node, "invol_switches_per_s")
+    return (run is not None and run >= RUN_DELAY_SHOWN_PCT) or (
+        invol is not None and invol >= INVOL_SHOWN_PER_S
+    )
 
 
 def _contention_rank(node: Node) -> tuple:
@@ -1017,14 +1029,16 @@ def _control_process_line(facts: Facts, process: Node, sharing: tuple[str, ...])
     )
 
 
-def _control_thread_line(thread: Node) -> str:
+def _control_thread_line(thread: Node, process_allowed: str | None) -> str:
     g = thread.get
+    allowed = g("cpus_allowed")
     return parts(
         named(thread),
         kv("run", g("run_delay_pct"), fmt_pct),
         kv("invol", g("invol_switches_per_s"), fmt_rate),
         kv("cpu", g("cpu_pct"), fmt_pct),
-        kv("allowed", g("cpus_allowed"), cpus),
+        # Only when it differs from its process's (a pinned thread).
+        kv("allowed", allowed, cpus) if allowed != process_allowed else None,
     )
 
 

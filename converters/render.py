@@ -200,7 +200,7 @@ def _paged(
         index, layout_key, items, offset, end, page_no, available, cost
     )
 
-    def assemble(stop: int) -> tuple[str, str | None]:
+    def assemble(stop: int, room: int) -> tuple[str, str | None]:
         remaining = len(items) - stop
         next_cursor = None
         if remaining:
@@ -211,15 +211,21 @@ def _paged(
         closing = _closing(
             view, remaining, max(0, pages_total - page_no), next_cursor, scope_text, len(items)
         )
-        pieces = [_fit(form, item, available) for item in items[offset:stop]]
+        pieces = [_fit(form, item, room) for item in items[offset:stop]]
         return form.assemble(frame(offset, stop - offset, pages_text, closing), pieces), next_cursor
 
-    text, next_cursor = assemble(end)
+    room = available
+    text, next_cursor = assemble(end, room)
     tokens = count_tokens(text)
-    while tokens > budget and end > offset + 1:
-        end -= 1
-        exact = False
-        text, next_cursor = assemble(end)
+    while tokens > budget:
+        # Joined lines cost more than their parts (rare, odd Unicode): move the last item to
+        # the next page, or cut the only one shorter.
+        if end > offset + 1:
+            end -= 1
+            exact = False
+        else:
+            room = max(1, room - (tokens - budget) - 8)
+        text, next_cursor = assemble(end, room)
         tokens = count_tokens(text)
     return Page(
         text=text,
@@ -255,10 +261,12 @@ def _fit(form: Any, item: Item, available: int) -> str:
     piece, tokens = form.piece(item)
     if tokens <= available:
         return piece
+    note = "too large for max_tokens; raise it or open the entity view"
     if form.name == "json":
         first = item.ids[0][:80] if item.ids else None
-        note = "too large for max_tokens; raise it or open the entity view"
         return dumps({"cut_entities": len(item.ids), "first_id": first, "note": note})
+    if form.name in ("mermaid", "dot"):
+        return f"  {'%%' if form.name == 'mermaid' else '//'} one item cut: {note}"
     # Every token is at least one character, so this many characters always fit.
     keep = max(1, available - 8)
     return piece[:keep] + " …(cut: raise max_tokens or open it with the entity view)"

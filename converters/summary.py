@@ -60,7 +60,7 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
     kinds = sorted(graph.kinds().items(), key=lambda kv: -kv[1])
     coverage: dict[str, list[str]] = {}
     for status in meta.collectors:
-        reason = f"({escape(status.reason, 40)})" if status.reason and status.status != "ok" else ""
+        reason = f"({escape(status.reason, 32)})" if status.reason and status.status != "ok" else ""
         coverage.setdefault(status.status, []).append(word(status.name, 24) + reason)
     return {
         "snapshot": snapshot_label(index, snapshot_id),
@@ -162,11 +162,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
     lines.append(f"nodes {fmt_count(facts['nodes'])} ({kinds}) edges {fmt_count(facts['edges'])}")
     coverage = facts["coverage"]
     if coverage:
-        shown = " | ".join(
-            f"{status} {len(names)}: {','.join(names[:4])}{'…' if len(names) > 4 else ''}"
-            for status, names in sorted(coverage.items())
-        )
-        lines.append(f"coverage: {_short(shown, width * 2) or 'see meta'}")
+        lines.append(f"coverage: {_short(coverage_text(coverage), 220 if width else 90)}")
     else:
         lines.append("coverage: no collector statuses (an import)")
     for name, layer in facts["layers"].items():
@@ -178,6 +174,23 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         "#end views: compute memory interconnect network storage control data topology flows entity"
     )
     return "\n".join(lines)
+
+
+# The count of what ran fully, then every problem with its reason (the names of what ran
+# fully matter less than why something did not).
+STATUS_ORDER = ("ok", "failed", "partial", "cancelled", "skipped")
+
+
+def coverage_text(coverage: dict[str, list[str]]) -> str:
+    parts = []
+    for status in sorted(coverage, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else 9):
+        names = coverage[status]
+        if status == "ok":
+            parts.append(f"ok {len(names)}")
+        else:
+            more = f",+{len(names) - 4}" if len(names) > 4 else ""
+            parts.append(f"{status} {len(names)}: {','.join(names[:4])}{more}")
+    return " | ".join(parts)
 
 
 def _as_json(facts: dict[str, Any], width: int) -> str:
