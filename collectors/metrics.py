@@ -282,7 +282,10 @@ def _emit_host(graph: Graph, first: HostSample, last: HostSample, window_s: floa
     total = sum(last.cpu.values()) - sum(first.cpu.values())
     if total > 0:
         delta = {k: last.cpu.get(k, 0) - first.cpu.get(k, 0) for k in CPU_FIELDS}
-        attrs["cpu_busy_pct"] = round(100 * (total - delta["idle"] - delta["iowait"]) / total, 2)
+        # busy is work this guest did; iowait and steal (the hypervisor ran someone else)
+        # are reported on their own
+        idle = delta["idle"] + delta["iowait"] + delta["steal"]
+        attrs["cpu_busy_pct"] = round(100 * (total - idle) / total, 2)
         attrs["cpu_iowait_pct"] = round(100 * delta["iowait"] / total, 2)
         attrs["cpu_steal_pct"] = round(100 * delta["steal"] / total, 2)
     if len(last.loadavg) == 3:

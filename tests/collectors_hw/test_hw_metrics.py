@@ -111,7 +111,7 @@ def test_host_cpu_memory_tcp_counters(fake_proc, fake_sys):
         )
 
     host = two_samples(MetricsCollector(), ctx, before, after).node("host")
-    assert host.cpu_busy_pct == pytest.approx(60.0)
+    assert host.cpu_busy_pct == pytest.approx(50.0)  # steal is not our work
     assert host.cpu_iowait_pct == pytest.approx(20.0)
     assert host.cpu_steal_pct == pytest.approx(10.0)
     assert host.mem_available_bytes == 8192 * 1024
