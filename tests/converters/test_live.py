@@ -3,7 +3,10 @@ layers, under budget, and the summary reports the collectors' coverage."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -27,7 +30,8 @@ WORKLOAD = textwrap.dedent(
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     port = server.getsockname()[1]
-    if os.fork() == 0:
+    child = os.fork()
+    if child == 0:
         client = socket.create_connection(("127.0.0.1", port))
         client.sendall(b"x" * 4_000_000)
         time.sleep(60)
@@ -37,7 +41,7 @@ WORKLOAD = textwrap.dedent(
     while received < 4_000_000:
         received += len(peer.recv(1 << 20))
     threading.Thread(target=spin, daemon=True).start()
-    print("ready", flush=True)
+    print("ready", child, flush=True)
     time.sleep(60)
     """
 )
@@ -50,14 +54,16 @@ def snapshot():
 
     workload = subprocess.Popen([sys.executable, "-c", WORKLOAD], stdout=subprocess.PIPE, text=True)
     try:
-        assert workload.stdout.readline().strip() == "ready"
+        ready, child = workload.stdout.readline().split()
+        assert ready == "ready"
         time.sleep(0.3)
         graph = collect_snapshot(Context(window_s=1.5, pids={workload.pid}, ebpf="off"))
         yield graph, workload.pid
     finally:
         workload.kill()
         workload.wait()
-        subprocess.run(["pkill", "-KILL", "-P", str(workload.pid)], check=False)
+        with contextlib.suppress(ProcessLookupError, NameError):
+            os.kill(int(child), signal.SIGKILL)
 
 
 def test_every_view_of_a_live_snapshot_fits_its_budget(snapshot):
