@@ -10,6 +10,8 @@ from wp_mcp.collectors.metrics import MetricsCollector
 from wp_mcp.collectors.numa import NumaCollector
 from wp_mcp.graph import Graph
 
+pytestmark = pytest.mark.slow  # a few seconds of process churn
+
 CHURN = "for round in 1 2 3 4; do for i in $(seq 50); do sleep 0.0$((i % 9)) & done; wait; done"
 
 

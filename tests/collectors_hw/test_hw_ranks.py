@@ -15,6 +15,8 @@ from wp_mcp.collectors.metrics import MetricsCollector
 from wp_mcp.collectors.numa import NumaCollector
 from wp_mcp.graph import Graph
 
+pytestmark = pytest.mark.slow  # four real rank processes and a window
+
 RANKS = 4
 RANK = textwrap.dedent(
     """

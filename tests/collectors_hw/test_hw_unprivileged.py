@@ -16,6 +16,8 @@ from wp_mcp.collectors.numa import NumaCollector
 from wp_mcp.collectors.pci import PciCollector
 from wp_mcp.graph import Graph
 
+pytestmark = pytest.mark.root  # drops privileges in a forked child
+
 NOBODY = 65534
 COLLECTORS = (MetricsCollector, NumaCollector, NicCollector, DiskCollector, PciCollector)
 
