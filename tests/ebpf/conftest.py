@@ -45,17 +45,40 @@ def ebpf() -> None:
     require_ebpf()
 
 
-def bpf_prog_fds(pid: int | str = "self") -> int:
-    """BPF programs this process holds open (a loaded, attached program keeps an fd)."""
-    fd_dir = Path(f"/proc/{pid}/fd")
-    count = 0
-    for fd in fd_dir.iterdir():
+def bpf_prog_ids(pid: int | str = "self") -> set[int]:
+    """Kernel ids of the BPF programs a process holds open (an attached program keeps an
+    fd; its fdinfo names the program)."""
+    ids = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
-            if os.readlink(fd) == "anon_inode:bpf-prog":
-                count += 1
+            if os.readlink(fd) != "anon_inode:bpf-prog":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
         except OSError:
             continue  # closed while we looked
-    return count
+        ids.update(
+            int(line.split()[1]) for line in info.splitlines() if line.startswith("prog_id:")
+        )
+    return ids
+
+
+def bpf_prog_fds(pid: int | str = "self") -> int:
+    return len(bpf_prog_ids(pid))
+
+
+def loaded_in_kernel(prog_ids: set[int]) -> set[int]:
+    """Which of these programs the kernel still has loaded, whoever holds them."""
+    if shutil.which("bpftool") is None:
+        require_ebpf()  # CI installs bpftool: there, its absence is a failure
+        pytest.skip("needs bpftool to list the kernel's programs")
+    return {
+        prog_id
+        for prog_id in prog_ids
+        if subprocess.run(
+            ["bpftool", "prog", "show", "id", str(prog_id)], capture_output=True
+        ).returncode
+        == 0
+    }
 
 
 def flow_bytes(graph: Graph, src_pid: int, dst_pid: int, transport: str) -> int | None:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,7 +16,7 @@ from wp_mcp.collectors.ebpf import EbpfCollector
 from wp_mcp.collectors.ebpf import collector as collector_module
 from wp_mcp.graph import Graph, UserError
 
-from .conftest import bpf_prog_fds, require_ebpf
+from .conftest import bpf_prog_fds, bpf_prog_ids, loaded_in_kernel, require_ebpf
 
 pytestmark = pytest.mark.ebpf
 
@@ -27,14 +29,18 @@ def baseline(ebpf) -> int:
 def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
     collector = EbpfCollector()
     ctx = Context(window_s=0.2)
+    before = bpf_prog_ids()
     collector.begin(ctx)
     try:
+        ours = bpf_prog_ids() - before
         # one program per tracepoint: 2 socket, 1 retransmit, 3 scheduler, 2 block
-        assert bpf_prog_fds() - baseline == 8
+        assert len(ours) == 8
+        assert loaded_in_kernel(ours) == ours
     finally:
         outcome = collector.collect(Graph(), ctx)
     assert outcome.status == "ok"
     assert bpf_prog_fds() == baseline
+    assert loaded_in_kernel(ours) == set()  # unloaded, not merely closed by us
     collector.close()  # a second close is harmless
     assert bpf_prog_fds() == baseline
 
@@ -96,6 +102,34 @@ def test_a_crash_while_reading_or_merging_still_detaches(baseline, step):
     with pytest.raises(RuntimeError, match="exploded"):
         collector.collect(Graph(), Context(window_s=0.2))
     assert bpf_prog_fds() == baseline
+
+
+HOLDER = """
+import time
+from wp_mcp.collectors.base import Context
+from wp_mcp.collectors.ebpf import EbpfCollector
+EbpfCollector().begin(Context(window_s=600))
+print("attached", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_collector_process_leaves_no_program():
+    """SIGKILL gives no chance to clean up: the kernel unloads programs with their fds."""
+    require_ebpf()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "attached"
+        prog_ids = bpf_prog_ids(holder.pid)
+        assert len(prog_ids) == 8
+        assert loaded_in_kernel(prog_ids) == prog_ids
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10  # the kernel frees programs after an RCU grace period
+    while loaded_in_kernel(prog_ids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert loaded_in_kernel(prog_ids) == set()
 
 
 def test_off_never_loads_bpf():
