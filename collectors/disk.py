@@ -127,7 +127,7 @@ class DiskCollector(WindowedCollector[dict[str, DiskCounters]]):
             attrs = _static(ctx.sys_root, name)
             attrs["window_s"] = round(window_s, 3)
             before = first.get(name)
-            if before is not None:
+            if before is not None and window_s > 0:
                 attrs.update(disk_rates(before, now, window_s))
             graph.add(
                 "disk",

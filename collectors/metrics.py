@@ -354,6 +354,8 @@ def _emit_process(
     before = first.processes.get(pid)
     if before is not None and before.start_ticks != now.start_ticks:
         before = None  # the pid was reused during the window: the counters restarted
+    if window_s <= 0:
+        before = None  # static facts only
     attrs: dict[str, Any] = {
         "window_s": round(window_s, 3),
         "cpu_time_s": round(now.cpu_time_s, 3),
@@ -462,7 +464,7 @@ def _emit_thread(
     }
     if now.switches:
         attrs["vol_ctxt_switches"], attrs["invol_ctxt_switches"] = now.switches
-    deltas = _thread_deltas(before, now)
+    deltas = _thread_deltas(before, now) if window_s > 0 else None
     if deltas is not None:
         attrs["cpu_pct"] = round(100 * deltas["cpu"] / window_s, 2)
         attrs["vol_switches_per_s"] = round(deltas["vol"] / window_s, 2)

@@ -39,10 +39,17 @@ class WindowedCollector(Collector, Generic[Sample]):
         raise NotImplementedError
 
     def begin(self, ctx: Context) -> None:
+        if ctx.window_s <= 0:
+            return  # static facts only: the one sample is taken in collect
         self._first = self.sample(ctx)
         self._first_at = time.monotonic()
 
     def collect(self, graph: Graph, ctx: Context) -> Outcome:
+        if ctx.window_s <= 0:
+            # no window asked for: static facts from one sample, and no rates at all (a rate
+            # over the few milliseconds between begin and collect would be noise)
+            last = self.sample(ctx)
+            return self.emit(graph, ctx, last, last, 0.0)
         if self._first is None or self._first_at is None:
             self.begin(ctx)
             if ctx.cancel.wait(ctx.window_s):
@@ -62,7 +69,7 @@ def rate(first: float | None, last: float | None, window_s: float) -> float | No
     A counter that went backwards (wrapped, or the object was replaced) gives None rather
     than a negative or absurd rate.
     """
-    if first is None or last is None or last < first:
+    if first is None or last is None or last < first or window_s <= 0:
         return None
     return (last - first) / window_s
 

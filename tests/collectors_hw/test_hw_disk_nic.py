@@ -146,3 +146,16 @@ def test_real_loopback_transfer_shows_on_lo():
     assert lo.virtual is True
     # window_s is stored rounded to the millisecond: allow for it on a very short window
     assert lo.rx_bytes_per_s * lo.window_s >= payload * 0.95
+
+
+def test_without_a_window_disks_and_nics_have_no_rates(fake_proc, fake_sys):
+    diskstats(fake_proc, sda=zero(r=5, io=10))
+    fake_sys.write("block/sda/size", "100\n")
+    fake_sys.write("class/net/eth9/statistics/rx_bytes", "1000\n")
+    ctx = Context(proc_root=fake_proc.root, sys_root=fake_sys.root, window_s=0)
+    graph = Graph()
+    DiskCollector().collect(graph, ctx)
+    NicCollector().collect(graph, ctx)
+    assert graph.node("disk:sda").get("util_pct") is None
+    assert graph.node("disk:sda").size_bytes == 100 * 512
+    assert graph.node("nic:eth9").get("rx_bytes_per_s") is None

@@ -216,3 +216,22 @@ def test_real_spinning_and_sleeping_threads(spawn):
     assert graph.node("host").cpu_busy_pct > 0
     assert graph.node("host").mem_available_bytes > 0
     assert str(os.getpid()) not in {str(t.pid) for t in threads}  # the pid filter held
+
+
+def test_without_a_window_there_are_static_facts_and_no_rates(fake_proc, fake_sys):
+    """``--duration 0``: begin and collect back to back must not turn milliseconds into rates."""
+    fake_proc.task(500, 500, cpu_s=3.0, switches=(9, 1))
+    fake_proc.process_files(500, io={"read_bytes": 100, "write_bytes": 0})
+    ctx = Context(proc_root=fake_proc.root, sys_root=fake_sys.root, window_s=0)
+    collector = MetricsCollector()
+    collector.begin(ctx)
+    fake_proc.task(500, 500, cpu_s=3.5, switches=(10, 1))  # would be a huge rate over ~0 s
+    graph = Graph()
+    assert collector.collect(graph, ctx).status == "ok"
+    thread, proc = graph.node("thr:500"), graph.node("proc:500")
+    assert thread.cpu_time_s == 3.5 and thread.vol_ctxt_switches == 10
+    assert thread.get("cpu_pct") is None and thread.get("vol_switches_per_s") is None
+    assert proc.get("cpu_pct") is None and proc.io_read_bytes == 100
+    host = graph.node("host")
+    assert host.get("cpu_busy_pct") is None and host.get("tcp_retrans_per_s") is None
+    assert host.mem_available_bytes == 8192 * 1024
