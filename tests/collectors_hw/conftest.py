@@ -16,17 +16,14 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.collectors.taskstat import CLOCK_TICKS
+from wp_testdata import DEVICE_FIXTURES
 
-FIXTURES = Path("/work/shared/fixtures/devices")
-LOCAL_FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = DEVICE_FIXTURES  # the captured real outputs, copied into the repository
 
 
 def fixture_text(relative: str) -> str:
     """A captured output, without the ``# source:`` provenance line."""
-    path = FIXTURES / relative
-    if not path.exists():
-        pytest.skip(f"captured fixture {path} is not on this machine")
-    lines = path.read_text().splitlines(keepends=True)
+    lines = (FIXTURES / relative).read_text().splitlines(keepends=True)
     return "".join(lines[1:] if lines and lines[0].startswith("# source:") else lines)
 
 
