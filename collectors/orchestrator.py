@@ -274,6 +274,7 @@ def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
 
 
 def _pick_base(runs: list[_Run], node_ids: set[str]) -> _Run | None:
+    """The biggest graph, unless one of its edges dangles (then nothing is kept as is)."""
     if not runs:
         return None
     biggest = max(runs, key=lambda run: len(run.graph.nodes))

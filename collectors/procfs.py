@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 NAME = "procfs"
 MAX_CMDLINE_CHARS = 4096
-DEVICE_PREFIXES = ("/dev/nvidia", "/dev/davinci", "/dev/infiniband/", "/dev/accel/", "/dev/dri/")
 _ACCESS_MODES = {0: "r", 1: "w", 2: "rw"}
+DEVICE_PREFIXES = ("/dev/nvidia", "/dev/davinci", "/dev/infiniband/", "/dev/accel/", "/dev/dri/")
 _HELD_CLASSES: dict[str, type[Node]] = {
     "socket": SocketNode, "pipe": PipeNode, "shm": ShmNode, "mqueue": MqueueNode,
 }  # fmt: skip
@@ -61,13 +61,30 @@ _HELD_CLASSES: dict[str, type[Node]] = {
 # --------------------------------------------------------------------------- small readers
 
 
-def _read(path: str) -> str | None:
-    """Whole file as text, or None when it vanished or may not be read."""
+def _read_bytes(path: str) -> bytes | None:
+    """Whole file, or None when it vanished or may not be read.
+
+    Plain ``os`` calls: half the cost of ``open()`` per file, and a snapshot reads one file
+    per thread and several per process.
+    """
     try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str | None:
+    data = _read_bytes(path)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _status_fields(text: str) -> dict[str, str]:
@@ -279,10 +296,8 @@ def scan_fds(proc_dir: str) -> tuple[dict[str, Held], list[str]] | None:
 
 def scan_maps(proc_dir: str, held: dict[str, Held]) -> None:
     """Shared memory that is mapped (its fd may be closed long ago)."""
-    try:
-        with open(f"{proc_dir}/maps", "rb") as handle:
-            data = handle.read()
-    except OSError:
+    data = _read_bytes(f"{proc_dir}/maps")
+    if data is None:
         return
     if b"/dev/shm/" not in data and b"/memfd:" not in data and b"/SYSV" not in data:
         return
@@ -404,7 +419,10 @@ class ProcfsCollector(Collector):
         counts.processes += 1
         counts.threads += self._add_threads(graph, ctx, pid, node_id)
         if not kernel_thread:
-            self._add_held(graph, proc_dir, node_id, counts)
+            # a segment mapped but never touched carries no traffic: read the (costly) maps
+            # only of processes with resident shared memory, or when the kernel does not say
+            touched_shm = status.get("RssShmem", "1 kB").split()[0] != "0"
+            self._add_held(graph, proc_dir, node_id, counts, touched_shm)
         return fields.ppid
 
     def _user_space_attrs(self, proc_dir: str, ctx: Context, counts: ScanCounts) -> dict[str, Any]:
@@ -455,13 +473,16 @@ class ProcfsCollector(Collector):
             added += 1
         return added
 
-    def _add_held(self, graph: Graph, proc_dir: str, proc_id: str, counts: ScanCounts) -> None:
+    def _add_held(
+        self, graph: Graph, proc_dir: str, proc_id: str, counts: ScanCounts, read_maps: bool
+    ) -> None:
         scanned = scan_fds(proc_dir)
         if scanned is None:
             counts.fds_denied += 1
             return
         held, devices = scanned
-        scan_maps(proc_dir, held)
+        if read_maps:
+            scan_maps(proc_dir, held)
         if devices:
             graph.nodes[proc_id].set("devices", devices, NAME)
         for entry in held.values():
