@@ -317,9 +317,7 @@ def _add_paths(
         kinds = {graph.nodes[left].kind, graph.nodes[right].kind}
         if not kinds & set(ACCELERATOR_KINDS):
             continue
-        if any(
-            e.dst == right and e.get("path_class") == "NVL" for e in graph.out_edges(left, "path")
-        ):
+        if _has_direct_link(graph, left, right):
             continue
         (dev_a, place_a), (dev_b, place_b) = located[left], located[right]
         info = classify_path(dev_a, dev_b, place_a, place_b, bridges)
@@ -333,6 +331,16 @@ def _add_paths(
         graph.link(
             "path", left, right, source=SOURCE, **{k: v for k, v in attrs.items() if v is not None}
         )
+
+
+def _has_direct_link(graph: Graph, a: str, b: str) -> bool:
+    """An NVL path the GPU/NPU tools added, in either direction (their ids sort by index)."""
+    return any(
+        e.get("path_class") == "NVL"
+        for src, dst in ((a, b), (b, a))
+        for e in graph.out_edges(src, "path")
+        if e.dst == dst
+    )
 
 
 def _add_downtrained_bridges(

@@ -148,6 +148,16 @@ def test_nvlink_paths_from_the_gpu_tools_are_kept(eight_gpu_box):
     assert path(graph, "gpu:0", "gpu:4").path_class == "NVL"
 
 
+def test_nvlink_kept_whichever_way_the_ids_sort(eight_gpu_box):
+    """gpu:10 sorts before gpu:6 as text; the tools add edges by index (gpu:6 → gpu:10)."""
+    fake_sys, devices = eight_gpu_box
+    devices = {("gpu:10" if k == "gpu:7" else k): v for k, v in devices.items()}
+    graph = graph_with_devices(devices)
+    graph.link("path", "gpu:6", "gpu:10", path_class="NVL", nvlinks=18)
+    PciCollector().collect(graph, Context(sys_root=fake_sys.root))
+    assert path(graph, "gpu:6", "gpu:10").path_class == "NVL"
+
+
 def test_gpus_without_a_driver_are_found_in_bus_order(eight_gpu_box):
     fake_sys, devices = eight_gpu_box
     graph = Graph()
