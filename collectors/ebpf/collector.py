@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from wp_mcp.graph.errors import UserError
 
 from ..base import Cancelled, Collector, Context, Outcome
-from . import blockio, retrans, runqlat, sockbytes
+from . import blockio, pipes, retrans, runqlat, sockbytes
 from .bccmod import load_bcc
 from .btf import BtfError, kernel_btf
 from .probe import probe_details
@@ -31,6 +31,7 @@ PROGRAMS: tuple[Program, ...] = (
     retrans.PROGRAM,
     runqlat.PROGRAM,
     blockio.PROGRAM,
+    pipes.PROGRAM,
 )
 
 

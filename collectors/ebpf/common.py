@@ -11,7 +11,7 @@ from wp_mcp.graph import ids
 from .program import SOURCE
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph
+    from wp_mcp.graph import Edge, Graph
 
 AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 
@@ -83,3 +83,31 @@ def add_counter(graph: Graph, node_id: str, name: str, value: float) -> None:
     """Add to an ebpf_* counter (several sockets or flows sum into one process)."""
     node = graph.nodes[node_id]
     node.set(name, (getattr(node, name, None) or 0) + value, SOURCE)
+
+
+def link_flow(
+    graph: Graph, src: str, dst: str, transport: str, sent: int, flows: int, window_s: float
+) -> None:
+    """Add one direction's bytes to the pair's ``talks_to`` edge (one edge per process pair
+    and transport, ``key`` = transport, as the polling ipc collector makes them)."""
+    edge = find_edge(graph, src, dst, transport)
+    forward = edge is not None
+    if edge is None:
+        edge = find_edge(graph, dst, src, transport)
+    if edge is None:
+        edge = graph.link("talks_to", src, dst, source=SOURCE, key=transport, transport=transport)
+        forward = True
+    name = "ebpf_bytes_src_to_dst" if forward else "ebpf_bytes_dst_to_src"
+    edge.set(name, (edge.get(name) or 0) + sent, SOURCE)
+    total = (edge.get("ebpf_bytes_src_to_dst") or 0) + (edge.get("ebpf_bytes_dst_to_src") or 0)
+    edge.set("ebpf_bytes", total, SOURCE)
+    edge.set("ebpf_bytes_per_s", round(total / window_s, 1), SOURCE)
+    edge.set("ebpf_flows", (edge.get("ebpf_flows") or 0) + flows, SOURCE)
+    edge.set("ebpf_window_s", round(window_s, 3), SOURCE)
+
+
+def find_edge(graph: Graph, src: str, dst: str, transport: str) -> Edge | None:
+    for edge in graph.out_edges(src, "talks_to"):
+        if edge.dst == dst and edge.key == transport:
+            return edge
+    return None

@@ -1,8 +1,9 @@
 """One bcc program of the eBPF tier: its tracepoints, its C text, how to read its maps.
 
 Every program is a small self-contained module (``sockbytes``, ``retrans``, ``runqlat``,
-``blockio``) exposing a ``PROGRAM``. The collector compiles the C of every program whose
-tracepoints exist into one BPF object (one clang run instead of four), reads each
+``blockio``, ``pipes``) exposing a ``PROGRAM``. The collector compiles the C of every
+program whose tracepoints exist into one BPF object (one clang run, not one per program),
+reads each
 program's maps once at the end of the window, and hands the records to the program's
 ``merge`` to turn them into graph attributes.
 """
@@ -66,6 +67,11 @@ OFFSETS: dict[str, tuple[str, str]] = {
     "OFF_SKC_V6_DADDR": ("sock", "__sk_common.skc_v6_daddr"),
     "OFF_SKC_V6_RCV_SADDR": ("sock", "__sk_common.skc_v6_rcv_saddr"),
     "OFF_UNIX_SOCK_PEER": ("unix_sock", "peer"),
+    "OFF_TASK_FILES": ("task_struct", "files"),
+    "OFF_FILES_FDT": ("files_struct", "fdt"),
+    "OFF_FDTABLE_FD": ("fdtable", "fd"),
+    "OFF_FDTABLE_MAX_FDS": ("fdtable", "max_fds"),
+    "OFF_INODE_I_MODE": ("inode", "i_mode"),
 }
 
 

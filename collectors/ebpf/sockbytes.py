@@ -25,12 +25,13 @@ from .common import (
     comm_of,
     ensure_process,
     format_addr,
+    link_flow,
     set_missing,
 )
 from .program import SOURCE, Program, Scope
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Edge, Graph
+    from wp_mcp.graph import Graph
 
 C_TEXT = r"""
 #define MSG_PEEK_FLAG 2
@@ -277,35 +278,7 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
     for (src, dst, proto), count in flows.items():
         # a direction with no bytes must not decide the edge's orientation
         if sent[(src, dst, proto)] and src in graph and dst in graph and src != dst:
-            _link_flow(graph, src, dst, proto, sent[(src, dst, proto)], count, window_s)
-
-
-def _link_flow(
-    graph: Graph, src: str, dst: str, proto: str, sent: int, flows: int, window_s: float
-) -> None:
-    """Add one direction's bytes to the pair's ``talks_to`` edge (one edge per process pair
-    and transport, ``key`` = transport, as the polling ipc collector makes them)."""
-    edge = _edge(graph, src, dst, proto)
-    forward = edge is not None
-    if edge is None:
-        edge = _edge(graph, dst, src, proto)
-    if edge is None:
-        edge = graph.link("talks_to", src, dst, source=SOURCE, key=proto, transport=proto)
-        forward = True
-    name = "ebpf_bytes_src_to_dst" if forward else "ebpf_bytes_dst_to_src"
-    edge.set(name, (edge.get(name) or 0) + sent, SOURCE)
-    total = (edge.get("ebpf_bytes_src_to_dst") or 0) + (edge.get("ebpf_bytes_dst_to_src") or 0)
-    edge.set("ebpf_bytes", total, SOURCE)
-    edge.set("ebpf_bytes_per_s", round(total / window_s, 1), SOURCE)
-    edge.set("ebpf_flows", (edge.get("ebpf_flows") or 0) + flows, SOURCE)
-    edge.set("ebpf_window_s", round(window_s, 3), SOURCE)
-
-
-def _edge(graph: Graph, src: str, dst: str, proto: str) -> Edge | None:
-    for edge in graph.out_edges(src, "talks_to"):
-        if edge.dst == dst and edge.key == proto:
-            return edge
-    return None
+            link_flow(graph, src, dst, proto, sent[(src, dst, proto)], count, window_s)
 
 
 WILDCARDS = ("0.0.0.0", "::")

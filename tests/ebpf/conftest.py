@@ -96,8 +96,12 @@ def flow_bytes(graph: Graph, src_pid: int, dst_pid: int, transport: str) -> int 
 class Peer:
     """A workload process from peers.py that reports what it did as JSON lines."""
 
-    def __init__(self, *args: str, netns: str | None = None, stdin: bool = False) -> None:
+    def __init__(
+        self, *args: str, netns: str | None = None, stdin: bool = False, pass_fd: int = -1
+    ) -> None:
         command = [sys.executable, str(PEERS), *args]
+        if pass_fd >= 0:
+            command += ["--fd", str(pass_fd)]
         if netns:
             command = ["ip", "netns", "exec", netns, *command]
         self.proc = subprocess.Popen(
@@ -105,6 +109,7 @@ class Peer:
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
+            pass_fds=(pass_fd,) if pass_fd >= 0 else (),
         )
         self.hello = self.line()
         self.pid: int = self.hello["pid"]

@@ -104,6 +104,24 @@ def unix_send(args: argparse.Namespace) -> None:
     say(sent=args.bytes)
 
 
+def pipe_write(args: argparse.Namespace) -> None:
+    say(ready=True)
+    payload = b"p" * CHUNK
+    left = args.bytes
+    while left:
+        left -= os.write(args.fd, payload[: min(left, CHUNK)])
+    os.close(args.fd)
+    say(sent=args.bytes)
+
+
+def pipe_read(args: argparse.Namespace) -> None:
+    say(ready=True)
+    total = 0
+    while data := os.read(args.fd, CHUNK):
+        total += len(data)
+    say(received=total)
+
+
 def contend(args: argparse.Namespace) -> None:
     """``busy`` threads hashing (hashlib releases the GIL, so they really compete for CPUs)
     and one thread blocked on an event for the whole run."""
@@ -144,6 +162,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--busy", type=int, default=4)
+    parser.add_argument("--fd", type=int, default=-1, help="pipe-*: the inherited pipe end")
     parser.add_argument("--hold", action="store_true", help="tcp-send: keep the connection open")
     args = parser.parse_args()
     modes = {
@@ -153,6 +172,8 @@ def main() -> None:
         "udp-send": udp_send,
         "unix-recv": unix_recv,
         "unix-send": unix_send,
+        "pipe-write": pipe_write,
+        "pipe-read": pipe_read,
         "contend": contend,
     }
     modes[args.mode](args)

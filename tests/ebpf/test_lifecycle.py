@@ -33,8 +33,8 @@ def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
     collector.begin(ctx)
     try:
         ours = bpf_prog_ids() - before
-        # one program per tracepoint: 2 socket, 1 retransmit, 3 scheduler, 2 block
-        assert len(ours) == 8
+        # one program per tracepoint: 2 socket, 1 retransmit, 3 scheduler, 2 block, 4 pipe
+        assert len(ours) == 12
         assert loaded_in_kernel(ours) == ours
     finally:
         outcome = collector.collect(Graph(), ctx)
@@ -121,7 +121,7 @@ def test_a_killed_collector_process_leaves_no_program():
     try:
         assert holder.stdout.readline().strip() == "attached"
         prog_ids = bpf_prog_ids(holder.pid)
-        assert len(prog_ids) == 8
+        assert len(prog_ids) == 12
         assert loaded_in_kernel(prog_ids) == prog_ids
     finally:
         holder.kill()
@@ -152,7 +152,7 @@ def test_auto_records_capabilities():
     [status] = graph.meta.collectors
     if caps["usable"]:
         assert status.status == "ok"
-        assert caps["programs"] == ["sockbytes", "retrans", "runqlat", "blockio"]
+        assert caps["programs"] == ["sockbytes", "retrans", "runqlat", "blockio", "pipes"]
     else:
         assert status.status == "skipped"
         assert status.reason == caps["reason"]

@@ -1,4 +1,4 @@
-"""Socket bytes: known byte counts between known processes, as eBPF sees them.
+"""Socket and pipe bytes: known byte counts between known processes, as eBPF sees them.
 
 Each test starts a real receiver and sender process, moves a known number of bytes while
 the eBPF programs are attached, and checks the figures per process (the sender's and the
@@ -7,6 +7,8 @@ between the two processes) against what the peers themselves counted, within 1 %
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -106,3 +108,24 @@ def test_short_lived_processes_are_added_with_their_sockets(peers):
     assert node.get("name") == "python" or node.get("name", "").startswith("python")
     assert node.source["pid"] == "ebpf"
     assert window.outcome.status == "ok"
+
+
+def test_pipe_bytes_per_process_pipe_and_flow(peers):
+    size = 10_000_000
+    read_end, write_end = os.pipe()
+    inode = os.fstat(read_end).st_ino
+    with Window() as window:
+        reader = Peer("pipe-read", pass_fd=read_end)
+        writer = Peer("pipe-write", "--bytes", str(size), pass_fd=write_end)
+        peers.extend([reader, writer])
+        os.close(read_end)
+        os.close(write_end)  # the writer's copy is the last: its close ends the reader
+        assert writer.finish()["sent"] == size
+        assert reader.finish()["received"] == size
+        graph = window.collect()
+    pipe = graph.nodes[f"pipe:{inode}"]
+    assert (pipe.get("ebpf_bytes_written"), pipe.get("ebpf_bytes_read")) == (size, size)
+    # per process: this pipe plus the JSON lines the peer writes to its stdout (a pipe too)
+    assert within_1pct(graph.nodes[f"proc:{writer.pid}"].get("ebpf_pipe_bytes_written"), size)
+    assert within_1pct(graph.nodes[f"proc:{reader.pid}"].get("ebpf_pipe_bytes_read"), size)
+    assert flow_bytes(graph, writer.pid, reader.pid, "pipe") == size
