@@ -44,14 +44,15 @@ def _tcp_sockets(ctx: RuleContext, *attrs: str) -> list[Node]:
     "L4.flow-retransmits",
     4,
     "TCP flow retransmitting",
-    "retransmitted segments / segments sent",
+    "retransmitted segments / all segments sent",
     "≥ 0.5 % and ≥ 3 segments (P0 from 1 % on a link between ranks)",
 )
 def flow_retransmits(ctx: RuleContext) -> list[Finding]:
     out = []
     for sock in _tcp_sockets(ctx, "retrans_total"):
         retrans = sock.get("retrans_total")
-        segments = max(1, (sock.get("bytes_sent") or 0) // MSS_BYTES)
+        # every transmission, first sends (≈ bytes / MSS) plus retransmissions
+        segments = max(1, -(-(sock.get("bytes_sent") or 0) // MSS_BYTES) + retrans)
         ratio = retrans / segments
         # a ratio, not a rate: a busy flow on a healthy link retransmits now and then
         if retrans < 3 or ratio < 0.005:

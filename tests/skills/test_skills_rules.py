@@ -519,3 +519,12 @@ def test_unpinned_busy_process_near_ranks_is_only_a_hint():
     (pinned,) = outcome(hog("5")(), "L6.cpu-hog-on-rank-cpus")
     assert pinned.priority == "P0"
     assert pinned.command == "taskset -a -c -p 0-3,6-7 500"
+
+
+def test_an_idle_socket_and_a_tiny_flow_are_judged_sanely():
+    graph = two_node_host()
+    owner = process(graph, 1)
+    tcp_socket(graph, owner, 5, retrans_total=0, bytes_sent=0)
+    tcp_socket(graph, owner, 6, retrans_total=13, bytes_sent=2866)
+    (tiny,) = outcome(graph, "L4.flow-retransmits")
+    assert tiny.subject == "sock:6" and tiny.value == round(13 / 15 * 100, 2)
