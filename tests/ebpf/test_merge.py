@@ -6,7 +6,7 @@ sockets collector and the ipc collector would have put there.
 
 from __future__ import annotations
 
-from wp_mcp.collectors.ebpf import runqlat, sockbytes
+from wp_mcp.collectors.ebpf import pipes, runqlat, sockbytes
 from wp_mcp.collectors.ebpf.common import AF_INET, AF_UNIX
 from wp_mcp.collectors.ebpf.program import Scope
 from wp_mcp.collectors.ebpf.sockbytes import SocketRecord
@@ -114,3 +114,20 @@ def test_thread_records_become_thread_attributes_under_their_process():
     assert node.get("ebpf_run_delay_max_ms") == 20.0
     assert node.get("ebpf_off_cpu_ms") == 1.0
     assert len(g.in_edges("thr:6", "has_thread")) == 1
+
+
+def test_pipe_bytes_fill_the_unmeasured_polling_link_split_by_what_each_reader_read():
+    g = Graph()
+    for pid in (1, 2, 3):
+        g.add("process", f"proc:{pid}", source="procfs", pid=pid)
+    g.add("pipe", "pipe:9", source="procfs", inode=9)
+    g.link("talks_to", "proc:1", "proc:2", source="ipc", key="pipe", transport="pipe",
+           measured=False)  # fmt: skip
+    record = pipes.PipeRecord(9, by_pid={1: [900, 0, 9, 0], 2: [0, 600, 0, 6], 3: [0, 300, 0, 3]})
+    pipes.merge(g, [record], Scope(window_s=3.0))
+    assert g.nodes["pipe:9"].get("ebpf_bytes_written") == 900
+    to_2 = next(e for e in g.out_edges("proc:1", "talks_to") if e.dst == "proc:2")
+    to_3 = next(e for e in g.out_edges("proc:1", "talks_to") if e.dst == "proc:3")
+    assert (to_2.get("ebpf_bytes_src_to_dst"), to_3.get("ebpf_bytes_src_to_dst")) == (600, 300)
+    assert to_2.source["measured"] == "ipc"  # polling's edge, now with eBPF's figures
+    assert {e.src for e in g.in_edges("pipe:9", "holds")} == {"proc:1", "proc:2", "proc:3"}
