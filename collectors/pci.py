@@ -36,7 +36,7 @@ from .numa import read_sysfs_nodes
 from .taskstat import read_text
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph
+    from wp_mcp.graph import Edge, Graph
 
 SOURCE = "pci"
 BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -317,8 +317,9 @@ def _add_paths(
         kinds = {graph.nodes[left].kind, graph.nodes[right].kind}
         if not kinds & set(ACCELERATOR_KINDS):
             continue
-        if _has_direct_link(graph, left, right):
-            continue
+        existing = _existing_path(graph, left, right)
+        if existing is not None and existing.get("path_class") == "NVL":
+            continue  # a direct accelerator link beats any PCIe route
         (dev_a, place_a), (dev_b, place_b) = located[left], located[right]
         info = classify_path(dev_a, dev_b, place_a, place_b, bridges)
         attrs: dict[str, Any] = {
@@ -328,19 +329,21 @@ def _add_paths(
         }
         if info.confidence < 1.0:
             attrs["confidence"] = info.confidence
+        # refine the tools' edge where there is one (sysfs is the better witness of PCIe)
+        src, dst = (existing.src, existing.dst) if existing is not None else (left, right)
         graph.link(
-            "path", left, right, source=SOURCE, **{k: v for k, v in attrs.items() if v is not None}
+            "path", src, dst, source=SOURCE, **{k: v for k, v in attrs.items() if v is not None}
         )
 
 
-def _has_direct_link(graph: Graph, a: str, b: str) -> bool:
-    """An NVL path the GPU/NPU tools added, in either direction (their ids sort by index)."""
-    return any(
-        e.get("path_class") == "NVL"
-        for src, dst in ((a, b), (b, a))
-        for e in graph.out_edges(src, "path")
-        if e.dst == dst
-    )
+def _existing_path(graph: Graph, a: str, b: str) -> Edge | None:
+    """The path edge the GPU/NPU tools already added between two devices, either way round
+    (they order ends by index, we by id text: gpu:10 sorts before gpu:6)."""
+    for src, dst in ((a, b), (b, a)):
+        for edge in graph.out_edges(src, "path"):
+            if edge.dst == dst:
+                return edge
+    return None
 
 
 def _add_downtrained_bridges(

@@ -158,6 +158,17 @@ def test_nvlink_kept_whichever_way_the_ids_sort(eight_gpu_box):
     assert path(graph, "gpu:6", "gpu:10").path_class == "NVL"
 
 
+def test_a_pcie_class_from_the_tools_is_refined_not_duplicated(eight_gpu_box):
+    fake_sys, devices = eight_gpu_box
+    devices = {("gpu:10" if k == "gpu:7" else k): v for k, v in devices.items()}
+    graph = graph_with_devices(devices)
+    graph.link("path", "gpu:6", "gpu:10", path_class="PXB", via="nvml")
+    PciCollector().collect(graph, Context(sys_root=fake_sys.root))
+    link = path(graph, "gpu:6", "gpu:10")
+    assert (link.src, link.path_class, link.via) == ("gpu:6", "PIX", "nvml")
+    assert link.bandwidth_gbps == GEN4_X16_GBPS
+
+
 def test_gpus_without_a_driver_are_found_in_bus_order(eight_gpu_box):
     fake_sys, devices = eight_gpu_box
     graph = Graph()
