@@ -59,16 +59,17 @@ def test_tcp_bytes_land_on_the_polling_nodes_and_edge_both_kept():
 
 def test_processes_and_sockets_polling_missed_are_added():
     g = Graph()
+    # a pid above the kernel's pid_max: no live process can lend its name
     records = [
-        tcp(7, 1, "10.0.0.1", 41000, "10.0.0.2", 80, {4242: [300, 0, 1, 0]}),
+        tcp(7, 1, "10.0.0.1", 41000, "10.0.0.2", 80, {4_999_999: [300, 0, 1, 0]}),
     ]
-    records[0].comms[4242] = "curl"
+    records[0].comms[4_999_999] = "curl"
     sockbytes.merge(g, records, Scope(window_s=1.0))
-    proc = g.nodes["proc:4242"]
+    proc = g.nodes["proc:4999999"]
     assert proc.get("name") == "curl" and proc.source["pid"] == "ebpf"
     sock = g.nodes["sock:7"]
     assert (sock.get("remote_addr"), sock.get("remote_port")) == ("10.0.0.2", 80)
-    assert [e.dst for e in g.out_edges("proc:4242", "holds")] == ["sock:7"]
+    assert [e.dst for e in g.out_edges("proc:4999999", "holds")] == ["sock:7"]
     assert not list(g.edges("talks_to"))  # the far end is not on this host
 
 
