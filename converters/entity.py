@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -14,6 +15,9 @@ from .layers import named
 from .text import compact, quote, show_id, word
 
 VALUE_LIMIT = 400
+# At depth 2, each neighbour lists at most this many of its own edges (a NUMA node or a
+# launcher can have thousands); the rest are counted on one line.
+NESTED_EDGES = 12
 LEGEND = (
     "first line: the entity; then one line per attribute (raw values, host strings quoted); "
     "then → out-edges and ← in-edges: edge-kind neighbour {edge attributes}; depth 2 indents "
@@ -67,15 +71,23 @@ def _value(value: Any) -> str:
 
 
 def _edges(
-    facts: Facts, node_id: str, indent: int, exclude: str | None, nested: bool
+    facts: Facts,
+    node_id: str,
+    indent: int,
+    exclude: str | None,
+    nested: bool,
+    limit: int | None = None,
 ) -> list[Item]:
     graph = facts.graph
     out = sorted(graph.out_edges(node_id), key=lambda e: (e.kind, e.dst))
     into = sorted(graph.in_edges(node_id), key=lambda e: (e.kind, e.src))
+    pairs = [(e, e.dst, "→") for e in out] + [(e, e.src, "←") for e in into]
+    pairs = [p for p in pairs if p[1] != exclude]
     items: list[Item] = []
-    for edge, other, arrow in [(e, e.dst, "→") for e in out] + [(e, e.src, "←") for e in into]:
-        if other == exclude:
-            continue
+    rest = []
+    if limit is not None and len(pairs) > limit:
+        pairs, rest = pairs[:limit], pairs[limit:]
+    for edge, other, arrow in pairs:
         neighbour = graph.nodes.get(other)
         items.append(
             Item(
@@ -90,8 +102,23 @@ def _edges(
             )
         )
         if nested and neighbour is not None:
-            items += _edges(facts, other, indent + 1, exclude=node_id, nested=False)
+            items += _edges(
+                facts, other, indent + 1, exclude=node_id, nested=False, limit=NESTED_EDGES
+            )
+    if rest:
+        items.append(_more_edges(node_id, rest, indent))
     return items
+
+
+def _more_edges(node_id: str, rest: list[tuple[Edge, str, str]], indent: int) -> Item:
+    """A depth-2 neighbour's remaining edges, counted per kind (its own entity view has all)."""
+    kinds = Counter(f"{'out' if arrow == '→' else 'in'}:{edge.kind}" for edge, _o, arrow in rest)
+
+    def render() -> str:
+        shown = ",".join(f"{word(k, 24)}:{n}" for k, n in sorted(kinds.items()))
+        return f"+{len(rest)} more edges ({shown}): open entity={show_id(node_id)}"
+
+    return Item(ids=(), kind="more", render=render, indent=indent)
 
 
 def _edge_line(edge: Edge, arrow: str, neighbour: Node | None, other: str) -> str:

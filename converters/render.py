@@ -8,6 +8,7 @@ at line ends ever costs more than the parts (it practically never does).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -137,7 +138,9 @@ def _paged(
     parsed = filtering.parse(filters)
     all_items = _all_items(index, view, entity, depth)
     items = index.filtered((view, entity, depth, parsed.items), all_items, parsed.predicate(graph))
-    scope = f"{parsed.digest}:{entity}:{depth}" if view == "entity" else parsed.digest
+    scope = parsed.digest
+    if view == "entity":  # the entity id can be long: the cursor keeps only a digest
+        scope = hashlib.blake2b(f"{scope}\0{entity}\0{depth}".encode(), digest_size=6).hexdigest()
     offset, page_no = 0, 1
     if cursor:
         state = cursors.decode(cursor)

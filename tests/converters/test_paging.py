@@ -161,3 +161,19 @@ def test_prepare_builds_views_ahead_without_changing_them(witty_path):
     fresh = load_witty(witty_path)
     for view in ("compute", "interconnect", "topology"):
         assert render_view(graph, view).text == render_view(fresh, view).text
+
+
+def test_entity_pages_follow_their_cursor_even_for_long_ids():
+    from wp_mcp.graph.graph import Graph
+
+    graph = Graph()
+    long_id = "shm:posix:/" + "a" * 5000
+    graph.add("shm", long_id, shm_type="posix")
+    for pid in range(100, 400):
+        graph.add("process", f"proc:{pid}", pid=pid, name="worker")
+        graph.link("holds", f"proc:{pid}", long_id)
+    all_pages = pages(graph, "entity", entity=long_id, max_tokens=500)
+    assert len(all_pages) > 3
+    assert sum(p.item_count for p in all_pages) == all_pages[0].total_items
+    with pytest.raises(ViewError, match="other filters/entity/depth"):
+        render_view(graph, "entity", entity="proc:100", cursor=all_pages[0].next_cursor)
