@@ -24,7 +24,7 @@ def inspector(store_dir: Path, allowed: Path, *method: str) -> dict:
         *serve_command(store_dir, "--allow-dir", str(allowed)), *method,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=server_env())
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, (method, done.stdout[-1000:], done.stderr[-3000:])
     return json.loads(done.stdout)
 
 
