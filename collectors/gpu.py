@@ -26,6 +26,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .cpulist import format_cpulist
+from .numa import NumaNodeInfo, node_of_cpus, read_sysfs_nodes
 from .pci import normalize_bus_id
 from .window import WindowedCollector
 
@@ -46,6 +47,7 @@ NOT_AVAILABLE = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unkno
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NVLINKS = re.compile(r"^NV(\d+)$")
 # NVML's "common ancestor" levels, in NCCL's names
+AFFINITY_CONFIDENCE = 0.9  # node named from the driver's CPU affinity, not from firmware
 NVML_LEVELS = {0: "LOC", 10: "PIX", 20: "PXB", 30: "PHB", 40: "PHB", 50: "SYS"}
 
 
@@ -308,7 +310,9 @@ class NvmlBackend:
             "link_max_speed_gts": GEN_GTS.get(gen_max) if gen_max else None,
             "link_width": self._try("nvmlDeviceGetCurrPcieLinkWidth", handle),
             "link_max_width": self._try("nvmlDeviceGetMaxPcieLinkWidth", handle),
-            "numa_node": self._try("nvmlDeviceGetNumaNodeId", handle),
+            # only GPUs whose memory is a NUMA node of its own (Grace Hopper…) answer this;
+            # it names the GPU memory's node, not the CPUs next to the GPU
+            "gpu_memory_numa_node": self._try("nvmlDeviceGetNumaNodeId", handle),
             "cpu_affinity": self._cpu_affinity(handle),
         }
         reading = GpuReading(index, attrs)
@@ -410,8 +414,10 @@ class GpuCollector(WindowedCollector[GpuSample]):
             return Outcome("skipped", "no NVIDIA GPU driver here")
         backend = self.backend.name
         graph.meta.capabilities.setdefault("gpu_driver", last.driver)
+        nodes = read_sysfs_nodes(ctx.sys_root)
         for index, reading in last.gpus.items():
             _emit_gpu(graph, reading, first.gpus.get(index), last.driver, backend, window_s)
+            _place(graph, ids.gpu(index), reading.attrs.get("cpu_affinity"), nodes)
         paths, matrix = self.backend.paths(last)
         for (i, j), found in paths.items():
             _emit_path(graph, ids.gpu(i), ids.gpu(j), found, backend)
@@ -449,14 +455,20 @@ def _emit_gpu(
         "gpu", gpu_id, source=SOURCE, index=now.index, backend=backend,
         window_s=round(window_s, 3), **attrs,
     )  # fmt: skip
-    numa = attrs.get("numa_node")
-    if isinstance(numa, int) and numa >= 0:
-        graph.add("numa_node", ids.numa(numa), numa_id=numa)
-        graph.link("local_to", gpu_id, ids.numa(numa), source=SOURCE, confidence=1.0)
     for pid, mem in now.processes.items():
         graph.add("process", ids.process(pid), pid=pid)
         extra = {"mem_used_bytes": mem} if mem is not None else {}
         graph.link("uses_device", ids.process(pid), gpu_id, source=SOURCE, via=backend, **extra)
+
+
+def _place(graph: Graph, gpu_id: str, cpus: str | None, nodes: dict[int, NumaNodeInfo]) -> None:
+    """NUMA node from the driver's CPU affinity (the pci collector adds sysfs' own view)."""
+    node = node_of_cpus(cpus, nodes) if cpus else None
+    if node is None:
+        return
+    graph.add("gpu", gpu_id, source=SOURCE, numa_node=node)
+    graph.add("numa_node", ids.numa(node), numa_id=node)
+    graph.link("local_to", gpu_id, ids.numa(node), source=SOURCE, confidence=AFFINITY_CONFIDENCE)
 
 
 def _emit_path(graph: Graph, a: str, b: str, found: GpuPath, backend: str) -> None:

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 from wp_mcp.graph import ids
 
 from .base import Context, Outcome
-from .cpulist import parse_cpulist
-from .numa import read_sysfs_nodes
+from .numa import NumaNodeInfo, node_of_cpus, read_sysfs_nodes
 from .pci import normalize_bus_id
 from .window import WindowedCollector
 
@@ -247,27 +246,22 @@ def _emit_chip(
     )  # fmt: skip
 
 
-def emit_npu_topo(graph: Graph, topo: NpuTopo, nodes: dict) -> None:
+def emit_npu_topo(graph: Graph, topo: NpuTopo, nodes: dict[int, NumaNodeInfo]) -> None:
     """Paths between chips and each chip's CPU affinity and NUMA node."""
-    node_cpus = {n: set(info.cpus) for n, info in nodes.items()}
     for name in topo.names:
         npu_id = ids.npu(topo.index(name))
         graph.add("npu", npu_id, index=topo.index(name))
         cpus = topo.cpu_affinity.get(name)
-        if cpus:
-            graph.add("npu", npu_id, source=SOURCE, cpu_affinity=cpus)
-            wanted = set(parse_cpulist(cpus))
-            matches = [n for n, have in node_cpus.items() if wanted and wanted <= have]
-            if len(matches) == 1:
-                graph.add("npu", npu_id, source=SOURCE, numa_node=matches[0])
-                graph.add("numa_node", ids.numa(matches[0]), numa_id=matches[0])
-                graph.link(
-                    "local_to",
-                    npu_id,
-                    ids.numa(matches[0]),
-                    source=SOURCE,
-                    confidence=AFFINITY_CONFIDENCE,
-                )
+        if not cpus:
+            continue
+        graph.add("npu", npu_id, source=SOURCE, cpu_affinity=cpus)
+        node = node_of_cpus(cpus, nodes)
+        if node is not None:
+            graph.add("npu", npu_id, source=SOURCE, numa_node=node)
+            graph.add("numa_node", ids.numa(node), numa_id=node)
+            graph.link(
+                "local_to", npu_id, ids.numa(node), source=SOURCE, confidence=AFFINITY_CONFIDENCE
+            )
     for (a, b), label in topo.labels.items():
         found = npu_path_class(label)
         if found is None or topo.index(a) >= topo.index(b):

@@ -151,6 +151,13 @@ def parse_sched_numa_faults(text: str) -> dict[int, int]:
     return faults
 
 
+def node_of_cpus(cpulist: str, nodes: dict[int, NumaNodeInfo]) -> int | None:
+    """The one NUMA node whose CPUs hold all of ``cpulist`` (a device's CPU affinity)."""
+    wanted = set(parse_cpulist(cpulist))
+    matches = [n for n, info in nodes.items() if wanted and wanted <= set(info.cpus)]
+    return matches[0] if len(matches) == 1 else None
+
+
 def locality(cpu_share: dict[int, float], page_share: dict[int, float]) -> float:
     """P(CPU time and memory on the same node) = Σ cpu_share[n] · page_share[n]."""
     return sum(share * page_share.get(node, 0.0) for node, share in cpu_share.items())

@@ -233,12 +233,14 @@ class FakeNvml:
         self.shutdown = True
 
 
-def test_nvml_readings_nvlinks_and_processes():
+def test_nvml_readings_nvlinks_and_processes(fake_sys):
+    fake_sys.numa_node(0, "0-7", [10, 20])
+    fake_sys.numa_node(1, "8-15", [20, 10])
     nvml = FakeNvml()
     collector = GpuCollector()
     collector.backend = NvmlBackend(nvml)
     graph = Graph()
-    collector.collect(graph, Context(window_s=0.05))
+    collector.collect(graph, Context(sys_root=fake_sys.root, window_s=0.05))
     collector.close()
     gpu0, gpu1 = graph.node("gpu:0"), graph.node("gpu:1")
     assert gpu0.pci_bus_id == "0000:18:00.0" and gpu1.pci_bus_id == "0000:2a:00.0"
@@ -246,7 +248,10 @@ def test_nvml_readings_nvlinks_and_processes():
     assert gpu0.util_pct == 90 and gpu1.util_pct == 10
     assert gpu1.link_speed_gts == 16.0 and gpu1.link_max_speed_gts == 32.0
     assert gpu0.cpu_affinity == "0-7" and gpu1.cpu_affinity == "8-15"
-    assert [e.dst for e in graph.out_edges("gpu:1", "local_to")] == ["numa:1"]
+    # the node comes from the CPU affinity; NVML's NUMA id names GPU memory (Grace Hopper)
+    [local] = graph.out_edges("gpu:1", "local_to")
+    assert (local.dst, local.confidence) == ("numa:1", 0.9) and gpu1.numa_node == 1
+    assert gpu1.gpu_memory_numa_node == 1
     [link] = graph.edges("path")
     assert (link.src, link.dst, link.path_class, link.nvlinks) == ("gpu:0", "gpu:1", "NVL", 4)
     [use] = graph.in_edges("gpu:1", "uses_device")
