@@ -301,7 +301,9 @@ def annotate_device(graph: Graph, node_id: str, device: PciDevice, placement: Pl
     graph.add(
         node.kind, node_id, source=SOURCE, **{k: v for k, v in attrs.items() if v is not None}
     )
-    if placement.node is not None:
+    known = [e.get("confidence", 0.0) for e in graph.out_edges(node_id, "local_to")]
+    if placement.node is not None and all(c < placement.confidence for c in known):
+        # a surer placement from the device's own tool (CPU affinity) stays as it is
         numa_id = ids.numa(placement.node)
         graph.add("numa_node", numa_id, numa_id=placement.node)
         graph.link("local_to", node_id, numa_id, source=SOURCE, confidence=placement.confidence)

@@ -191,6 +191,18 @@ def test_vm_with_numa_node_minus_one(fake_sys):
     assert local.dst == "numa:0" and local.confidence == 0.5
 
 
+def test_a_surer_placement_from_the_gpu_tool_is_not_replaced_by_a_guess(fake_sys):
+    fake_sys.numa_node(0, "0-3", [10])
+    gpu = pci_device(fake_sys.root, ["0000:00:05.0"], numa=-1, local_cpulist="0-3", **NVIDIA_3D)
+    graph = Graph()
+    graph.add("gpu", "gpu:0", pci_bus_id=gpu)
+    graph.add("numa_node", "numa:0", numa_id=0)
+    graph.link("local_to", "gpu:0", "numa:0", confidence=0.9)
+    PciCollector().collect(graph, Context(sys_root=fake_sys.root))
+    [local] = graph.out_edges("gpu:0", "local_to")
+    assert local.confidence == 0.9
+
+
 def test_minus_one_resolved_from_local_cpus_on_a_two_node_host(fake_sys):
     fake_sys.numa_node(0, "0-3", [10, 20])
     fake_sys.numa_node(1, "4-7", [20, 10])
