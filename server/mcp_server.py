@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -323,6 +324,12 @@ async def _collect(
     """
     from wp_mcp.collectors.base import Context as CollectContext
 
+    missing = sorted(pid for pid in pids or () if not os.path.exists(f"/proc/{pid}"))
+    if missing:
+        raise UserError(
+            f"no such process: {', '.join(map(str, missing))}; leave pids out to collect "
+            "every process, or find pids with wp_search in a recent snapshot"
+        )
     done = threading.Event()
     events = iter(range(1, 1_000_000))
 

@@ -200,6 +200,7 @@ async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> Non
         ),
         ("wp_summary", {"snapshot": "latest", "colour": "red"}, "valid arguments: fmt, snapshot"),
         ("wp_layer", {"view": "compute", "max_tokens": 100000}, "max_tokens"),
+        ("wp_collect", {"pids": [999999999], "window_s": 0}, "no such process: 999999999"),
     ],
 )
 async def test_errors_say_what_to_do(server, witty_id, tool, arguments, says) -> None:
