@@ -3,8 +3,8 @@ the network interface behind each RoCE port, traffic and error counters over the
 
 ``port_xmit_data``/``port_rcv_data`` count 4-byte words (IBTA), so rates are ×4 bytes.
 Error counters (``counters/`` and the vendor ``hw_counters/``) are kept when non-zero, with
-their rate over the window. ``parse_ibstatus``/``parse_ibstat``/``parse_rdma_link_show`` read
-the text of those tools (support bundles, hosts we only have text from) into the same
+their rate over the window. ``parse_ibstatus``/``parse_ibstat``/``parse_ibv_devinfo``/
+``parse_rdma_link_show`` read the text of those tools (support bundles, hosts we only have text from) into the same
 structures, so a captured output lands in the graph through the same code.
 """
 
@@ -202,6 +202,43 @@ def parse_ibstat(text: str) -> dict[str, RdmaDevice]:
                 device.node_guid = value
             elif key == "ca type":
                 device.hca_type = value
+    return devices
+
+
+def parse_ibv_devinfo(text: str) -> dict[str, RdmaDevice]:
+    """``ibv_devinfo`` (plain or ``-v``): ``hca_id:`` blocks with ``port:`` sub-blocks; the
+    verbose form's ``active_width`` × ``active_speed`` gives the rate."""
+    devices: dict[str, RdmaDevice] = {}
+    device: RdmaDevice | None = None
+    port: RdmaPort | None = None
+    width = speed = None
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "hca_id":
+            device, port = devices.setdefault(value, RdmaDevice(value)), None
+        elif device is None:
+            continue
+        elif key == "port" and value.isdigit():
+            port = device.ports.setdefault(int(value), RdmaPort(int(value)))
+            width = speed = None
+        elif port is None:
+            if key == "fw_ver":
+                device.fw_ver = value
+            elif key == "node_guid":
+                device.node_guid = value
+        elif key in ("state", "link_layer"):
+            _set_port_field(port, key, value)
+        elif key == "phys_state":
+            port.phys_state = value.split()[0]
+        elif key in ("active_width", "active_speed"):
+            number = re.match(r"([\d.]+)", value)
+            if key == "active_width":
+                width = float(number.group(1)) if number else None
+            else:
+                speed = float(number.group(1)) if number else None
+            if width and speed:
+                port.rate_gbps = width * speed
     return devices
 
 

@@ -10,6 +10,7 @@ from wp_mcp.collectors.rdma import (
     emit_rdma,
     parse_ibstat,
     parse_ibstatus,
+    parse_ibv_devinfo,
     parse_rdma_link_show,
 )
 from wp_mcp.graph import Graph
@@ -36,6 +37,28 @@ def test_ibstat_of_a_connectx3():
     assert (port.state, port.phys_state, port.rate_gbps, port.link_layer) == (
         "ACTIVE", "LinkUp", 56.0, "InfiniBand",
     )  # fmt: skip
+
+
+def test_ibv_devinfo_verbose_hdr_and_roce_ports():
+    devices = parse_ibv_devinfo(
+        fixture_text("rdma/ibv_devinfo-v-chrysalis-cx6-ib-hdr-plus-2x-cx5-roce.txt")
+    )
+    assert sorted(devices) == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    hdr = devices["mlx5_0"]
+    assert (hdr.fw_ver, hdr.node_guid) == ("20.29.2002", "0c42:a103:0065:d6b6")
+    port = hdr.ports[1]
+    assert (port.state, port.phys_state, port.link_layer, port.rate_gbps) == (
+        "ACTIVE", "LINK_UP", "InfiniBand", 200.0,
+    )  # fmt: skip
+    assert devices["mlx5_1"].ports[1].link_layer == "Ethernet"
+    assert devices["mlx5_1"].ports[1].rate_gbps == 100.0
+
+
+def test_ibv_devinfo_plain_ports_down():
+    devices = parse_ibv_devinfo(fixture_text("rdma/ibv_devinfo-4x-cx7-eth-esc8000a.txt"))
+    assert len(devices) == 4
+    assert {d.ports[1].state for d in devices.values()} == {"DOWN"}
+    assert devices["mlx5_0"].fw_ver == "28.41.1000" and devices["mlx5_0"].ports[1].rate_gbps is None
 
 
 def test_rdma_link_show_names_the_roce_interfaces():
