@@ -9,7 +9,8 @@
 3. collectors without ``after`` run concurrently, each into its own ``Graph`` with its own
    timeout; the rest then run one by one, in dependency order, on the merged graph;
 4. edges whose ends no collector produced are dropped and their collector marked
-   ``partial``; with a pid filter, sockets/pipes/shm nobody in scope holds are dropped;
+   ``partial``; with a pid filter, sockets/pipes/shm nobody in scope holds are dropped at
+   the end;
 5. ``close`` always runs on every collector that was set up.
 
 Each collector's status (ok / partial / skipped / failed / cancelled, reason, duration,
@@ -161,6 +162,8 @@ def _collect(usable: list[_Run], ctx: Context, graph: Graph) -> Graph:
     for run in later:
         run.graph = graph
         _run_concurrently([run], ctx)
+    if ctx.pids:
+        _drop_unheld_shared_objects(graph)
     return graph
 
 
@@ -248,9 +251,7 @@ def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
     node_ids: set[str] = set()
     for run in runs:
         node_ids.update(run.graph.nodes)
-    unheld = _unheld_shared_objects(runs) if ctx.pids else set()
-    node_ids -= unheld
-    base = _pick_base(runs, node_ids | unheld)
+    base = _pick_base(runs, node_ids)
     if base is not None:
         _take_meta(graph, base.graph)
         merged, rest = base.graph, [run for run in runs if run is not base]
@@ -262,14 +263,12 @@ def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
         for edge in run.graph.edges():
             if edge.src in node_ids and edge.dst in node_ids:
                 merged.add_edge(edge, strict=False)
-            elif not ctx.pids:
+            else:
                 dropped += 1
         if dropped and run.status is not None and run.status.status == "ok":
             run.status.status = "partial"
             run.status.reason = f"{dropped} edges dropped: their other end was not collected"
         _take_meta_facts(merged, run.graph)
-    for node_id in unheld:
-        merged.remove_node(node_id)
     return merged
 
 
@@ -325,15 +324,12 @@ def _richness(node: Node) -> int:
     return len(node.model_fields_set) + len(node.model_extra or {})
 
 
-def _unheld_shared_objects(runs: list[_Run]) -> set[str]:
+def _drop_unheld_shared_objects(graph: Graph) -> None:
     """With a pid filter: sockets, pipes and shm that no process in scope holds."""
-    held: set[str] = set()
-    shared: set[str] = set()
-    for run in runs:
-        held.update(e.dst for e in run.graph.edges("holds"))
-        for kind in SHARED_KINDS:
-            shared.update(n.id for n in run.graph.of_kind(kind))
-    return shared - held
+    for kind in SHARED_KINDS:
+        for node in graph.of_kind(kind):
+            if not graph.in_edges(node.id, "holds"):
+                graph.remove_node(node.id)
 
 
 # --------------------------------------------------------------------------- host facts

@@ -352,6 +352,9 @@ class ProcfsCollector(Collector):
     name = NAME
     tier = "T0"
     timeout_s = 20.0
+    # after sockets: the sockets found in fds are linked to that collector's nodes, and
+    # stubs are made only for sockets sock_diag does not list (netlink, packet, …)
+    after = ("sockets",)
 
     def probe(self, ctx: Context) -> str | None:
         if not (ctx.proc_root / "self").exists() and not (ctx.proc_root / "1").exists():
@@ -486,7 +489,9 @@ class ProcfsCollector(Collector):
         if devices:
             graph.nodes[proc_id].set("devices", devices, NAME)
         for entry in held.values():
-            _add_node(graph, _HELD_CLASSES[entry.kind], entry.node_id, entry.attrs)
+            # a socket the sockets collector already described needs no stub of ours
+            if entry.kind != "socket" or entry.node_id not in graph:
+                _add_node(graph, _HELD_CLASSES[entry.kind], entry.node_id, entry.attrs)
             edge: dict[str, Any] = {}
             if entry.fds:
                 edge["fd"] = min(entry.fds)
