@@ -165,7 +165,7 @@ def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
     6,
     "Another busy process pinned onto the ranks' CPUs",
     "cpu_pct of a non-job process whose affinity lies within the ranks' CPUs",
-    "≥ 25 % of a CPU (P0 when it is pinned there, P2 when it could move)",
+    "≥ 10 % of a CPU (P0 when it is pinned there, P2 when it could move)",
 )
 def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.ranks:
@@ -181,7 +181,7 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     for proc in ctx.graph.of_kind("process"):
         busy = proc.get("cpu_pct")
         allowed = cpus(proc.get("cpus_allowed"))
-        if proc.id in job or busy is None or busy < 25 or not allowed & reserved:
+        if proc.id in job or busy is None or busy < 10 or not allowed & reserved:
             continue
         total = ctx.host_cpus(proc.id)
         # pinned by someone's choice: narrower than the host and entirely on the ranks' CPUs
