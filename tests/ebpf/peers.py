@@ -56,7 +56,7 @@ def udp_recv(args: argparse.Namespace) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sock.bind((args.host, 0))
-        sock.settimeout(5)
+        sock.settimeout(30)  # only if the end marker itself was dropped
         say(port=sock.getsockname()[1])
         total = 0
         try:

@@ -46,21 +46,19 @@ def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
 
 
 def test_cancelled_collection_leaves_no_program_and_reports_cancelled(baseline):
-    ctx = Context(window_s=30.0, ebpf="on")
+    ctx = Context(window_s=600.0, ebpf="on")
     attached = threading.Event()
     ctx.progress = lambda name, phase, detail: attached.set() if phase == "attached" else None
     result: dict[str, Graph] = {}
     worker = threading.Thread(
         target=lambda: result.update(g=collect_snapshot(ctx, [EbpfCollector()]))
     )
-    started = time.monotonic()
     worker.start()
-    assert attached.wait(30)
+    assert attached.wait(300)
     assert bpf_prog_fds() > baseline
     ctx.cancel.set()
-    worker.join(10)
-    assert not worker.is_alive()
-    assert time.monotonic() - started < 25  # it did not sit out the 30 s window
+    worker.join(120)
+    assert not worker.is_alive()  # it did not sit out the 600 s window
     graph = result["g"]
     assert graph.meta.cancelled is True
     [status] = graph.meta.collectors
@@ -70,7 +68,7 @@ def test_cancelled_collection_leaves_no_program_and_reports_cancelled(baseline):
 
 def test_cancel_while_used_directly_raises_and_detaches(baseline):
     collector = EbpfCollector()
-    ctx = Context(window_s=30.0)
+    ctx = Context(window_s=600.0)
     threading.Timer(3.0, ctx.cancel.set).start()  # after compile and attach, mid-window
     with pytest.raises(Cancelled):
         collector.collect(Graph(), ctx)  # opens its own window when begin was not called
@@ -83,7 +81,7 @@ def test_watchdog_detaches_when_nobody_collects(baseline, monkeypatch):
     ctx = Context(window_s=0.0)
     collector.begin(ctx)
     assert bpf_prog_fds() > baseline
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while bpf_prog_fds() > baseline and time.monotonic() < deadline:
         time.sleep(0.1)
     assert bpf_prog_fds() == baseline
@@ -126,7 +124,7 @@ def test_a_killed_collector_process_leaves_no_program():
     finally:
         holder.kill()
         holder.wait()
-    deadline = time.monotonic() + 10  # the kernel frees programs after an RCU grace period
+    deadline = time.monotonic() + 60  # the kernel frees programs after an RCU grace period
     while loaded_in_kernel(prog_ids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert loaded_in_kernel(prog_ids) == set()
