@@ -25,7 +25,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.prompts.base import Prompt
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, Completion, TextContent, ToolAnnotations
 from pydantic import Field
 from wp_mcp.graph.errors import UserError
 
@@ -162,6 +162,7 @@ def build_server(state: ServerState | None = None) -> WpServer:
     _register_skill_tools(server, state)
     _register_resources(server, state)
     _register_prompts(server)
+    _register_completions(server, state)
     return server
 
 
@@ -764,3 +765,42 @@ def _skill_prompt(skill: str) -> Callable[..., str]:
         return SKILL_PROMPT.format(skill=skill, snapshot=snapshot)
 
     return prompt
+
+
+# --------------------------------------------------------------------------- completions
+
+
+def _register_completions(server: WpServer, state: ServerState) -> None:
+    """Argument completion for resource templates and prompts (ids, layers, skills)."""
+
+    @server.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion:
+        known = dict(getattr(context, "arguments", None) or {})
+        target = getattr(ref, "uri", None) or getattr(ref, "name", "")
+        values = await anyio.to_thread.run_sync(
+            _completions, state, target, argument.name, argument.value or "", known
+        )
+        return Completion(values=values[:100], total=len(values), has_more=len(values) > 100)
+
+
+def _completions(
+    state: ServerState, target: str, name: str, prefix: str, known: dict[str, str]
+) -> list[str]:
+    if name == "id" and target.startswith("wp://reports/"):
+        values = ["latest", *(r.id for r in state.store.list_reports())]
+    elif name in ("id", "snapshot"):
+        values = ["latest", *(s.id for s in state.store.list(limit=100))]
+    elif name == "layer":
+        from wp_mcp.converters import VIEWS
+
+        values = [view for view in VIEWS if view not in ("summary", "entity")]
+    elif name == "name":
+        values = list(SKILLS)
+    elif name == "reference" and known.get("name") in SKILLS:
+        from wp_mcp.skills import bundle_dir
+
+        folder = bundle_dir(known["name"]) / "references"
+        values = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    else:
+        values = []
+    return [value for value in values if value.startswith(prefix)]

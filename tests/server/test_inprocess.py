@@ -275,3 +275,23 @@ async def test_resources_and_prompts(server, witty_id: str) -> None:
     assert witty_id in listing.contents[0].text
     assert {p.name for p in prompts.prompts} == {"diagnose", *skills.SKILL_NAMES}
     assert "wp_run_skill" in diagnose.messages[0].content.text
+
+
+async def test_completions_offer_ids_layers_and_skills(server, witty_id: str) -> None:
+    from mcp.types import PromptReference, ResourceTemplateReference
+
+    layer_ref = ResourceTemplateReference(uri="wp://snapshots/{id}/layers/{layer}")
+    skill_ref = ResourceTemplateReference(uri="skill://{name}/references/{reference}")
+    async with Client(server) as client:
+        ids = await client.complete(layer_ref, {"name": "id", "value": witty_id[:3]})
+        layers = await client.complete(layer_ref, {"name": "layer", "value": "in"})
+        prompt = await client.complete(
+            PromptReference(name="diagnose"), {"name": "snapshot", "value": ""}
+        )
+        refs = await client.complete(
+            skill_ref, {"name": "reference", "value": ""}, {"name": "bottleneck-identification"}
+        )
+    assert witty_id in ids.completion.values
+    assert layers.completion.values == ["interconnect"]
+    assert prompt.completion.values[0] == "latest" and witty_id in prompt.completion.values
+    assert refs.completion.values and all(v.endswith(".md") for v in refs.completion.values)
