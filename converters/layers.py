@@ -572,11 +572,11 @@ def _placement_line(facts: Facts, process: Node) -> str:
     return parts(
         named(process),
         f"dev={','.join(shown_devices)}" if shown_devices else None,
+        _device_remote(cpu_share, page_share, device_numas),
         f"cpu{fmt_per_node(cpu_share)}" if cpu_share else None,
         f"mem{fmt_per_node(page_share)}" if page_share else None,
         kv("loc", g("numa_locality"), lambda v: f"{v:.2f}"),
         _allowed(facts, process),
-        _device_remote(cpu_share, page_share, device_numas),
     )
 
 
@@ -1110,8 +1110,8 @@ LEGENDS = {
     "memory": "host avail=free/total swap majflt psi | numa free=free/total hit miss | dev mem | "
     "proc rss majflt pages=resident(see interconnect for per-node shares)",
     "interconnect": "numa cpus mem dist=SLIT row | dev numa cpus pci link users | nic/rdma | "
-    "N× path CLASS pairs | proc dev=id@numa cpu{numa:share} mem{numa:share} loc=0..1 "
-    "allowed REMOTE(cpu/mem≠dev)",
+    "N× path CLASS pairs | proc dev=id@numa REMOTE(cpu/mem≠dev) cpu{numa:share} "
+    "mem{numa:share} loc=0..1 allowed",
     "network": "host retrans listen_ovf | nic state speed rx/tx err drop | A → B transport "
     "bytes rate flows retrans | sock proto state local→remote sent/recv rate rtt(min) retrans q proc",
     "storage": "host iowait psi_io | disk util await queue r/w iops | proc r/w | thr state=D",

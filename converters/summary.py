@@ -154,7 +154,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
     origin = f" origin={facts['origin']}" if facts["origin"] else ""
     lines = [
         f"#wp summary snap={facts['snapshot']} hosts={len(hosts)}{window}{origin}",
-        "#legend layer ~tokens for all its pages (items): its top line; then call the layer view",
+        "#legend layer tokens-for-all-pages (items): top line",
     ]
     if hosts:
         lines.append(f"hosts: {host_text}")
@@ -170,9 +170,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         cost = f"{'' if exact else '~'}{fmt_count(tokens)}tok"
         top = _short(layer["top"], width)
         lines.append(f"{name} {cost} ({layer['items']}): {top or 'no data'}")
-    lines.append(
-        "#end views: compute memory interconnect network storage control data topology flows entity"
-    )
+    lines.append("#end more: topology flows entity search")
     return "\n".join(lines)
 
 
