@@ -185,7 +185,11 @@ def _render(state: ServerState, ref: str, view: str, **kwargs: Any) -> tuple[Any
 def _coverage(graph: Any) -> tuple[str, dict[str, int]]:
     statuses = graph.meta.collectors
     counts = Counter(s.status for s in statuses)
-    not_ok = [f"{s.name} {s.status}: {s.reason}" for s in statuses if s.status != "ok" and s.reason]
+    not_ok = [
+        f"{_one_line(s.name)} {s.status}: {_one_line(s.reason)}"
+        for s in statuses
+        if s.status != "ok" and s.reason
+    ]
     line = "coverage: " + (", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "n/a")
     if not_ok:
         line += "\n" + "\n".join(f"  {item}" for item in not_ok[:12])
