@@ -3,7 +3,7 @@
 and write a Markdown report.
 
     python examples/scripted_diagnosis.py --file graph.json --out report.md
-    python examples/scripted_diagnosis.py --live --window 5 --out report.md
+    python examples/scripted_diagnosis.py --live --window 5 --out report.md   (--live is the default)
 
 1. collect or load (wp_collect / wp_open), then the summary (wp_summary);
 2. look layer by layer (wp_layer, one page each);
@@ -28,9 +28,11 @@ LAYERS = ("compute", "memory", "interconnect", "network", "storage", "control", 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--file", type=Path, help="a wp-graph or witty-profiler file to diagnose")
-    source.add_argument("--live", action="store_true", help="collect a snapshot of this host")
+    source.add_argument(
+        "--live", action="store_true", help="collect a snapshot of this host (the default)"
+    )
     parser.add_argument("--window", type=float, default=3.0, help="metrics window for --live (s)")
     parser.add_argument("--out", type=Path, default=Path("wp-mcp-report.md"))
     parser.add_argument("--store", help="snapshot store directory for the server")
@@ -65,7 +67,7 @@ async def progress(done: float, total: float | None, message: str | None) -> Non
 async def diagnose(args: argparse.Namespace) -> Path:
     async with Client(server_params(args)) as client:
         print("1/4 collect or load", file=sys.stderr)
-        if args.live:
+        if args.file is None:  # --live, or no source named
             result = await client.call_tool(
                 "wp_collect", {"window_s": args.window}, progress_callback=progress
             )

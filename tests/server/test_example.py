@@ -34,3 +34,16 @@ def test_scripted_diagnosis_refuses_a_missing_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "no such file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_scripted_diagnosis_of_this_host_by_default(store_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "live.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "scripted_diagnosis.py"),
+         "--window", "0.5", "--store", str(store_dir), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=server_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = out.read_text()
+    assert "## Full report" in report and "proc:" in report
+    assert "procfs" in done.stderr  # collection progress, per collector
