@@ -98,7 +98,10 @@ class ServerState:
     # ------------------------------------------------------------------ imports
 
     def allowed_roots(self) -> list[Path]:
-        roots = [Path.cwd(), *map(Path, self.allow_dirs), self.store.path]
+        cwd = Path.cwd()
+        # Some clients (Claude Desktop) start servers in "/": that would allow every file.
+        roots = [] if cwd == Path(cwd.anchor) else [cwd]
+        roots += [*map(Path, self.allow_dirs), self.store.path]
         resolved: list[Path] = []
         for root in roots:
             try:

@@ -258,6 +258,17 @@ async def test_every_resource_and_skill_doc_stays_within_budget(server, witty_id
             assert not doc.is_error and count_tokens(text(doc)) <= 500
 
 
+async def test_a_server_started_in_the_filesystem_root_does_not_allow_everything(
+    server, monkeypatch: pytest.MonkeyPatch, allowed: Path
+) -> None:
+    monkeypatch.chdir("/")
+    async with Client(server) as client:
+        outside = await client.call_tool("wp_open", {"path": "/etc/hostname"})
+        inside = await client.call_tool("wp_open", {"path": str(allowed / "graph.json")})
+    assert outside.is_error and "outside the allowed roots" in text(outside)
+    assert not inside.is_error, text(inside)
+
+
 async def test_resources_and_prompts(server, witty_id: str) -> None:
     async with Client(server) as client:
         templates = await client.list_resource_templates()
