@@ -11,6 +11,7 @@ flows can be paired into process→process ``talks_to`` edges after the socket i
 
 from __future__ import annotations
 
+import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -195,7 +196,7 @@ def _record(ino: int, sk: int, info: Any) -> SocketRecord:
         record.laddr = format_addr(info.family, bytes(info.laddr))
         record.raddr = format_addr(info.family, bytes(info.raddr))
         record.lport = info.lport
-        record.rport = int.from_bytes(info.rport.to_bytes(2, "little"), "big")
+        record.rport = socket.ntohs(info.rport)  # skc_dport is kept in network order
     return record
 
 
