@@ -45,7 +45,7 @@ def _tcp_sockets(ctx: RuleContext, *attrs: str) -> list[Node]:
     4,
     "TCP flow retransmitting",
     "retransmitted segments / all segments sent",
-    "≥ 0.5 % and ≥ 3 segments (P0 from 1 % on a link between ranks)",
+    "≥ 0.5 % and ≥ 3 segments (P0 on a link between ranks)",
 )
 def flow_retransmits(ctx: RuleContext) -> list[Finding]:
     out = []
@@ -64,7 +64,7 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
             ctx.finding(
                 subject=sock.id,
                 value=round(ratio * 100, 2),
-                priority="P0" if collective and ratio >= 0.01 else "P1",
+                priority="P0" if collective else "P1",
                 title=f"{who} retransmits {ratio:.1%} of segments on "
                 f"{sock.get('local_addr')}:{sock.get('local_port')} → "
                 f"{sock.get('remote_addr')}:{sock.get('remote_port')}"
