@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import needs_root
+from coll_helpers import needs_root
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import ids
 
-pytestmark = [pytest.mark.root, pytest.mark.slow, needs_root()]
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
 
 RECEIVER_IP, SENDER_IP, PORT = "10.77.0.1", "10.77.0.2", 5201
 

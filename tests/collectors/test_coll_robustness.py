@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import needs_root
+from coll_helpers import needs_root
 from wp_mcp.collectors import Context, collect_snapshot, default_collectors
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from conftest import HERE, Running
+from coll_helpers import HERE, Running
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import Graph, ids
 
