@@ -1,0 +1,234 @@
+"""Live: a real two-rank job on this machine, collected by the real orchestrator, diagnosed.
+
+The ranks run in two network namespaces joined by a veth pair. Healthy, the report has no P0.
+Then problems are injected — a CPU hog pinned on rank 0's CPU, ~10 % packet loss on rank 1's
+link (nftables in its namespace; this kernel has no netem), rank 1's data loader slowed by
+sleeps, a process holding more memory than its NUMA node has free — and each must be found
+in its layer, with no P0 that was not injected.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wp_mcp.collectors import Context, collect_snapshot
+from wp_mcp.skills import diagnose
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
+    pytest.mark.skipif(
+        not (shutil.which("ip") and shutil.which("nft")),
+        reason="needs iproute2 and nftables (.ci/setup.d installs them)",
+    ),
+    pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs to pin ranks apart"),
+]
+
+JOB = str(Path(__file__).with_name("live_job.py"))
+WINDOW_S = 3.0
+SLOW_LOADER_S = 0.05
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+class Job:
+    """Two ranks in namespaces ``a`` and ``b``; injections are added by the test."""
+
+    def __init__(self) -> None:
+        self.tag = f"wpsk{os.getpid() % 100000}"
+        self.ns = [f"{self.tag}a", f"{self.tag}b"]
+        octet = os.getpid() % 200 + 20
+        self.ips = [f"10.79.{octet}.1", f"10.79.{octet}.2"]
+        self.procs: list[subprocess.Popen] = []
+        self.ranks: list[subprocess.Popen] = []
+
+    def network(self) -> None:
+        for ns in self.ns:
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", f"{self.tag}x", "netns", self.ns[0], "type", "veth", "peer",
+           "name", f"{self.tag}y", "netns", self.ns[1])  # fmt: skip
+        for ns, dev, ip in zip(self.ns, (f"{self.tag}x", f"{self.tag}y"), self.ips, strict=True):
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+            # a switch drops wire frames, not 64 KiB GSO bursts: one segment per packet, so
+            # the nftables drop rate becomes the segment loss rate TCP sees
+            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def start_ranks(self, slow_loader: bool) -> None:
+        for index in (0, 1):
+            delay = SLOW_LOADER_S if slow_loader and index == 1 else 0.0
+            command = ["ip", "netns", "exec", self.ns[index], sys.executable, JOB, "rank",
+                       str(index), self.ips[index], self.ips[1 - index], str(index), str(delay)]  # fmt: skip
+            self.ranks.append(self.spawn(command))
+        for proc in self.ranks:
+            assert proc.stdout.readline().strip() == "ready"
+
+    def drop_packets(self, percent: int) -> None:
+        """Random loss on everything rank 1 sends to rank 0."""
+        nft = ("ip", "netns", "exec", self.ns[1], "nft")
+        sh(*nft, "add", "table", "ip", "wpsk")
+        sh(*nft, "add chain ip wpsk out { type filter hook output priority 0 ; }")
+        sh(*nft, "add", "rule", "ip", "wpsk", "out", "ip", "daddr", self.ips[0], "numgen",
+           "random", "mod", "100", "<", str(percent), "counter", "drop")  # fmt: skip
+
+    def hog_on_rank_cpu(self) -> subprocess.Popen:
+        return self.spawn(["taskset", "-c", "0", sys.executable, JOB, "hog"])
+
+    def hold_memory(self) -> subprocess.Popen | None:
+        """Leave less than 10 % of the node free, held by one process (killed first if
+        memory runs out anyway). Skipped when the machine cannot spare it safely."""
+        free = _meminfo("MemFree")
+        available = _meminfo("MemAvailable")
+        total = _meminfo("MemTotal")
+        keep_free = int(total * 0.06)
+        size = min(free, available) - keep_free
+        if size < 1 << 30:
+            return None
+        proc = self.spawn([sys.executable, JOB, "memhog", str(size)], stdin=subprocess.PIPE)
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    def spawn(self, command: list[str], **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait(timeout=30)
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def _meminfo(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == key:
+            return int(value.split()[0]) * 1024
+    raise KeyError(key)
+
+
+@pytest.fixture
+def job() -> Iterator[Job]:
+    running = Job()
+    try:
+        running.network()
+        yield running
+    finally:
+        running.stop()
+
+
+def collect_and_diagnose():
+    time.sleep(1.0)  # steps settle before the window opens
+    ctx = Context(window_s=WINDOW_S, pids={os.getpid()}, ebpf="off")
+    graph = collect_snapshot(ctx)
+    return graph, diagnose(graph)
+
+
+def _explain(report) -> str:
+    """What a failing assertion shows: each P0/P1 with its evidence."""
+    coverage = report.to_markdown(section="Coverage").splitlines()
+    lines = [line for line in coverage if line.startswith("- collector") and ": ok" not in line]
+    for f in report.ranked():
+        if f.priority != "P2":
+            evidence = "; ".join(ev.to_markdown() for ev in f.evidence)
+            lines.append(f"{f.priority} {f.id} {f.title} | {evidence}")
+    return "\n".join(lines)
+
+
+def by_rule(report, rule_id: str) -> list:
+    return [f for f in report.findings if f.rule_id == rule_id]
+
+
+def outside_contention() -> set[str]:
+    """Rules that may rightly fire P0 because *other* work already saturates the CPUs (a
+    shared developer machine): ranks then wait for a CPU. On a quiet machine: none."""
+    busy = os.getloadavg()[0] >= (os.cpu_count() or 1)
+    return {"L6.run-queue-delay"} if busy else set()
+
+
+def test_healthy_job_is_recognised_and_has_no_p0(job):
+    allowed = outside_contention()
+    job.start_ranks(slow_loader=False)
+    graph, report = collect_and_diagnose()
+    ranks = {f"proc:{p.pid}" for p in job.ranks}
+    groups = report.data["dataflow-topology-restore"]["groups"]
+    assert any(set(g["members"]) == ranks for g in groups), groups
+    loaders = report.data["dataflow-topology-restore"]["dataloaders"]
+    assert set(loaders) == ranks and all(len(w) == 1 for w in loaders.values())
+    p0 = [f.id for f in report.findings if f.priority == "P0" and f.rule_id not in allowed]
+    assert p0 == [], _explain(report)
+
+
+def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job):
+    job.drop_packets(10)
+    job.start_ranks(slow_loader=True)
+    hog = job.hog_on_rank_cpu()
+    memhog = job.hold_memory()
+    graph, report = collect_and_diagnose()
+    rank0, rank1 = (f"proc:{p.pid}" for p in job.ranks)
+
+    missed = []  # every expectation checked, all failures reported together
+
+    # CPU hog pinned on rank 0's CPU → layer 6, P0 (both CPUs belong to ranks: stop it)
+    hogs = by_rule(report, "L6.cpu-hog-on-rank-cpus")
+    if not (
+        len(hogs) == 1
+        and hogs[0].subject == f"proc:{hog.pid}"
+        and hogs[0].priority == "P0"
+        and rank0 in hogs[0].title
+        and hogs[0].command.startswith(f"kill -STOP {hog.pid}")
+    ):
+        missed.append(f"hog proc:{hog.pid} on rank 0's CPU: {[f.id for f in hogs]}")
+
+    # loss on rank 1's link → layer 4, P0 on the link between the ranks (data one way,
+    # ACKs the other: either end may be the one retransmitting)
+    lossy = by_rule(report, "L4.flow-retransmits")
+    links = [set(ev.ids) for f in lossy for ev in f.evidence if ev.kind == "edge"]
+    if not any({rank0, rank1} <= link for link in links) or any(f.priority != "P0" for f in lossy):
+        sockets = [(s.id, s.get("retrans_total"), s.get("bytes_sent"))
+                   for s in graph.of_kind("socket") if s.get("retrans_total")]  # fmt: skip
+        missed.append(f"retransmits on {rank1}'s link: {[f.id for f in lossy]} {sockets}")
+
+    # rank 1's loader sleeps → layer 7 names rank 1, unless rank 1 itself is starved of CPU
+    # (other work on the machine): then its low CPU is explained by layer 6, not by data
+    stalled = by_rule(report, "L7.dataloader-stalled")
+    starved = max(
+        (t.get("run_delay_pct") or 0 for t in graph.successors(rank1, "has_thread")), default=0
+    )
+    masked = starved >= 20
+    if rank1 not in {f.subject for f in stalled} and not masked:
+        missed.append(f"stalled loader of {rank1}: {[f.id for f in stalled]}")
+
+    # more memory held than the node has free → layer 2
+    short = by_rule(report, "L2.numa-node-exhausted")
+    if memhog is not None and not (len(short) == 1 and f"proc:{memhog.pid}" in short[0].title):
+        missed.append(f"memory held by proc:{memhog.pid}: {[f.id for f in short]}")
+
+    injected = {
+        "L6.cpu-hog-on-rank-cpus", "L6.run-queue-delay", "L4.flow-retransmits",
+        "L7.dataloader-stalled", "L2.numa-node-exhausted", "L2.mem-available-low",
+        "L2.psi-memory",
+    }  # fmt: skip
+    unexpected = [f.id for f in report.findings if f.priority == "P0" and f.rule_id not in injected]
+    if unexpected:
+        missed.append(f"P0 not injected: {unexpected}")
+    assert missed == [], "\n".join(missed) + "\n" + _explain(report)
+    if masked:
+        pytest.skip(f"{rank1} waited for a CPU {starved:.0f} % of the window (machine busy "
+                    "with other work): the slowed loader could not be told apart")  # fmt: skip
+    if memhog is None:
+        pytest.skip("memory injection skipped: not enough free memory to leave < 10 % safely")
