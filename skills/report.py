@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from wp_mcp.converters import count_tokens
 from wp_mcp.graph.errors import UserError
 
 Priority = Literal["P0", "P1", "P2"]
@@ -253,13 +254,13 @@ def _fmt(value: Any) -> str:
 
 
 def _fit(lines: list[str], max_tokens: int) -> str:
-    """Keep whole lines while they fit; say how many were cut (≈4 characters a token)."""
+    """Keep whole lines while they fit the token budget; say how many were cut."""
     kept: list[str] = []
-    budget = max_tokens * 4
+    reserve = 12  # room for the "… N more" line
     used = 0
     for index, line in enumerate(lines):
-        cost = len(line) + 1
-        if used + cost > budget and kept:
+        cost = count_tokens(line) + 1
+        if used + cost > max_tokens - reserve and kept:
             kept.append(f"… {len(lines) - index} more; read the full report")
             break
         kept.append(line)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from wp_mcp.converters import count_tokens
 from wp_mcp.graph import UserError
 from wp_mcp.skills import Report, diagnose, run_skill
 from wp_mcp.skills.report import safe, safe_code
@@ -51,7 +52,7 @@ def test_brief_fits_its_budget_and_says_what_was_cut():
     device_ranks(graph, placement)
     report = run_skill("bottleneck-identification", graph)
     short = report.brief(max_tokens=120)
-    assert len(short) <= 120 * 4 + 80
+    assert count_tokens(short) <= 120
     assert short.startswith("bottleneck-identification: 40 findings P0=40")
     assert "more; read the full report" in short
 
