@@ -24,6 +24,7 @@ GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
 
 _DATALOADER_NAME = re.compile(r"pt_data_worker|dataloader|data_worker|loader", re.I)
 _IPC = {"pipe", "unix", "shm"}
+_SOCKETS = {"tcp", "udp", "unix"}
 _FRONT_END_HINT = re.compile(r"\b(serve|api_server|server|gateway|frontend)\b", re.I)
 
 
@@ -349,7 +350,13 @@ class Analysis:
             if ancestor is None:
                 return None
             family.add(ancestor)
-            outside = [p for p, _ in self.talks(ancestor) if p not in family]
+            # clients over sockets; pipes to the shell that started it do not make a server
+            above = self.ancestors(ancestor)
+            outside = [
+                p
+                for p, edge in self.talks(ancestor)
+                if p not in family and p not in above and edge.get("transport") in _SOCKETS
+            ]
             node = self.graph.node(ancestor)
             if outside or (node and _FRONT_END_HINT.search(node.get("cmdline") or "")):
                 return ancestor

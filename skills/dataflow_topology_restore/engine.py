@@ -21,6 +21,7 @@ from ..report import Report, Section, safe
 SKILL = "dataflow-topology-restore"
 MAX_TREE_LINES = 60
 MAX_ROWS = 30
+BUSIEST = 15  # processes shown when no job is recognised
 
 
 def run(graph: Graph, analysis: Analysis | None = None) -> Report:
@@ -77,6 +78,10 @@ def _job_processes(graph: Graph, analysis: Analysis) -> set[str]:
     core = set(analysis.roles) | {
         p.id for p in graph.of_kind("process") if analysis.devices_of(p.id)
     }
+    if not core:  # no job recognised: the busiest processes are what a reader wants
+        measured = [p for p in graph.of_kind("process") if (p.get("cpu_pct") or 0) >= 1]
+        measured.sort(key=lambda p: -p.get("cpu_pct"))
+        core = {p.id for p in measured[:BUSIEST]}
     for member in list(core):
         core.update(analysis.children(member))
     for group in analysis.groups:  # the clients a front end serves
@@ -163,7 +168,10 @@ def _communication(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Se
         return Section(
             "Communication paths", "not evaluable", "No process↔process links in this snapshot."
         )
-    edges.sort(key=lambda e: -(e.get("bytes") or 0))
+    # measured links first, biggest first; links without a byte count after them
+    edges.sort(
+        key=lambda e: (e.get("bytes") is None, -(e.get("bytes") or 0), -(e.get("flows") or 0))
+    )
     rows = ["| from | to | transport | bytes | rate | flows |", "|---|---|---|---|---|---|"]
     listed = []
     for edge in edges[:MAX_ROWS]:
