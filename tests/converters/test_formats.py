@@ -18,6 +18,7 @@ def test_json_pages_are_native_nodes_and_edges(witty):
         doc = json.loads(page.text)
         assert doc["format"] == "wp-graph" and doc["view"] == "interconnect"
         assert doc["page"] == page.page and doc["items_on_page"] == page.item_count
+        assert doc["pages"] == page.pages and doc["pages_exact"] is page.pages_exact
         for item in doc["items"]:
             for node in item.get("nodes", []):
                 seen.append(NODE_ADAPTER.validate_python(node).id)
