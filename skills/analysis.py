@@ -25,7 +25,7 @@ GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
 _DATALOADER_NAME = re.compile(r"pt_data_worker|dataloader|data_worker|loader", re.I)
 _IPC = {"pipe", "unix", "shm"}
 _SOCKETS = {"tcp", "udp", "unix"}
-_FRONT_END_HINT = re.compile(r"\b(serve|api_server|server|gateway|frontend)\b", re.I)
+_FRONT_END_HINT = re.compile(r"(?<![\w/-])(serve|api_server)(?![\w/.-])", re.I)
 
 
 def grade(share: float) -> str:
