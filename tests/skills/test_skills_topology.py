@@ -57,3 +57,15 @@ def test_locality_grades_follow_the_issue():
     assert [grade(v) for v in (0.9, 0.8, 0.6, 0.4, 0.1)] == [
         "good", "good", "mild", "moderate", "severe",
     ]  # fmt: skip
+
+
+def test_a_front_end_serves_clients_over_sockets_not_pipes_to_its_shell():
+    graph, _, _ = job()
+    process(graph, 50, name="bash", cmdline="bash")
+    graph.nodes["proc:100"].ppid = 50
+    graph.link("parent_of", "proc:50", "proc:100")
+    graph.link("talks_to", "proc:100", "proc:50", transport="pipe", bytes=10)
+    assert Analysis(graph).groups[0].front_end is None
+    client = process(graph, 60, name="curl", cmdline="curl http://localhost:8000")
+    graph.link("talks_to", client, "proc:100", transport="tcp", bytes=500)
+    assert Analysis(graph).groups[0].front_end == "proc:100"
