@@ -1,7 +1,7 @@
 """Per-graph view index: items per view, filtered lists and page layouts, built lazily once.
 
-Cached beside the graph (a weak mapping, so a dropped graph frees its index) and rebuilt if
-the graph grows. Paging then only slices a list and renders the lines it shows.
+Cached on the graph object (so a dropped graph frees its index) and rebuilt if the graph
+grows. Paging then only slices a list and renders the lines it shows.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,15 +80,19 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-_INDEXES: weakref.WeakKeyDictionary[Graph, ViewIndex] = weakref.WeakKeyDictionary()
+# The index lives on the graph itself: its items point back at the graph's nodes, so a
+# module-level cache (even a weak-keyed one, whose values would keep their keys alive) would
+# keep every graph ever viewed. As an attribute, graph and index go away together.
+_ATTRIBUTE = "_wp_view_index"
 _INDEXES_LOCK = threading.Lock()
 
 
 def index_for(graph: Graph) -> ViewIndex:
     with _INDEXES_LOCK:
-        index = _INDEXES.get(graph)
+        index = graph.__dict__.get(_ATTRIBUTE)
         if index is None or index.shape != _shape(graph):
-            index = _INDEXES[graph] = ViewIndex(graph)
+            index = ViewIndex(graph)
+            setattr(graph, _ATTRIBUTE, index)
         return index
 
 

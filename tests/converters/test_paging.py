@@ -177,3 +177,17 @@ def test_entity_pages_follow_their_cursor_even_for_long_ids():
     assert sum(p.item_count for p in all_pages) == all_pages[0].total_items
     with pytest.raises(ViewError, match="other filters/entity/depth"):
         render_view(graph, "entity", entity="proc:100", cursor=all_pages[0].next_cursor)
+
+
+def test_a_dropped_graph_is_freed_with_its_view_index(witty_path):
+    import gc
+    import weakref
+
+    from wp_mcp.graph.witty import load_witty
+
+    graph = load_witty(witty_path)
+    render_view(graph, "compute")
+    alive = weakref.ref(graph)
+    del graph
+    gc.collect()
+    assert alive() is None
