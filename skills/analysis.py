@@ -344,18 +344,17 @@ class Analysis:
 
     def _front_end(self, group: Group) -> str | None:
         """The nearest ancestor that talks to processes outside the job (a serving API)."""
-        family = set(group.members)
         ancestor = group.parent
         for _ in range(3):
             if ancestor is None:
                 return None
-            family.add(ancestor)
-            # clients over sockets; pipes to the shell that started it do not make a server
-            above = self.ancestors(ancestor)
+            # clients over sockets, neither above it (pipes to the shell that started it) nor
+            # below it (workers that inherited its sockets)
+            related = self.ancestors(ancestor) | self.descendants(ancestor)
             outside = [
                 p
                 for p, edge in self.talks(ancestor)
-                if p not in family and p not in above and edge.get("transport") in _SOCKETS
+                if p not in related and edge.get("transport") in _SOCKETS
             ]
             node = self.graph.node(ancestor)
             if outside or (node and _FRONT_END_HINT.search(node.get("cmdline") or "")):
@@ -386,6 +385,16 @@ class Analysis:
         while current is not None and current not in found:
             found.add(current)
             current = self.parent(current)
+        return found
+
+    def descendants(self, proc_id: str) -> set[str]:
+        found: set[str] = set()
+        stack = [proc_id]
+        while stack:
+            for child in self.children(stack.pop()):
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
         return found
 
     def _is_loader(self, trainer: str, candidate: str) -> bool:
