@@ -17,7 +17,7 @@ every other view.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,7 @@ class Change:
     """One attribute of one entity that moved beyond noise."""
 
     entity: str  # node id, or "src -kind-> dst" for an edge
+    kind: str  # the node's or edge's kind
     attr: str
     before: Any
     after: Any
@@ -142,6 +143,8 @@ def render_diff(
         f"pct ±{PCT_NOISE_POINTS:g} pts, rates/sizes ±{REL_NOISE:.0%}, shares ±{SHARE_NOISE:g})"
     )
     legend = "legend: ~ changed entity attr before→after · + appeared · - vanished"
+    if len(diff.changed) > AGGREGATE_OVER:
+        legend += "\n" + _most_changed(diff.changed)
     if not lines:
         text = f"{header}\nno difference beyond noise: the two snapshots match on every compared attribute"
         return DiffPage(text, count_tokens(text), None, 1, 1, counts)
@@ -187,7 +190,7 @@ def _attr_changes(entity: str, old: Node | Edge, new: Node | Edge) -> Iterable[C
             continue
         weight = _beyond_noise(attr, before[attr], after[attr])
         if weight > 0:
-            yield Change(entity, attr, before[attr], after[attr], weight)
+            yield Change(entity, old.kind, attr, before[attr], after[attr], weight)
 
 
 def _beyond_noise(attr: str, a: Any, b: Any) -> float:
@@ -239,6 +242,14 @@ def _body_lines(diff: GraphDiff) -> list[str]:
     lines += _presence_lines("+", diff.appeared, set(diff.reused_pids))
     lines += _presence_lines("-", diff.vanished, set(diff.reused_pids))
     return lines
+
+
+def _most_changed(changes: list[Change], top: int = 8) -> str:
+    """Which attributes moved most often: where to look when thousands of values moved."""
+    tally = Counter(f"{change.kind}.{change.attr}" for change in changes)
+    common = ", ".join(f"{escape(name)} {count}" for name, count in tally.most_common(top))
+    more = f", … {len(tally) - top} more" if len(tally) > top else ""
+    return f"most changed: {common}{more}"
 
 
 def _change_line(change: Change) -> str:

@@ -437,7 +437,7 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
     def wp_entity(
         id: Annotated[str, Field(description="node id, e.g. proc:1234, npu:0, numa:6")],
         snapshot: Snapshot = "latest",
-        depth: Annotated[int, Field(ge=0, le=3)] = 1,
+        depth: Annotated[int, Field(ge=1, le=2, description="neighbour hops")] = 1,
         fmt: Literal["txt", "json"] = "txt",
         cursor: Cursor = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,

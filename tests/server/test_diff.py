@@ -97,5 +97,7 @@ def test_pages_stay_within_budget_and_cursor_walks_all_lines(before) -> None:
         if cursor is None:
             break
     assert len(seen) == len(diff.changed) == len(b.of_kind("thread"))
+    first = render_diff(diff, before_id="a", after_id="b").text
+    assert f"most changed: thread.cpu_pct {len(seen)}" in first
     with pytest.raises(UserError, match="cursor"):
         render_diff(diff, before_id="a", after_id="b", cursor="d99999")
