@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from wp_mcp.collectors import collect_snapshot
@@ -17,7 +18,7 @@ from wp_mcp.collectors.base import Context
 from wp_mcp.collectors.ebpf import EbpfCollector
 from wp_mcp.collectors.procfs import ProcfsCollector
 
-from .conftest import Peer
+from .conftest import Peer, Window
 
 pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
 
@@ -46,3 +47,26 @@ def test_contended_threads_wait_and_an_idle_thread_does_not(peers):
     idle = graph.nodes[f"thr:{tids['idle'][0]}"]  # listed by polling
     assert idle.get("ebpf_run_delay_ms") is None
     assert idle.get("ebpf_switches_in") is None
+
+
+def run_delay_ns(pid: int, tid: int) -> int:
+    """The kernel's own run-queue wait for a thread (schedstat, second field)."""
+    return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
+
+
+def test_run_queue_latency_agrees_with_the_kernels_schedstat(peers):
+    busy = (os.cpu_count() or 2) + 1
+    workload = Peer("contend", "--busy", str(busy), stdin=True)
+    peers.append(workload)
+    tids = workload.hello["busy"]
+    with Window() as window:
+        before = {tid: run_delay_ns(workload.pid, tid) for tid in tids}
+        time.sleep(3.0)
+        after = {tid: run_delay_ns(workload.pid, tid) for tid in tids}
+        graph = window.collect()
+    workload.finish()
+    for tid in tids:
+        kernel_ms = (after[tid] - before[tid]) / 1e6
+        ebpf_ms = graph.nodes[f"thr:{tid}"].get("ebpf_run_delay_ms")
+        # eBPF's window starts a little before and ends a little after schedstat's
+        assert kernel_ms * 0.8 <= ebpf_ms <= kernel_ms * 1.25 + 50, (tid, kernel_ms, ebpf_ms)
