@@ -4,7 +4,7 @@
 # no BPF program is left loaded. Idempotent: safe to run again on a set-up machine.
 set -euo pipefail
 
-packages=(bpfcc-tools python3-bpfcc linux-headers-amd64 nftables bpftool)
+packages=(bpfcc-tools python3-bpfcc linux-headers-amd64 nftables bpftool iproute2)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
