@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from pathlib import Path
 
 import orjson
 from wp_mcp.collectors import Context
 from wp_mcp.graph import Graph, UserError, formats
-from wp_mcp.skills import SKILL_NAMES, Report, diagnose, install_bundles, run_skill, skill_meta
+from wp_mcp.skills import (
+    SKILL_NAMES,
+    Report,
+    diagnose,
+    install_bundles,
+    load_engines,
+    run_skill,
+    skill_meta,
+)
 
 from .cli_collect import MAX_DURATION_S
 from .cli_collect import _run as collect_live
@@ -154,6 +163,8 @@ def _collect(args: argparse.Namespace) -> Graph:
     if not 0 < args.duration <= MAX_DURATION_S:
         raise UserError(f"--duration must be above 0 and at most {MAX_DURATION_S:g} seconds")
     ctx = Context(window_s=args.duration, ebpf=args.ebpf)
+    # the window is mostly waiting: load the rule engines meanwhile, not after it
+    threading.Thread(target=load_engines, name="wp-mcp-load-engines", daemon=True).start()
     graph = collect_live(ctx, interactive=sys.stderr.isatty())
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt

@@ -42,6 +42,12 @@ def _engine(name: str):
     return engine
 
 
+def load_engines() -> None:
+    """Import every engine now (a caller can do it while a collection window runs)."""
+    for name in SKILL_NAMES:
+        _engine(name)
+
+
 def run_skill(name: str, graph: Graph, **options) -> Report:
     """Run one skill. Options: ``layers`` (bottleneck-identification), ``top`` (hotspots)."""
     engine = _engine(name)
@@ -142,6 +148,7 @@ __all__ = [
     "diagnose",
     "front_matter",
     "install_bundles",
+    "load_engines",
     "run_skill",
     "skill_meta",
 ]

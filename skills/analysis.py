@@ -8,7 +8,6 @@ collectors and imports fill different ones. Nothing here judges; rules do.
 from __future__ import annotations
 
 import re
-import shlex
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -426,11 +425,7 @@ class Analysis:
 
 def _program(proc: Node) -> str:
     """What program a process runs, without its arguments (ranks differ only in those)."""
-    cmdline = proc.get("cmdline") or ""
-    try:
-        words = shlex.split(cmdline)
-    except ValueError:
-        words = cmdline.split()
+    words = (proc.get("cmdline") or "").split()  # procfs joins argv with spaces
     # the first words that are neither options nor numbers: "python3 train.py" for every
     # rank of "python3 train.py --rank 3", "python3 job.py loader" apart from "… job.py rank"
     program = [w for w in words if not w.startswith("-") and not w.isdigit()][:3]

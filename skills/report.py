@@ -12,7 +12,6 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from wp_mcp.converters import count_tokens
 from wp_mcp.graph.errors import UserError
 
 Priority = Literal["P0", "P1", "P2"]
@@ -255,6 +254,8 @@ def _fmt(value: Any) -> str:
 
 def _fit(lines: list[str], max_tokens: int) -> str:
     """Keep whole lines while they fit the token budget; say how many were cut."""
+    from wp_mcp.converters import count_tokens  # loads an encoding: only when a brief is made
+
     kept: list[str] = []
     reserve = 12  # room for the "… N more" line
     used = 0
