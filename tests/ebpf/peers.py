@@ -25,7 +25,8 @@ def say(**fields: object) -> None:
 
 
 def tcp_recv(args: argparse.Namespace) -> None:
-    with socket.create_server((args.host, 0)) as server:
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    with socket.create_server((args.host, 0), family=family) as server:
         say(port=server.getsockname()[1])
         conn, _ = server.accept()
         total = 0

@@ -9,6 +9,7 @@ between the two processes) against what the peers themselves counted, within 1 %
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -44,12 +45,16 @@ def check_pair(graph, sender: Peer, receiver: Peer, proto: str, sent: int, recei
     assert proc_s.source["ebpf_bytes_sent"] == "ebpf"
 
 
-def test_tcp_bytes_per_process_socket_and_flow(peers):
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_tcp_bytes_per_process_socket_and_flow(peers, host):
+    if host == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
     size = 20_000_000
     with Window() as window:
-        receiver = Peer("tcp-recv")
+        receiver = Peer("tcp-recv", "--host", host)
         peers.append(receiver)
-        sender = Peer("tcp-send", "--port", str(receiver.hello["port"]), "--bytes", str(size))
+        port = str(receiver.hello["port"])
+        sender = Peer("tcp-send", "--host", host, "--port", port, "--bytes", str(size))
         peers.append(sender)
         assert sender.finish()["sent"] == size
         received = receiver.finish()["received"]
@@ -57,10 +62,8 @@ def test_tcp_bytes_per_process_socket_and_flow(peers):
     assert received == size
     check_pair(graph, sender, receiver, "tcp", size, size)
     sock = socket_of(graph, sender.pid, "tcp")
-    assert (sock.get("remote_addr"), sock.get("remote_port")) == (
-        "127.0.0.1",
-        receiver.hello["port"],
-    )
+    assert (sock.get("remote_addr"), sock.get("remote_port")) == (host, int(port))
+    assert sock.get("family") == ("inet6" if ":" in host else "inet")
 
 
 def test_udp_bytes_per_process_socket_and_flow(peers):
