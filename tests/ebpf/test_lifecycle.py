@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 import subprocess
 import sys
 import threading
@@ -163,3 +164,25 @@ def test_on_fails_with_a_clear_message_when_ebpf_cannot_run(monkeypatch):
     )
     with pytest.raises(UserError, match="no bcc here"):
         collect_snapshot(Context(window_s=0, ebpf="on"), [EbpfCollector()])
+
+
+def test_full_maps_are_reported_not_hidden(baseline):
+    """With room for 4 sockets, traffic on 40 fills the map: the excess is counted as lost
+    and the collector says partial instead of passing off an undercount as complete."""
+    tiny = dataclasses.replace(collector_module.sockbytes.PROGRAM, limits={"SOCK_MAX_ENTRIES": 4})
+    collector = EbpfCollector((tiny,))
+    ctx = Context(window_s=600.0)
+    collector.begin(ctx)
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    senders = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
+    try:
+        for sender in senders:
+            sender.sendto(b"x", receiver.getsockname())
+        outcome = collector.collect(Graph(), ctx)
+    finally:
+        for sock in (receiver, *senders):
+            sock.close()
+    assert outcome.status == "partial"
+    assert "maps full, events not counted: sockbytes" in outcome.reason
+    assert bpf_prog_fds() == baseline
