@@ -337,13 +337,16 @@ async def _collect(
         )
     done = threading.Event()
     events = iter(range(1, 1_000_000))
+    # Collector threads report concurrently; progress values must reach the client in order.
+    in_order = threading.Lock()
 
     def progress(collector: str, phase: str, detail: str) -> None:
-        message = f"{collector}: {phase}" + (f" ({detail})" if detail else "")
-        try:
-            anyio.from_thread.run(ctx.report_progress, next(events), None, message)
-        except Exception:  # a gone client must not fail the collection
-            log.debug("progress not delivered: %s", message)
+        message = f"{_one_line(collector)}: {phase}" + (f" ({_one_line(detail)})" if detail else "")
+        with in_order:
+            try:
+                anyio.from_thread.run(ctx.report_progress, next(events), None, message)
+            except Exception:  # a gone client must not fail the collection
+                log.debug("progress not delivered: %s", message)
 
     cctx = CollectContext(
         window_s=window_s, ebpf=ebpf, pids=set(pids) if pids else None, progress=progress

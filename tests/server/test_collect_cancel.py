@@ -52,9 +52,11 @@ def ebpf_mode() -> str:
 
 async def test_collect_reports_progress_and_stores_a_snapshot(server) -> None:
     messages: list[str] = []
+    values: list[float] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         messages.append(message or "")
+        values.append(progress)
 
     async with Client(server) as client:
         result = await client.call_tool(
@@ -68,6 +70,7 @@ async def test_collect_reports_progress_and_stores_a_snapshot(server) -> None:
     assert sid in text(listing) and "coverage" in text(result)
     assert any(m.startswith("procfs") for m in messages), messages
     assert any(m.startswith("sockets") for m in messages), messages
+    assert values == sorted(values) and len(set(values)) == len(values)  # strictly increasing
 
 
 async def test_other_calls_are_answered_during_a_collection(server, witty_id: str) -> None:
