@@ -22,7 +22,7 @@ from .tokens import count_tokens
 SUMMARY_MAX_TOKENS = 300
 # Up to this many nodes the summary builds every layer (exact costs, well under a second);
 # above it, every layer is estimated from one scan (see estimate.py).
-SMALL_GRAPH_NODES = 20_000
+SMALL_GRAPH_NODES = 5_000
 # Per page: header, legend and closing line (measured on typical pages).
 PAGE_OVERHEAD = 110
 COST_SAMPLE = 400

@@ -142,7 +142,7 @@ def test_unknown_views_and_entities_say_what_to_call(witty):
 def test_largest_synthetic_graph_pages_within_budget_and_visit_everything_once():
     graph = cluster_graph(640)
     assert graph.edge_count >= 1_000_000
-    for view in ("compute", "interconnect", "topology"):
+    for view in ("compute", "interconnect", "topology", "data"):
         seen: Counter = Counter()
         for page in pages(graph, view):
             assert page.tokens <= 4000
