@@ -41,7 +41,8 @@ struct blk_val_t {
     u64 write_bytes;
     char comm[16];
 };
-BPF_HASH(bio_inflight, struct bio_key_t, struct bio_start_t, BIO_INFLIGHT_ENTRIES);
+/* in-flight state is LRU: a bio whose completion we never see is evicted, not leaked */
+BPF_TABLE("lru_hash", struct bio_key_t, struct bio_start_t, bio_inflight, BIO_INFLIGHT_ENTRIES);
 BPF_HASH(blk_by_pid, u32, struct blk_val_t, BLK_PID_ENTRIES);
 
 TRACEPOINT_PROBE(block, block_io_start)

@@ -43,7 +43,8 @@ struct pipe_val_t {
     u64 reads;
     char comm[16];
 };
-BPF_HASH(pipe_calls, u32, struct pipe_call_t, PIPE_CALL_ENTRIES);
+/* in-flight calls are LRU: a thread that exits inside read() is evicted, not leaked */
+BPF_TABLE("lru_hash", u32, struct pipe_call_t, pipe_calls, PIPE_CALL_ENTRIES);
 BPF_HASH(pipe_bytes, struct pipe_key_t, struct pipe_val_t, PIPE_MAX_ENTRIES);
 
 /* Inode number of the FIFO behind the current task's fd, 0 when it is anything else. */

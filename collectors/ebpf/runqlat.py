@@ -34,8 +34,9 @@ struct thread_val_t {
     u32 pad;
     char comm[16];
 };
-BPF_HASH(runnable_since, u32, u64, THREAD_MAX_ENTRIES);
-BPF_HASH(off_cpu_since, u32, u64, THREAD_MAX_ENTRIES);
+/* timestamps are LRU: entries of threads that exited are evicted, never fill the map */
+BPF_TABLE("lru_hash", u32, u64, runnable_since, THREAD_MAX_ENTRIES);
+BPF_TABLE("lru_hash", u32, u64, off_cpu_since, THREAD_MAX_ENTRIES);
 BPF_HASH(threads, u32, struct thread_val_t, THREAD_MAX_ENTRIES);
 
 static __always_inline struct thread_val_t *thread_stats(u32 tid)
