@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wp_mcp.graph import ids
+
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
 
@@ -87,7 +89,7 @@ class Scope:
         the graph (the polling collectors applied the family filter)."""
         if self.pids is None:
             return True
-        return pid in self.pids or f"proc:{pid}" in graph
+        return pid in self.pids or ids.process(pid) in graph
 
 
 @dataclass(frozen=True)
