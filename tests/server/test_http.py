@@ -23,7 +23,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
