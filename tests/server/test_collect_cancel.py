@@ -112,7 +112,7 @@ async def test_cancelled_collect_leaves_nothing_behind_in_process(server) -> Non
                 )
 
             group.start_soon(collect)
-            with anyio.fail_after(60):
+            with anyio.fail_after(180):
                 await started.wait()
             group.cancel_scope.cancel()
         with anyio.fail_after(30):
@@ -150,7 +150,7 @@ async def test_cancelled_collect_over_stdio_then_next_call_works(
                 )
 
             group.start_soon(collect)
-            with anyio.fail_after(60):
+            with anyio.fail_after(180):
                 await started.wait()
             group.cancel_scope.cancel()
         with anyio.fail_after(30):
