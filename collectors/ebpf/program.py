@@ -35,22 +35,19 @@ static __always_inline void count_lost(int program)
         __sync_fetch_and_add(lost, 1);
 }
 
-/* Inode number of the file behind a struct sock (0 for kernel sockets without one);
-   it names the same socket as /proc/<pid>/fd and sock_diag do. */
+/* Inode number of a struct sock's socket (0 for kernel sockets without one); it names the
+   same socket as /proc/<pid>/fd and sock_diag do. A struct socket is allocated together with
+   its inode (struct socket_alloc, the kernel's SOCK_INODE()), so two reads reach i_ino. */
 static __always_inline u64 sock_inode(const void *sk)
 {
-    void *sock = NULL, *file = NULL, *inode = NULL;
+    void *sock = NULL;
     u64 ino = 0;
     bpf_probe_read_kernel(&sock, sizeof(sock), (char *)sk + OFF_SOCK_SK_SOCKET);
     if (!sock)
         return 0;
-    bpf_probe_read_kernel(&file, sizeof(file), (char *)sock + OFF_SOCKET_FILE);
-    if (!file)
-        return 0;
-    bpf_probe_read_kernel(&inode, sizeof(inode), (char *)file + OFF_FILE_F_INODE);
-    if (!inode)
-        return 0;
-    bpf_probe_read_kernel(&ino, sizeof(ino), (char *)inode + OFF_INODE_I_INO);
+    bpf_probe_read_kernel(&ino, sizeof(ino),
+                          (char *)sock - OFF_SOCKET_ALLOC_SOCKET + OFF_SOCKET_ALLOC_VFS_INODE
+                              + OFF_INODE_I_INO);
     return ino;
 }
 """
@@ -59,7 +56,8 @@ static __always_inline u64 sock_inode(const void *sk)
 OFFSETS: dict[str, tuple[str, str]] = {
     "OFF_SOCK_SK_SOCKET": ("sock", "sk_socket"),
     "OFF_SOCK_SK_TYPE": ("sock", "sk_type"),
-    "OFF_SOCKET_FILE": ("socket", "file"),
+    "OFF_SOCKET_ALLOC_SOCKET": ("socket_alloc", "socket"),
+    "OFF_SOCKET_ALLOC_VFS_INODE": ("socket_alloc", "vfs_inode"),
     "OFF_FILE_F_INODE": ("file", "f_inode"),
     "OFF_INODE_I_INO": ("inode", "i_ino"),
     "OFF_SKC_DADDR": ("sock", "__sk_common.skc_daddr"),

@@ -48,6 +48,8 @@ struct sock_val_t {
     u64 received;
     u64 sends;
     u64 recvs;
+    u32 described;  /* this (process, socket)'s info entry is complete */
+    u32 pad;
     char comm[16];
 };
 struct sock_id_t {
@@ -68,13 +70,10 @@ struct sock_info_t {
 BPF_HASH(sock_bytes, struct sock_key_t, struct sock_val_t, SOCK_MAX_ENTRIES);
 BPF_HASH(sock_info, struct sock_id_t, struct sock_info_t, SOCK_MAX_ENTRIES);
 
-static __always_inline void describe_sock(const void *sk, u64 ino, u16 family, u16 protocol)
+/* Records the socket's addresses (or UNIX peer); 1 when they are complete. */
+static __always_inline int describe_sock(const void *sk, u64 ino, u16 family, u16 protocol)
 {
     struct sock_id_t id = {.ino = ino, .sk = (u64)sk};
-    struct sock_info_t *known = sock_info.lookup(&id);
-    /* re-read while the remote end is unknown: a UDP socket may connect after its first send */
-    if (known && (known->rport || family == AF_UNIX))
-        return;
     struct sock_info_t info = {.family = family, .protocol = protocol};
     bpf_probe_read_kernel(&info.type, sizeof(info.type), (char *)sk + OFF_SOCK_SK_TYPE);
     if (family == AF_INET) {
@@ -90,8 +89,12 @@ static __always_inline void describe_sock(const void *sk, u64 ino, u16 family, u
     } else if (family == AF_UNIX) {
         bpf_probe_read_kernel(&info.peer, sizeof(info.peer), (char *)sk + OFF_UNIX_SOCK_PEER);
     }
-    if (sock_info.update(&id, &info) < 0)
+    if (sock_info.update(&id, &info) < 0) {
         count_lost(PROGRAM_SOCKBYTES);
+        return 0;
+    }
+    /* an unconnected UDP socket may connect later: keep looking until the remote is known */
+    return info.rport || (family != AF_INET && family != AF_INET6);
 }
 
 static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol, int ret,
@@ -101,9 +104,9 @@ static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol,
         return 0;  /* errors, EOF, and peeks (the bytes are read again later) */
     u64 ino = sock_inode(sk);
     struct sock_key_t key = {.ino = ino, .sk = (u64)sk, .tgid = bpf_get_current_pid_tgid() >> 32};
-    struct sock_val_t zero = {};
     struct sock_val_t *val = sock_bytes.lookup(&key);
     if (!val) {
+        struct sock_val_t zero = {};
         bpf_get_current_comm(&zero.comm, sizeof(zero.comm));
         if (sock_bytes.update(&key, &zero) < 0) {
             count_lost(PROGRAM_SOCKBYTES);
@@ -112,10 +115,9 @@ static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol,
         val = sock_bytes.lookup(&key);
         if (!val)
             return 0;
-        describe_sock(sk, ino, family, protocol);
-    } else if (family == AF_INET || family == AF_INET6) {
-        describe_sock(sk, ino, family, protocol);
     }
+    if (!val->described)  /* the hot path skips this once the addresses are known */
+        val->described = describe_sock(sk, ino, family, protocol);
     if (sending) {
         __sync_fetch_and_add(&val->sent, ret);
         __sync_fetch_and_add(&val->sends, 1);
