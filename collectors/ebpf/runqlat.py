@@ -30,13 +30,14 @@ struct thread_val_t {
     u64 off_cpu_ns;
     u64 switches_in;
     u64 preempted;
+    u64 runnable_since;  /* 0 unless waiting for a CPU */
+    u64 off_since;       /* 0 unless off the CPU */
     u32 tgid;
     u32 pad;
     char comm[16];
 };
-/* timestamps are LRU: entries of threads that exited are evicted, never fill the map */
-BPF_TABLE("lru_hash", u32, u64, runnable_since, THREAD_MAX_ENTRIES);
-BPF_TABLE("lru_hash", u32, u64, off_cpu_since, THREAD_MAX_ENTRIES);
+/* One entry per thread holds both its figures and its pending timestamps, so a context
+   switch costs two lookups and no map updates (this runs on every switch, on every CPU). */
 BPF_HASH(threads, u32, struct thread_val_t, THREAD_MAX_ENTRIES);
 
 static __always_inline struct thread_val_t *thread_stats(u32 tid)
@@ -56,9 +57,9 @@ static __always_inline int mark_runnable(u32 tid)
 {
     if (!tid)
         return 0;  /* the idle task */
-    u64 now = bpf_ktime_get_ns();
-    if (runnable_since.update(&tid, &now) < 0)
-        count_lost(PROGRAM_RUNQLAT);
+    struct thread_val_t *val = thread_stats(tid);
+    if (val)
+        val->runnable_since = bpf_ktime_get_ns();
     return 0;
 }
 
@@ -77,19 +78,18 @@ TRACEPOINT_PROBE(sched, sched_switch)
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
     if (prev) {
-        /* the current task is still prev here: its tgid and comm are at hand */
         struct thread_val_t *val = thread_stats(prev);
         if (val) {
-            if (!val->tgid) {  /* once per thread: this runs on every context switch */
+            if (!val->tgid) {  /* the current task is still prev: its tgid and comm */
                 val->tgid = bpf_get_current_pid_tgid() >> 32;
                 bpf_get_current_comm(&val->comm, sizeof(val->comm));
             }
             if (!(args->prev_state & TASK_SLEEP_MASK)) {
                 val->preempted++;
-                runnable_since.update(&prev, &now);
+                val->runnable_since = now;
             }
+            val->off_since = now;
         }
-        off_cpu_since.update(&prev, &now);
     }
     if (!next)
         return 0;
@@ -97,21 +97,19 @@ TRACEPOINT_PROBE(sched, sched_switch)
     if (!val)
         return 0;
     val->switches_in++;
-    u64 *since = runnable_since.lookup(&next);
     u64 waited = 0;
-    if (since) {
-        waited = now - *since;
+    if (val->runnable_since) {
+        waited = now - val->runnable_since;
         val->runq_ns += waited;
         val->runq_waits++;
         if (waited > val->runq_max_ns)
             val->runq_max_ns = waited;
-        runnable_since.delete(&next);
+        val->runnable_since = 0;
     }
-    since = off_cpu_since.lookup(&next);
-    if (since) {
-        u64 away = now - *since;
+    if (val->off_since) {
+        u64 away = now - val->off_since;
         val->off_cpu_ns += away > waited ? away - waited : 0;
-        off_cpu_since.delete(&next);
+        val->off_since = 0;
     }
     return 0;
 }
