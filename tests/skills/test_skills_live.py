@@ -59,9 +59,6 @@ class Job:
            "name", f"{self.tag}y", "netns", self.ns[1])  # fmt: skip
         for ns, dev, ip in zip(self.ns, (f"{self.tag}x", f"{self.tag}y"), self.ips, strict=True):
             sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            # a switch drops wire frames, not 64 KiB GSO bursts: one segment per packet, so
-            # the nftables drop rate becomes the segment loss rate TCP sees
-            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
             sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
 
@@ -75,7 +72,11 @@ class Job:
             assert proc.stdout.readline().strip() == "ready"
 
     def drop_packets(self, percent: int) -> None:
-        """Random loss on everything rank 1 sends to rank 0."""
+        """Random loss on everything rank 1 sends to rank 0 (call before the ranks start)."""
+        # a switch drops wire frames, not 64 KiB GSO bursts: one segment per packet, so the
+        # nftables drop rate becomes the segment loss rate TCP sees
+        for ns, dev in zip(self.ns, (f"{self.tag}x", f"{self.tag}y"), strict=True):
+            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
         nft = ("ip", "netns", "exec", self.ns[1], "nft")
         sh(*nft, "add", "table", "ip", "wpsk")
         sh(*nft, "add chain ip wpsk out { type filter hook output priority 0 ; }")
@@ -91,12 +92,13 @@ class Job:
         free = _meminfo("MemFree")
         available = _meminfo("MemAvailable")
         total = _meminfo("MemTotal")
-        keep_free = int(total * 0.06)
+        keep_free = int(total * 0.04)  # well under the rule's 10 %, whatever else moves
         size = min(free, available) - keep_free
         if size < 1 << 30:
             return None
         proc = self.spawn([sys.executable, JOB, "memhog", str(size)], stdin=subprocess.PIPE)
-        assert proc.stdout.readline().strip() == "ready"
+        if proc.stdout.readline().strip() != "ready":
+            return None  # the OOM killer took it (others needed the memory): not testable now
         return proc
 
     def spawn(self, command: list[str], **kwargs) -> subprocess.Popen:
@@ -231,4 +233,4 @@ def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job)
         pytest.skip(f"{rank1} waited for a CPU {starved:.0f} % of the window (machine busy "
                     "with other work): the slowed loader could not be told apart")  # fmt: skip
     if memhog is None:
-        pytest.skip("memory injection skipped: not enough free memory to leave < 10 % safely")
+        pytest.skip("memory injection skipped: the machine could not spare the memory safely")
