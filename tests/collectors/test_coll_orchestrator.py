@@ -126,3 +126,23 @@ def test_default_collectors_follow_the_registry():
     names = [c.name for c in default_collectors()]
     assert len(names) == len(COLLECTORS)
     assert {"procfs", "sockets", "ipc", "containers"} <= set(names)
+
+
+def test_the_cyclic_gc_is_paused_only_while_collecting():
+    import gc
+
+    class SeesGc(Recorder):
+        def collect(self, graph, ctx):
+            self.saw_gc = gc.isenabled()
+            return super().collect(graph, ctx)
+
+    probe = SeesGc("g", 1)
+    assert gc.isenabled()
+    collect_snapshot(Context(window_s=0), [probe])
+    assert probe.saw_gc is False and gc.isenabled()
+    gc.disable()  # a caller's own choice is left alone
+    try:
+        collect_snapshot(Context(window_s=0), [SeesGc("g", 1)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
