@@ -195,8 +195,8 @@ def main() -> None:
     print(f"median CPU per GB with eBPF:    {cpu_loaded:.3f} s")
     print(f"CPU overhead per byte moved:    {100 * (cpu_loaded - cpu_base) / cpu_base:.2f} %")
     print(
-        f"BPF run time (kernel-measured, every task's events, an upper bound on the pair's "
-        f"cost): {bpf_share:.2f} % of the pair's CPU time (median)"
+        f"BPF program run time (kernel-measured, events of every task on the machine; "
+        f"tracepoint dispatch not included): {bpf_share:.2f} % of the pair's CPU time (median)"
     )
     print(f"load average during the run:    {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
