@@ -124,8 +124,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while collectors build the graph.
 
     A snapshot allocates tens of thousands of long-lived objects (nodes, edges, their
-    dicts) and almost no cycles; the collector's repeated full passes over that growing heap
-    took ~45 % of a static snapshot of a host with 5,000 threads. Reference counting still
+    dicts) and almost no cycles; the collector's repeated passes over that growing heap
+    cost ~10 % of a static snapshot of a host with 5,000 threads. Reference counting still
     frees everything as usual. Concurrent collections keep it paused until the last ends.
     """
     global _gc_pauses
