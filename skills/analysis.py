@@ -445,7 +445,10 @@ def confidence(graph: Graph, base: float = 0.9, *, certain: bool = True) -> tupl
     if not certain:
         value *= 0.7
         reasons.append("device NUMA node inferred (firmware says -1 or nothing)")
-    partial = [c.name for c in graph.meta.collectors if c.status != "ok"]
+    # skipped sources (no GPU here, no RDMA) leave nothing half-measured; these do
+    partial = [
+        c.name for c in graph.meta.collectors if c.status in ("partial", "failed", "cancelled")
+    ]
     if partial:
         value *= 0.9
         reasons.append(f"partial coverage ({', '.join(sorted(partial)[:4])})")

@@ -528,3 +528,12 @@ def test_an_idle_socket_and_a_tiny_flow_are_judged_sanely():
     tcp_socket(graph, owner, 6, retrans_total=13, bytes_sent=2866)
     (tiny,) = outcome(graph, "L4.flow-retransmits")
     assert tiny.subject == "sock:6" and tiny.value == round(13 / 15 * 100, 2)
+
+
+def test_a_source_skipped_for_lack_of_hardware_does_not_lower_confidence():
+    from wp_mcp.graph import CollectorStatus
+
+    bare = outcome(retrans(400)(), "L4.flow-retransmits")[0].confidence
+    graph = retrans(400)()
+    graph.meta.collectors.append(CollectorStatus(name="gpu", status="skipped", reason="no GPU"))
+    assert outcome(graph, "L4.flow-retransmits")[0].confidence == bare
