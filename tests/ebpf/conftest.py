@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from wp_mcp.collectors.base import Context
-from wp_mcp.collectors.ebpf import EbpfCollector, probe_ebpf
+from wp_mcp.collectors.ebpf import PROGRAMS, EbpfCollector, probe_ebpf
+from wp_mcp.collectors.ebpf.bccmod import load_bcc
 from wp_mcp.graph import Graph
 
 PEERS = Path(__file__).with_name("peers.py")
@@ -64,6 +65,12 @@ def bpf_prog_ids(pid: int | str = "self") -> set[int]:
 
 def bpf_prog_fds(pid: int | str = "self") -> int:
     return len(bpf_prog_ids(pid))
+
+
+def expected_programs() -> int:
+    """One BPF program per tracepoint of every program this kernel can load."""
+    exists = load_bcc().BPF.tracepoint_exists
+    return sum(len(p.tracepoints) for p in PROGRAMS if all(exists(c, e) for c, e in p.tracepoints))
 
 
 def loaded_in_kernel(prog_ids: set[int]) -> set[int]:

@@ -17,7 +17,13 @@ from wp_mcp.collectors.ebpf import EbpfCollector
 from wp_mcp.collectors.ebpf import collector as collector_module
 from wp_mcp.graph import Graph, UserError
 
-from .conftest import bpf_prog_fds, bpf_prog_ids, loaded_in_kernel, require_ebpf
+from .conftest import (
+    bpf_prog_fds,
+    bpf_prog_ids,
+    expected_programs,
+    loaded_in_kernel,
+    require_ebpf,
+)
 
 pytestmark = pytest.mark.ebpf
 
@@ -34,8 +40,8 @@ def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
     collector.begin(ctx)
     try:
         ours = bpf_prog_ids() - before
-        # one program per tracepoint: 2 socket, 1 retransmit, 3 scheduler, 2 block, 4 pipe
-        assert len(ours) == 12
+        # here: 2 socket, 1 retransmit, 3 scheduler, 2 block, 4 pipe tracepoints
+        assert len(ours) == expected_programs()
         assert loaded_in_kernel(ours) == ours
     finally:
         outcome = collector.collect(Graph(), ctx)
@@ -120,7 +126,7 @@ def test_a_killed_collector_process_leaves_no_program():
     try:
         assert holder.stdout.readline().strip() == "attached"
         prog_ids = bpf_prog_ids(holder.pid)
-        assert len(prog_ids) == 12
+        assert len(prog_ids) == expected_programs()
         assert loaded_in_kernel(prog_ids) == prog_ids
     finally:
         holder.kill()
