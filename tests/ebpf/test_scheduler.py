@@ -33,7 +33,8 @@ def test_contended_threads_wait_and_an_idle_thread_does_not(peers):
     workload.finish()
 
     statuses = {s.name: s.status for s in graph.meta.collectors}
-    assert statuses == {"procfs": "ok", "ebpf": "ok"}
+    assert statuses["ebpf"] == "ok"
+    assert statuses["procfs"] in ("ok", "partial")  # polling lists the idle thread
     tids = workload.hello
     assert len(tids["busy"]) == busy
     for tid in tids["busy"]:
