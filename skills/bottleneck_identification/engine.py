@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from wp_mcp.graph import Graph
+from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
 from ..report import Finding, Report, Section
@@ -34,6 +35,8 @@ def evaluate(
 
 def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None = None) -> Report:
     wanted = set(layers or LAYERS)
+    if not wanted <= set(LAYERS):
+        raise UserError(f"no layer {sorted(wanted - set(LAYERS))}; layers are 1-7")
     results = [(r, out) for r, out in evaluate(graph, analysis) if r.layer in wanted]
     report = Report(skill=SKILL, title="Bottleneck identification (7 layers)")
     for layer in sorted(wanted):

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from wp_mcp.graph import Graph, Node
+from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
 from ..report import Evidence, Finding, Report, Section, safe
@@ -98,6 +99,8 @@ class ThreadScore:
 
 
 def run(graph: Graph, top: int = 10, analysis: Analysis | None = None) -> Report:
+    if top < 1:
+        raise UserError("top must be at least 1")
     analysis = analysis or Analysis(graph)
     report = Report(skill=SKILL, title="Hotspot threads")
     threads = graph.of_kind("thread")

@@ -72,6 +72,10 @@ def test_unknown_skill_and_option_are_clear_errors():
         run_skill("nope", two_node_host())
     with pytest.raises(UserError, match="no option colour"):
         run_skill("hotspot-thread-discovery", two_node_host(), colour="red")
+    with pytest.raises(UserError, match="layers are 1-7"):
+        run_skill("bottleneck-identification", two_node_host(), layers=[3, 9])
+    with pytest.raises(UserError, match="top must be at least 1"):
+        run_skill("hotspot-thread-discovery", two_node_host(), top=0)
 
 
 def test_empty_graph_still_reports_every_section():
