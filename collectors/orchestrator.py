@@ -179,6 +179,9 @@ def _begin(usable: list[_Run], ctx: Context) -> None:
         except Cancelled:
             raise
         except Exception as exc:
+            if run.collector.tier == "T2" and ctx.ebpf == "on":
+                # required eBPF that cannot start is an error, not a degraded snapshot
+                raise UserError(f"eBPF was required (--ebpf on) but failed to start: {exc}") from None
             log.warning("collector %s failed to begin", run.name, exc_info=True)
             run.finish("failed", f"begin failed: {exc}")
             usable.remove(run)
