@@ -18,17 +18,33 @@ from wp_mcp import __version__
 
 from .errors import UserError
 
-# Modules that contribute subcommands, in the order they appear in --help.
-COMMAND_MODULES = [
-    "wp_mcp.server.cli_graph",
-    "wp_mcp.server.cli_show",
-    "wp_mcp.server.cli_collect",
-    "wp_mcp.server.cli_serve",
-    "wp_mcp.server.cli_skills",
-]
+# Modules that contribute subcommands, in the order they appear in --help, with the commands
+# each registers: running one command imports only its module (`serve` starts faster
+# without the collectors, converters and skills it loads lazily).
+COMMAND_MODULES = {
+    "wp_mcp.server.cli_graph": ("import", "snapshots", "export", "delete"),
+    "wp_mcp.server.cli_show": ("show",),
+    "wp_mcp.server.cli_collect": ("collect",),
+    "wp_mcp.server.cli_serve": ("serve",),
+    "wp_mcp.server.cli_skills": ("diagnose", "skill", "skills"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line, skipping global options."""
+    skip_value = False
+    for token in argv:
+        if skip_value:
+            skip_value = False
+        elif token == "--store":
+            skip_value = True
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only the module that registers it is imported."""
     parser = argparse.ArgumentParser(
         prog="wp-mcp",
         description="Collect, show and diagnose the topology graph of an AI training/inference host.",
@@ -41,13 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = [name for name, commands in COMMAND_MODULES.items() if command in commands]
+    for name in modules or COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -13,7 +13,7 @@ import json, sys
 from wp_mcp.server import cli
 from wp_mcp.server.mcp_server import build_server
 from wp_mcp.server.mcp_state import ServerState
-cli.build_parser()  # what `wp-mcp serve` imports before serving
+cli.build_parser("serve")  # what `wp-mcp serve` imports before serving
 build_server(ServerState())
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
