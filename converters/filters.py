@@ -129,7 +129,7 @@ def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
     if key == "kind":
         return lambda item: item.kind in value
     if key == "pid":
-        family = process_family(graph, value)
+        family = graph.process_family(value)
         return lambda item: not (family.isdisjoint(item.procs) and family.isdisjoint(item.ids))
     if key == "name":
         pattern = re.compile(fnmatch.translate(value), re.IGNORECASE | re.DOTALL)
@@ -138,19 +138,3 @@ def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
     return lambda item: item.metrics.get(metric, float("-inf")) >= value
 
 
-def process_family(graph: Graph, process_id: str) -> set[str]:
-    """The process, its ancestors and its descendants (works for host-prefixed ids too)."""
-    if process_id not in graph.nodes:
-        return set()
-    family = {process_id}
-    up = process_id
-    while parents := [e.src for e in graph.in_edges(up, "parent_of") if e.src not in family]:
-        up = parents[0]
-        family.add(up)
-    stack = [process_id]
-    while stack:
-        for edge in graph.out_edges(stack.pop(), "parent_of"):
-            if edge.dst not in family:
-                family.add(edge.dst)
-                stack.append(edge.dst)
-    return family

@@ -215,22 +215,26 @@ class Graph:
         ids.discard(node_id)
         return ids
 
-    def process_family(self, pid: int) -> set[str]:
-        """Ids of a process, its ancestors and descendants (the `--pid` filter's scope)."""
-        root = f"proc:{pid}"
+    def process_family(self, process: int | str) -> set[str]:
+        """Ids of a process, its ancestors and its descendants (the `--pid` filter's scope).
+
+        ``process`` is a pid or a node id (host-prefixed ids such as ``h2/proc:7`` too).
+        A parent cycle in a malformed graph ends the walk instead of looping.
+        """
+        root = f"proc:{process}" if isinstance(process, int) else process
         if root not in self.nodes:
             return set()
         family = {root}
         up = root
-        while parents := self.predecessors(up, "parent_of"):
-            up = parents[0].id
+        while parents := [e.src for e in self.in_edges(up, "parent_of") if e.src not in family]:
+            up = parents[0]
             family.add(up)
         stack = [root]
         while stack:
-            for child in self.successors(stack.pop(), "parent_of"):
-                if child.id not in family:
-                    family.add(child.id)
-                    stack.append(child.id)
+            for edge in self.out_edges(stack.pop(), "parent_of"):
+                if edge.dst not in family:
+                    family.add(edge.dst)
+                    stack.append(edge.dst)
         return family
 
     def to_networkx(self) -> nx.MultiDiGraph:
