@@ -22,19 +22,17 @@ marks what did not finish ``cancelled`` and returns the partial graph with
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import platform
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from wp_mcp.graph import CollectorStatus, Graph, Node, UserError, ids
+from wp_mcp.graph.gcpause import cyclic_gc_paused
 
 from wp_mcp import __version__
 
@@ -95,7 +93,7 @@ def collect_snapshot(
         if ctx.window_s > 0 and ctx.cancel.wait(ctx.window_s):
             raise Cancelled()
         graph.meta.window_s = round(time.monotonic() - window_started, 3) if ctx.window_s > 0 else 0
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             graph = _collect(usable, ctx, graph)
     except Cancelled:
         graph.meta.cancelled = True  # type: ignore[attr-defined]
@@ -113,36 +111,6 @@ def collect_snapshot(
 
 
 # --------------------------------------------------------------------------- steps
-
-
-_gc_pause_lock = threading.Lock()
-_gc_pauses = 0
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while collectors build the graph.
-
-    A snapshot allocates tens of thousands of long-lived objects (nodes, edges, their
-    dicts) and almost no cycles; the collector's repeated passes over that growing heap
-    cost ~10 % of a static snapshot of a host with 5,000 threads. Reference counting still
-    frees everything as usual. Concurrent collections keep it paused until the last ends.
-    """
-    global _gc_pauses
-    with _gc_pause_lock:
-        # a collector someone else switched off stays off, and is not ours to switch on
-        ours = _gc_pauses > 0 or gc.isenabled()
-        if ours:
-            _gc_pauses += 1
-            gc.disable()
-    try:
-        yield
-    finally:
-        if ours:
-            with _gc_pause_lock:
-                _gc_pauses -= 1
-                if _gc_pauses == 0:
-                    gc.enable()
 
 
 def _own_context(ctx: Context) -> Context:
@@ -181,7 +149,9 @@ def _begin(usable: list[_Run], ctx: Context) -> None:
         except Exception as exc:
             if run.collector.tier == "T2" and ctx.ebpf == "on":
                 # required eBPF that cannot start is an error, not a degraded snapshot
-                raise UserError(f"eBPF was required (--ebpf on) but failed to start: {exc}") from None
+                raise UserError(
+                    f"eBPF was required (--ebpf on) but failed to start: {exc}"
+                ) from None
             log.warning("collector %s failed to begin", run.name, exc_info=True)
             run.finish("failed", f"begin failed: {exc}")
             usable.remove(run)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from . import native, witty
 from .errors import FormatError
+from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .rawio import read_json_file
 
@@ -23,7 +24,11 @@ def detect(doc: object) -> str | None:
 def load_any(path: str | Path, max_bytes: int | None = None) -> Graph:
     """Load a graph file of either format; one-line FormatError for anything else."""
     origin = str(path)
-    doc = read_json_file(path, max_bytes)
+    with cyclic_gc_paused():
+        return _load_doc(read_json_file(path, max_bytes), origin)
+
+
+def _load_doc(doc: object, origin: str) -> Graph:
     kind = detect(doc)
     if kind == "wp-graph":
         return native.from_dict(doc, origin)

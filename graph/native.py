@@ -20,6 +20,7 @@ import orjson
 from pydantic import ValidationError
 
 from .errors import FormatError
+from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .model import (
     EDGES_ADAPTER,
@@ -81,12 +82,13 @@ def is_native(doc: Any) -> bool:
 def loads(data: bytes | str, origin: str = "<bytes>") -> Graph:
     from .rawio import parse_json
 
-    return from_dict(parse_json(data, origin), origin)
+    with cyclic_gc_paused():
+        return from_dict(parse_json(data, origin), origin)
 
 
 def load(path: str | Path, max_bytes: int | None = None) -> Graph:
-    origin = str(path)
-    return from_dict(read_json_file(path, max_bytes), origin)
+    with cyclic_gc_paused():
+        return from_dict(read_json_file(path, max_bytes), str(path))
 
 
 def from_dict(doc: Any, origin: str = "<graph>") -> Graph:

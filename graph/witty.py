@@ -26,6 +26,7 @@ import orjson
 from . import ids
 from .cpulist import parse_cpulist
 from .errors import FormatError
+from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
 from .rawio import read_json_file
@@ -148,7 +149,8 @@ def is_witty(doc: Any) -> bool:
 
 
 def load_witty(path: str | Path, max_bytes: int | None = None) -> Graph:
-    return from_witty(read_json_file(path, max_bytes), origin=str(path))
+    with cyclic_gc_paused():
+        return from_witty(read_json_file(path, max_bytes), origin=str(path))
 
 
 def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
@@ -163,11 +165,12 @@ def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
         if not isinstance(doc.get(key), list):
             raise FormatError(f"{origin}: witty-profiler graph needs a {key!r} list")
     importer = _Importer(origin)
-    for position, entity in enumerate(doc["nodes"]):
-        importer.entity(entity, f"nodes[{position}]")
-    for position, edge in enumerate(doc["edges"]):
-        importer.edge(edge, f"edges[{position}]")
-    graph = importer.finish()
+    with cyclic_gc_paused():
+        for position, entity in enumerate(doc["nodes"]):
+            importer.entity(entity, f"nodes[{position}]")
+        for position, edge in enumerate(doc["edges"]):
+            importer.edge(edge, f"edges[{position}]")
+        graph = importer.finish()
     graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
     if env is not None:
         graph.meta.witty_env = env

@@ -117,7 +117,7 @@ import sys
 from wp_mcp.graph.store import Store
 from wp_mcp.graph.synthetic import cluster_graph
 graph = cluster_graph(hosts=2)
-store = Store(sys.argv[1])
+store = Store(sys.argv[1], keep=0)  # no retention: the earlier snapshots must stay
 print("ready", flush=True)
 while True:
     store.put(graph)
