@@ -132,7 +132,7 @@ def render_diff(
     cursor: str | None = None,
 ) -> DiffPage:
     """Compact text of a diff, one page within ``max_tokens`` (cursor for the next page)."""
-    from wp_mcp.converters import count_tokens
+    from wp_mcp.converters.tokens import count_tokens, take_lines
 
     lines = _body_lines(diff)
     start = _decode_cursor(cursor, len(lines))
@@ -150,14 +150,7 @@ def render_diff(
         return DiffPage(text, count_tokens(text), None, 1, 1, counts)
 
     budget = max_tokens - count_tokens(header) - count_tokens(legend) - 40  # footer room
-    taken: list[str] = []
-    used = 0
-    for line in lines[start:]:
-        cost = count_tokens(line) + 1
-        if taken and used + cost > budget:
-            break
-        taken.append(line)
-        used += cost
+    taken = take_lines(lines, start, budget)
     end = start + len(taken)
     per_page = max(1, len(taken))
     page = start // per_page + 1

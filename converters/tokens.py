@@ -37,3 +37,30 @@ def count_tokens(text: str) -> int:
 @lru_cache(maxsize=200_000)
 def _count_short(text: str) -> int:
     return len(_encoding().encode_ordinary(text))
+
+
+def take_lines(lines: list[str], start: int, budget: int) -> list[str]:
+    """The lines from ``start`` on whose tokens (one more each for its newline) fit ``budget``.
+
+    Used to page plain documents (reports, skill docs, diffs) line by line. A single line
+    larger than the whole budget is cut to fit rather than returned whole or skipped, so a
+    page never exceeds its budget and paging always advances.
+    """
+    taken: list[str] = []
+    used = 0
+    for line in lines[start:]:
+        cost = count_tokens(line) + 1
+        if used + cost > budget:
+            if not taken:
+                taken.append(_cut_line(line, budget))
+            break
+        taken.append(line)
+        used += cost
+    return taken
+
+
+def _cut_line(line: str, budget: int) -> str:
+    keep = len(line)
+    while keep > 16 and count_tokens(line[:keep]) > budget - 8:
+        keep //= 2
+    return line[:keep] + " …(line cut)"

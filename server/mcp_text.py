@@ -64,21 +64,12 @@ def page_text(text: str, *, max_tokens: int, cursor: str | None, again: str) -> 
     ``again`` names the call that fetches the next page (it goes into the cut notice).
     The cursor is the line offset, prefixed so a cursor of another tool is recognised.
     """
-    from wp_mcp.converters import count_tokens
+    from wp_mcp.converters.tokens import take_lines
 
     lines = text.splitlines()
     start = _decode(cursor, len(lines), again)
     budget = max_tokens - 60  # room for the cut notice
-    taken: list[str] = []
-    used = 0
-    for line in lines[start:]:
-        cost = count_tokens(line) + 1
-        if used + cost > budget:
-            if not taken:  # one enormous line: cut it rather than loop forever
-                taken.append(_cut_line(line, budget))
-            break
-        taken.append(line)
-        used += cost
+    taken = take_lines(lines, start, budget)
     end = start + len(taken)
     per_page = max(1, len(taken))
     page = start // per_page + 1
@@ -102,12 +93,3 @@ def _decode(cursor: str | None, total: int, again: str) -> int:
         f"unknown cursor {cursor!r}: use the next_cursor of the previous answer, or call "
         f"{again} without a cursor for the first page"
     )
-
-
-def _cut_line(line: str, budget: int) -> str:
-    from wp_mcp.converters import count_tokens
-
-    keep = len(line)
-    while keep > 16 and count_tokens(line[:keep]) > budget:
-        keep //= 2
-    return line[:keep] + " …(line cut)"
