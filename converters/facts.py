@@ -13,6 +13,7 @@ from typing import Any
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Edge, Element, Node
+from wp_mcp.graph.query import device_numa_node
 
 PROCESS = "process"
 PATH_ENDS = ("gpu", "npu", "nic", "rdma_device", "pci_bridge")
@@ -98,16 +99,7 @@ class Facts:
 
     def device_numa(self, device_id: str) -> int | None:
         node = self.graph.nodes.get(device_id)
-        if node is None:
-            return None
-        numa = attr(node, "numa_node")
-        if numa is not None and numa >= 0:
-            return int(numa)
-        for edge in self.graph.out_edges(device_id, "local_to"):
-            target = self.graph.nodes.get(edge.dst)
-            if target is not None and attr(target, "numa_id") is not None:
-                return int(attr(target, "numa_id"))
-        return None
+        return device_numa_node(self.graph, node)[0] if node is not None else None
 
     def container_of(self, process_id: str) -> str | None:
         edges = self.graph.out_edges(process_id, "in_container")

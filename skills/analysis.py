@@ -15,6 +15,7 @@ from functools import cached_property
 from wp_mcp.graph import Graph, Node
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import CpuListError, format_cpulist, parse_cpulist
+from wp_mcp.graph.query import device_numa_node
 
 ACCELERATOR_KINDS = ("gpu", "npu")
 
@@ -123,15 +124,6 @@ class Analysis:
         found = self.numa_nodes.get(prefix, {}).get(node)
         return found.get("cpulist") if found else None
 
-    def node_of_cpus(self, prefix: str, cpu_set: set[int]) -> int | None:
-        """The NUMA node holding most of these CPUs."""
-        best, best_overlap = None, 0
-        for number, node in self.numa_nodes.get(prefix, {}).items():
-            overlap = len(cpu_set & cpus(node.get("cpulist")))
-            if overlap > best_overlap:
-                best, best_overlap = number, overlap
-        return best
-
     def cpu_share(self, proc: Node) -> dict[int, float]:
         """Share of a process's CPU time per NUMA node."""
         shares = _shares(proc.get("numa_cpu_share"))
@@ -177,19 +169,7 @@ class Analysis:
 
     def device_numa(self, device: Node) -> tuple[int | None, str, bool]:
         """(node, how it was found, certain?) — firmware's ``-1`` is not an answer."""
-        value = device.get("numa_node")
-        if value is not None and int(value) >= 0:
-            return int(value), "numa_node", True
-        for target in self.graph.successors(device.id, "local_to"):
-            number = numa_id(target)
-            if number is not None:
-                return number, "local_to", value is None
-        affinity = cpus(device.get("cpu_affinity"))
-        if affinity:
-            node = self.node_of_cpus(host_prefix(device.id), affinity)
-            if node is not None:
-                return node, "cpu_affinity", value is None
-        return None, "unknown", False
+        return device_numa_node(self.graph, device)
 
     def devices_of(self, proc_id: str) -> list[Node]:
         return [

@@ -1,0 +1,53 @@
+"""Query helpers over the graph that several later stages need the same answer from."""
+
+from __future__ import annotations
+
+from . import ids
+from .cpulist import CpuListError, parse_cpulist
+from .graph import Graph
+from .model import Node
+
+
+def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]:
+    """The NUMA node a device (GPU, NPU, NIC) is attached to: ``(node, how, certain)``.
+
+    Firmware's ``numa_node`` first (``-1`` is not an answer), then a ``local_to`` edge, then
+    the node holding most of its ``cpu_affinity`` CPUs. ``certain`` is False when firmware
+    said ``-1`` (a VM or a BIOS that does not describe the topology) and the node was inferred.
+    """
+    value = device.get("numa_node")
+    if value is not None and int(value) >= 0:
+        return int(value), "numa_node", True
+    for edge in graph.out_edges(device.id, "local_to"):
+        target = graph.nodes.get(edge.dst)
+        number = target.get("numa_id") if target is not None else None
+        if number is not None:
+            return int(number), "local_to", value is None
+    affinity = _cpus(device.get("cpu_affinity"))
+    if affinity:
+        node = numa_node_of_cpus(graph, ids.split_host(device.id)[0], affinity)
+        if node is not None:
+            return node, "cpu_affinity", value is None
+    return None, "unknown", False
+
+
+def numa_node_of_cpus(graph: Graph, host_prefix: str, cpus: set[int]) -> int | None:
+    """The NUMA node (of the host with this id prefix) holding most of these CPUs."""
+    best, best_overlap = None, 0
+    for node in graph.of_kind("numa_node"):
+        number = node.get("numa_id")
+        if number is None or ids.split_host(node.id)[0] != host_prefix:
+            continue
+        overlap = len(cpus & _cpus(node.get("cpulist")))
+        if overlap > best_overlap:
+            best, best_overlap = int(number), overlap
+    return best
+
+
+def _cpus(cpulist: str | None) -> set[int]:
+    if not cpulist:
+        return set()
+    try:
+        return set(parse_cpulist(cpulist))
+    except CpuListError:
+        return set()

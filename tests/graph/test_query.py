@@ -1,0 +1,44 @@
+"""Where a device lives: firmware first, then local_to, then its CPU affinity."""
+
+from __future__ import annotations
+
+from wp_mcp.graph import Graph
+from wp_mcp.graph.query import device_numa_node
+
+
+def _host() -> Graph:
+    graph = Graph()
+    graph.add("numa_node", "numa:0", numa_id=0, cpulist="0-23")
+    graph.add("numa_node", "numa:1", numa_id=1, cpulist="24-47")
+    return graph
+
+
+def test_firmware_numa_node_is_certain():
+    graph = _host()
+    gpu = graph.add("gpu", "gpu:0", index=0, numa_node=1)
+    assert device_numa_node(graph, gpu) == (1, "numa_node", True)
+
+
+def test_local_to_edge_when_firmware_is_silent():
+    graph = _host()
+    npu = graph.add("npu", "npu:0", index=0)
+    graph.link("local_to", "npu:0", "numa:0")
+    assert device_numa_node(graph, npu) == (0, "local_to", True)
+
+
+def test_minus_one_falls_back_to_affinity_and_is_uncertain():
+    graph = _host()
+    gpu = graph.add("gpu", "gpu:1", index=1, numa_node=-1, cpu_affinity="24-35")
+    assert device_numa_node(graph, gpu) == (1, "cpu_affinity", False)
+
+
+def test_affinity_only_counts_the_devices_own_host():
+    graph = _host()
+    graph.add("numa_node", "h2/numa:5", numa_id=5, cpulist="0-47")
+    gpu = graph.add("gpu", "h2/gpu:0", index=0, cpu_affinity="0-3")
+    assert device_numa_node(graph, gpu) == (5, "cpu_affinity", True)
+
+
+def test_nothing_known():
+    graph = _host()
+    assert device_numa_node(graph, graph.add("gpu", "gpu:2", index=2)) == (None, "unknown", False)
