@@ -17,7 +17,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .pci import bus_id_of
-from .taskstat import read_text
+from .taskstat import parse_int, read_text
 from .window import WindowedCollector, rate, rounded
 
 if TYPE_CHECKING:
@@ -30,13 +30,6 @@ COUNTERS = (
 )  # fmt: skip
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int((text or "").strip())
-    except ValueError:
-        return None
-
-
 @dataclass
 class NicInfo:
     ifname: str
@@ -47,11 +40,13 @@ class NicInfo:
 def read_nic(folder: Path) -> NicInfo:
     """Static attributes and counters of one interface folder."""
     stats = folder / "statistics"
-    counters = {name: v for name in COUNTERS if (v := _int(read_text(stats / name))) is not None}
-    speed = _int(read_text(folder / "speed"))  # EINVAL while the link is down
+    counters = {
+        name: v for name in COUNTERS if (v := parse_int(read_text(stats / name))) is not None
+    }
+    speed = parse_int(read_text(folder / "speed"))  # EINVAL while the link is down
     attrs: dict[str, Any] = {
         "ifname": folder.name,
-        "mtu": _int(read_text(folder / "mtu")),
+        "mtu": parse_int(read_text(folder / "mtu")),
         "operstate": (read_text(folder / "operstate") or "").strip() or None,
         "speed_mbps": speed if speed and speed > 0 else None,
         "mac": (read_text(folder / "address") or "").strip() or None,
@@ -59,7 +54,7 @@ def read_nic(folder: Path) -> NicInfo:
     device = folder / "device"
     if device.exists():
         attrs["pci_bus_id"] = bus_id_of(device)
-        attrs["numa_node"] = _int(read_text(device / "numa_node"))  # -1: firmware did not say
+        attrs["numa_node"] = parse_int(read_text(device / "numa_node"))  # -1: firmware did not say
         driver = device / "driver"
         attrs["driver"] = os.path.basename(os.path.realpath(driver)) if driver.exists() else None
     else:

@@ -33,7 +33,7 @@ from wp_mcp.graph import ids
 from .base import Collector, Context, Outcome
 from .cpulist import format_cpulist, parse_cpulist
 from .numa import read_sysfs_nodes
-from .taskstat import read_text
+from .taskstat import parse_int, read_text
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Edge, Graph
@@ -109,13 +109,6 @@ def _speed(text: str | None) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int((text or "").strip(), 0)
-    except ValueError:
-        return None
-
-
 def read_pci_device(sys_root: Path, bdf: str) -> PciDevice | None:
     """One device with its bridge chain; None when it is not in this sysfs tree."""
     link = sys_root / "bus" / "pci" / "devices" / bdf
@@ -139,13 +132,13 @@ def _read_attributes(device: PciDevice, folder: Path) -> None:
         return text.strip() if text is not None else None
 
     device.vendor, device.device, device.pci_class = attr("vendor"), attr("device"), attr("class")
-    device.numa_node = _int(attr("numa_node"))
+    device.numa_node = parse_int(attr("numa_node"), 0)
     device.local_cpus = parse_cpulist(attr("local_cpulist") or "")
     device.link = Link(
         _speed(attr("current_link_speed")),
-        _int(attr("current_link_width")),
+        parse_int(attr("current_link_width"), 0),
         _speed(attr("max_link_speed")),
-        _int(attr("max_link_width")),
+        parse_int(attr("max_link_width"), 0),
     )
 
 

@@ -44,7 +44,7 @@ from wp_mcp.graph.model import (
 from .base import Collector, Context, Outcome, add_typed_node
 from .cpulist import format_cpulist
 from .redact import redact_argv
-from .taskstat import CLOCK_TICKS, list_tids, parse_stat, scoped_pids
+from .taskstat import CLOCK_TICKS, list_tids, parse_int, parse_stat, scoped_pids
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -106,13 +106,6 @@ def _kib(value: str | None) -> int | None:
         return None
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 @lru_cache(maxsize=1024)
 def _user_name(uid: int) -> str | None:
     try:
@@ -147,7 +140,7 @@ def _namespace_inode(link: str | None) -> int | None:
     """``net:[4026531840]`` → 4026531840."""
     if not link or "[" not in link:
         return None
-    return _int(link[link.index("[") + 1 : -1])
+    return parse_int(link[link.index("[") + 1 : -1])
 
 
 def _readlink(path: str) -> str | None:
@@ -322,14 +315,14 @@ def read_sysv_shm(proc_root: Path) -> dict[int, dict[str, Any]]:
     header = lines[0].split()
     for line in lines[1:]:
         row = dict(zip(header, line.split(), strict=False))
-        shmid = _int(row.get("shmid"))
+        shmid = parse_int(row.get("shmid"))
         if shmid is None:
             continue
         segments[shmid] = {
-            "key": _int(row.get("key")),
-            "size_bytes": _int(row.get("size")),
-            "creator_pid": _int(row.get("cpid")),
-            "attached": _int(row.get("nattch")),
+            "key": parse_int(row.get("key")),
+            "size_bytes": parse_int(row.get("size")),
+            "creator_pid": parse_int(row.get("cpid")),
+            "attached": parse_int(row.get("nattch")),
         }
     return segments
 
@@ -392,7 +385,7 @@ class ProcfsCollector(Collector):
             counts.vanished += 1
             return None
         status = _status_fields(status_text)
-        uid = _int((status.get("Uid") or "").split("\t")[0].split(" ")[0] or None)
+        uid = parse_int((status.get("Uid") or "").split("\t")[0].split(" ")[0] or None)
         kernel_thread = pid == 2 or fields.ppid == 2
         attrs: dict[str, Any] = {
             "pid": pid,
@@ -406,10 +399,10 @@ class ProcfsCollector(Collector):
             "user": _user_name(uid) if uid is not None else None,
             "cpus_allowed": status.get("Cpus_allowed_list"),
             "mems_allowed": status.get("Mems_allowed_list"),
-            "num_threads": _int(status.get("Threads")),
+            "num_threads": parse_int(status.get("Threads")),
             "rss_bytes": _kib(status.get("VmRSS")),
-            "vol_ctxt_switches": _int(status.get("voluntary_ctxt_switches")),
-            "invol_ctxt_switches": _int(status.get("nonvoluntary_ctxt_switches")),
+            "vol_ctxt_switches": parse_int(status.get("voluntary_ctxt_switches")),
+            "invol_ctxt_switches": parse_int(status.get("nonvoluntary_ctxt_switches")),
         }
         if btime is not None:
             attrs["started_at"] = round(btime + fields.start_ticks / CLOCK_TICKS, 2)
@@ -448,8 +441,8 @@ class ProcfsCollector(Collector):
             counts.io_denied += 1
         else:
             io = _status_fields(io_text)
-            attrs["io_read_bytes"] = _int(io.get("read_bytes"))
-            attrs["io_write_bytes"] = _int(io.get("write_bytes"))
+            attrs["io_read_bytes"] = parse_int(io.get("read_bytes"))
+            attrs["io_write_bytes"] = parse_int(io.get("write_bytes"))
         return attrs
 
     def _add_threads(self, graph: Graph, ctx: Context, pid: int, proc_id: str) -> int:
@@ -507,7 +500,7 @@ class ProcfsCollector(Collector):
         for node in graph.of_kind("shm"):
             if node.get("shm_type") != "sysv":
                 continue
-            shmid = _int(node.id.rsplit(":", 1)[1])
+            shmid = parse_int(node.id.rsplit(":", 1)[1])
             info = segments.get(shmid) if shmid is not None else None
             if info:
                 graph.add(

@@ -20,7 +20,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .pci import bus_id_of
-from .taskstat import read_text
+from .taskstat import parse_int, read_text
 from .window import WindowedCollector, rate
 
 if TYPE_CHECKING:
@@ -76,13 +76,6 @@ def parse_rate(text: str | None) -> float | None:
 # --------------------------------------------------------------------------- sysfs
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int((text or "").strip(), 0)
-    except ValueError:
-        return None
-
-
 def _counters(folder: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -90,7 +83,7 @@ def _counters(folder: Path) -> dict[str, int]:
     except OSError:
         return out
     for entry in entries:
-        value = _int(read_text(Path(entry.path)))
+        value = parse_int(read_text(Path(entry.path)), 0)
         if value is not None:
             out[entry.name] = value
     return out
@@ -112,7 +105,7 @@ def read_sysfs_rdma(sys_root: Path) -> dict[str, RdmaDevice]:
         device = RdmaDevice(
             name,
             pci_bus_id=bus_id_of(folder / "device") if (folder / "device").exists() else None,
-            numa_node=_int(read_text(folder / "device" / "numa_node")),
+            numa_node=parse_int(read_text(folder / "device" / "numa_node"), 0),
             fw_ver=_strip(read_text(folder / "fw_ver")),
             node_guid=_strip(read_text(folder / "node_guid")),
             hca_type=_strip(read_text(folder / "hca_type")),

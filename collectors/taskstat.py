@@ -21,6 +21,14 @@ def read_text(path: Path | str) -> str | None:
     return _read(path, whole=True)
 
 
+def parse_int(text: str | None, base: int = 10) -> int | None:
+    """An integer from a kernel file's text (``base=0`` also takes ``0x…``), else None."""
+    try:
+        return int((text or "").strip(), base)
+    except ValueError:
+        return None
+
+
 def read_small(path: Path | str) -> str | None:
     """A one-record procfs file (``stat``, ``status``, ``schedstat``): one read() is all of it.
 
