@@ -8,7 +8,7 @@ from wp_mcp.graph.cpulist import format_cpulist
 from ..analysis import cpus
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
-from .memory import PSI_DOC, _psi
+from .memory import PSI_DOC, psi_findings
 from .rulebook import NotEvaluable, RuleContext, rule
 
 BUSY_THREAD_PCT = 5  # below this a thread's waiting costs the job little
@@ -131,21 +131,12 @@ def load_over_cpus(ctx: RuleContext) -> list[Finding]:
     PSI_DOC,
 )
 def psi_cpu(ctx: RuleContext) -> list[Finding]:
-    out = []
-    for host in _psi(ctx, "cpu"):
-        some = host.get("psi")["cpu_some_avg10"]
-        if some >= 10:
-            out.append(
-                ctx.finding(
-                    subject=host.id,
-                    value=some,
-                    priority="P1",
-                    title=f"Tasks waited for a CPU {some:.0f} % of the last 10 s",
-                    evidence=[Evidence("entity", [host.id], dict(host.get("psi")))],
-                    action="CPU is oversubscribed: see the hotspot threads and L6.run-queue-delay.",
-                )
-            )
-    return out
+    return psi_findings(
+        ctx,
+        "cpu",
+        "waited for a CPU",
+        "CPU is oversubscribed: see the hotspot threads and L6.run-queue-delay.",
+    )
 
 
 def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:

@@ -94,7 +94,11 @@ def major_faults(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-def _psi(ctx: RuleContext, resource: str) -> list:
+def psi_findings(
+    ctx: RuleContext, resource: str, stalled: str, action: str, p0_full: float | None = None
+) -> list[Finding]:
+    """The three PSI rules (cpu, memory, io) in one: ``some_avg10 ≥ 10 %`` is P1, and P0 when
+    ``full_avg10`` reaches ``p0_full`` (every task stalled at once)."""
     hosts = [
         h
         for h in ctx.graph.of_kind("host")
@@ -102,7 +106,23 @@ def _psi(ctx: RuleContext, resource: str) -> list:
     ]
     if not hosts:
         raise NotEvaluable("no PSI in this snapshot (kernel booted without psi=1?)")
-    return hosts
+    out = []
+    for host in hosts:
+        psi = host.get("psi")
+        some, full = psi[f"{resource}_some_avg10"], psi.get(f"{resource}_full_avg10") or 0
+        if some < 10:
+            continue
+        out.append(
+            ctx.finding(
+                subject=host.id,
+                value=some,
+                priority="P0" if p0_full is not None and full >= p0_full else "P1",
+                title=f"Tasks {stalled} {some:.0f} % of the last 10 s",
+                evidence=[Evidence("entity", [host.id], dict(psi), ctx.window_s)],
+                action=action,
+            )
+        )
+    return out
 
 
 @rule(
@@ -114,23 +134,14 @@ def _psi(ctx: RuleContext, resource: str) -> list:
     PSI_DOC,
 )
 def psi_memory(ctx: RuleContext) -> list[Finding]:
-    out = []
-    for host in _psi(ctx, "memory"):
-        psi = host.get("psi")
-        some, full = psi["memory_some_avg10"], psi.get("memory_full_avg10") or 0
-        if some >= 10:
-            out.append(
-                ctx.finding(
-                    subject=host.id,
-                    value=some,
-                    priority="P0" if full >= 5 else "P1",
-                    title=f"Tasks stalled on memory {some:.0f} % of the last 10 s",
-                    evidence=[Evidence("entity", [host.id], dict(psi), ctx.window_s)],
-                    action="Memory reclaim stalls the job: free memory, avoid overcommitting "
-                    "page cache for datasets, check for swapping.",
-                )
-            )
-    return out
+    return psi_findings(
+        ctx,
+        "memory",
+        "stalled on memory",
+        "Memory reclaim stalls the job: free memory, avoid overcommitting page cache for "
+        "datasets, check for swapping.",
+        p0_full=5,
+    )
 
 
 @rule(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..report import Evidence, Finding
-from .memory import PSI_DOC, _psi
+from .memory import PSI_DOC, psi_findings
 from .rulebook import NotEvaluable, RuleContext, rule
 
 MIB = 1 << 20
@@ -150,21 +150,12 @@ def d_state(ctx: RuleContext) -> list[Finding]:
     PSI_DOC,
 )
 def psi_io(ctx: RuleContext) -> list[Finding]:
-    out = []
-    for host in _psi(ctx, "io"):
-        some = host.get("psi")["io_some_avg10"]
-        if some >= 10:
-            out.append(
-                ctx.finding(
-                    subject=host.id,
-                    value=some,
-                    priority="P1",
-                    title=f"Tasks stalled on I/O {some:.0f} % of the last 10 s",
-                    evidence=[Evidence("entity", [host.id], dict(host.get("psi")))],
-                    action="Find the disk (L5.disk-util) and reader (per-process I/O) behind it.",
-                )
-            )
-    return out
+    return psi_findings(
+        ctx,
+        "io",
+        "stalled on I/O",
+        "Find the disk (L5.disk-util) and reader (per-process I/O) behind it.",
+    )
 
 
 @rule(
