@@ -403,7 +403,7 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
             "One layer (compute, memory, interconnect, network, storage, control, data) or view "
             "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
             "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid, "
-            "name (glob), min_<metric> (e.g. min_cpu_pct)."
+            "name (glob), min_<metric> (e.g. min_cpu)."
         ),
     )
     @_user_errors
@@ -415,7 +415,7 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         filters: Annotated[
             dict[str, str | int | float] | None,
-            Field(description='e.g. {"kind": "thread", "min_cpu_pct": 50}'),
+            Field(description='e.g. {"kind": "thread", "min_cpu": 50}'),
         ] = None,
     ) -> CallToolResult:
         page, sid = _render(
