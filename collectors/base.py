@@ -105,6 +105,6 @@ def add_typed_node(graph: Graph, cls: type[Node], node_id: str, attrs: dict[str,
     Validating against the class directly skips ``Graph.add``'s dispatch on the kind, which
     matters for collectors adding thousands of threads or sockets per snapshot.
     """
-    data = {"id": node_id, "kind": cls.model_fields["kind"].default, **attrs}
+    data = {"id": node_id, "kind": cls.kind, **attrs}
     data["source"] = dict.fromkeys(attrs, source)
-    return graph.add_node(cls.model_validate(data))
+    return graph.add_node(cls.from_dict(cls.validate_dict(data)))

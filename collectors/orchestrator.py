@@ -328,7 +328,7 @@ def _merge_nodes(graph: Graph, runs: list[_Run], node_ids: set[str]) -> None:
 
 
 def _richness(node: Node) -> int:
-    return len(node.model_fields_set) + len(node.model_extra or {})
+    return len(node.__dict__)
 
 
 def _drop_unheld_shared_objects(graph: Graph) -> None:

@@ -1,19 +1,31 @@
 """The graph model: typed nodes and edges, and the metadata of a snapshot.
 
-Every node and edge is a pydantic model. Each kind declares the attributes that collectors,
-converters and rules agree on (units in the name: ``_bytes``, ``_pct`` 0–100, ``_per_s``,
-``_ms``, ``_s``); anything else a source provides is kept as an extra attribute, never
-dropped. ``source`` records which collector produced which attribute.
+Each node and edge kind is a class that declares the attributes collectors, converters and
+rules agree on (units in the name: ``_bytes``, ``_pct`` 0–100, ``_per_s``, ``_ms``, ``_s``);
+anything else a source provides is kept as an extra attribute, never dropped. ``source``
+records which collector produced which attribute.
 
-Only attributes that were actually set are serialised (``exclude_unset``), so a value that
-was never measured stays absent instead of turning into a misleading ``null`` or ``0``.
+An element is a thin object over one dict holding exactly the attributes that were set, so a
+value that was never measured stays absent instead of turning into a misleading ``null`` or
+``0``, and writing a graph is one ``orjson`` call over those dicts. Declared attributes that
+were not set read as ``None`` (the class attribute). Values are validated by pydantic against
+the declared types when they enter a graph — from a file, a witty import or a collector —
+not on every later assignment.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+import copy
+import typing
+from collections import Counter
+from operator import itemgetter
+from typing import Any, ClassVar, Literal, NotRequired, Required
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+# pydantic reads TypedDicts only from typing_extensions before Python 3.12 (pydantic's own
+# dependency, so nothing new is installed)
+from typing_extensions import TypedDict
 
 FORMAT_NAME = "wp-graph"
 FORMAT_VERSION = 1
@@ -31,23 +43,94 @@ CpuList = str  # kernel cpulist syntax, e.g. "0-23,48-71"
 PerNuma = dict[str, float]  # NUMA node id (as a string, JSON keys are strings) -> value
 
 
-class Element(BaseModel):
-    """Common base: extras are kept, assignment is cheap (no re-validation)."""
+class Element:
+    """Common base: the attributes that were set live in the instance dict, in a canonical
+    order (identity keys, then declared attributes, then extras in the order they came)."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=False, populate_by_name=True)
+    ID_KEYS: ClassVar[tuple[str, ...]] = ()  # identity keys, always written first
+    FIELDS: ClassVar[dict[str, int]] = {}  # declared attribute -> its canonical position
+    REQUIRED: ClassVar[frozenset[str]] = frozenset()
 
     source: dict[str, str] | None = None  # attribute -> collector that produced it
 
-    ID_KEYS: ClassVar[tuple[str, ...]] = ()  # identity keys, always written first
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.FIELDS, cls.REQUIRED = _declared(cls)
+        cls._adapter = None
+        cls._list_adapter = None
+
+    def __init__(self, **attrs: Any) -> None:
+        """Build and validate an element, e.g. ``ProcessNode(id="proc:7", pid=7)``."""
+        kind = _class_kind(type(self))
+        if kind is not None:
+            attrs.setdefault("kind", kind)
+        object.__setattr__(self, "__dict__", type(self).validate_dict(attrs))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Element:
+        """Wrap a dict that ``validate_dict`` (or a list validation) already produced."""
+        element = object.__new__(cls)
+        object.__setattr__(element, "__dict__", values)
+        return element
+
+    @classmethod
+    def validate_dict(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Check and coerce one element's attributes (pydantic, lax) into a new dict."""
+        adapter = cls.__dict__.get("_adapter")
+        if adapter is None:
+            adapter = cls._adapter = TypeAdapter(_typed_dict(cls))
+        return adapter.validate_python(values)
+
+    @classmethod
+    def list_adapter(cls) -> TypeAdapter:
+        adapter = cls.__dict__.get("_list_adapter")
+        if adapter is None:
+            adapter = cls._list_adapter = TypeAdapter(list[_typed_dict(cls)])
+        return adapter
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        values = self.__dict__
+        if name in values or name not in self.FIELDS:
+            values[name] = value
+            return
+        # a declared attribute set for the first time takes its canonical place, so a graph
+        # written, read back and written again gives the same bytes
+        values[name] = value
+        order = self.FIELDS
+        ranked = sorted(values, key=lambda key: order.get(key, _EXTRA_RANK))
+        object.__setattr__(self, "__dict__", {key: values[key] for key in ranked})
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self.__dict__[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{key}={value!r}" for key, value in self.__dict__.items())
+        return f"{type(self).__name__}({shown})"
 
     def attrs(self) -> dict[str, Any]:
         """Every attribute that was set, extras included, in the native schema."""
-        out = {key: getattr(self, key) for key in self.ID_KEYS}
-        out.update(self.model_dump(exclude_unset=True, exclude=set(self.ID_KEYS)))
-        return out
+        return dict(self.__dict__)
+
+    def extras(self) -> dict[str, Any]:
+        """The attributes no class declares."""
+        return {k: v for k, v in self.__dict__.items() if k not in self.FIELDS}
+
+    def copy(self) -> Element:
+        """A deep copy (graphs merged into another never share mutable attribute values)."""
+        return type(self).from_dict(copy.deepcopy(self.__dict__))
 
     def get(self, name: str, default: Any = None) -> Any:
-        value = getattr(self, name, None)
+        value = self.__dict__.get(name)
         return default if value is None else value
 
     def set(self, name: str, value: Any, source: str | None = None) -> None:
@@ -57,6 +140,60 @@ class Element(BaseModel):
             if self.source is None:
                 self.source = {}
             self.source[name] = source
+
+
+_EXTRA_RANK = 1 << 30
+
+
+def _declared(cls: type) -> tuple[dict[str, int], frozenset[str]]:
+    """Declared attributes of an element class with their canonical positions (identity keys
+    first, then base classes' attributes before their subclasses'), and the required ones
+    (declared without a default)."""
+    hints = typing.get_type_hints(cls)
+    hints = {k: v for k, v in hints.items() if typing.get_origin(v) is not ClassVar}
+    hints.pop("_adapter", None)
+    hints.pop("_list_adapter", None)
+    ordered: dict[str, Any] = {k: hints[k] for k in cls.ID_KEYS if k in hints}
+    # base classes first, each class's fields in declaration order
+    for klass in reversed(cls.__mro__):
+        for name in klass.__dict__.get("__annotations__", {}):
+            if name in hints and name not in ordered:
+                ordered[name] = hints[name]
+    required = frozenset(name for name in ordered if not hasattr(cls, name))
+    return {name: rank for rank, name in enumerate(ordered)}, required
+
+
+def _class_kind(cls: type) -> str | None:
+    kind = cls.__dict__.get("kind", None)
+    if isinstance(kind, str):
+        return kind
+    for klass in cls.__mro__[1:]:
+        inherited = klass.__dict__.get("kind")
+        if isinstance(inherited, str):
+            return inherited
+    return None
+
+
+_TYPED_DICTS: dict[type, type] = {}
+
+
+def _typed_dict(cls: type) -> type:
+    """The pydantic schema of one element class: a TypedDict that keeps extra keys."""
+    schema = _TYPED_DICTS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        fields: dict[str, Any] = {}
+        for name in cls.FIELDS:
+            hint = hints[name]
+            if name == "kind" and _class_kind(cls) is not None:
+                hint = Literal[_class_kind(cls)]  # type: ignore[valid-type]
+            fields[name] = (
+                Required[hint] if name in cls.REQUIRED or name == "kind" else NotRequired[hint]
+            )
+        schema = TypedDict(f"{cls.__name__}Attributes", fields, total=False)  # type: ignore[operator]
+        schema.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+        _TYPED_DICTS[cls] = schema
+    return schema
 
 
 # --------------------------------------------------------------------------- nodes
@@ -288,7 +425,7 @@ class DiskNode(Node):
 
 
 NODE_CLASSES: dict[str, type[Node]] = {
-    cls.model_fields["kind"].default: cls
+    cls.kind: cls
     for cls in (
         HostNode,
         NumaNode,
@@ -374,8 +511,7 @@ class Holds(Edge):
 
 
 EDGE_CLASSES: dict[str, type[Edge]] = {
-    cls.model_fields["kind"].default: cls
-    for cls in (TalksTo, CpuOn, MemOn, LocalTo, UsesDevice, PathEdge, Holds)
+    cls.kind: cls for cls in (TalksTo, CpuOn, MemOn, LocalTo, UsesDevice, PathEdge, Holds)
 }
 
 
@@ -405,63 +541,28 @@ class Meta(BaseModel):
     origin: str | None = None  # "live", "witty-profiler import: graph.json", …
 
 
-# --------------------------------------------------------------------------- adapters
+# --------------------------------------------------------------------------- validation
 
 
-def _node_tag(value: Any) -> str:
-    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in NODE_CLASSES else "generic"
+def node_from_dict(values: dict[str, Any]) -> Node:
+    """Validate one node's attributes and build the node of its kind's class (an unknown
+    kind becomes a generic ``Node``). Raises pydantic's ``ValidationError``."""
+    cls = NODE_CLASSES.get(values.get("kind"), Node) if isinstance(values, dict) else Node
+    return cls.from_dict(cls.validate_dict(values))
 
 
-def _edge_tag(value: Any) -> str:
-    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in EDGE_CLASSES else "generic"
-
-
-AnyNode = Annotated[
-    Annotated[Node, Tag("generic")]
-    | Annotated[HostNode, Tag("host")]
-    | Annotated[NumaNode, Tag("numa_node")]
-    | Annotated[ProcessNode, Tag("process")]
-    | Annotated[ThreadNode, Tag("thread")]
-    | Annotated[SocketNode, Tag("socket")]
-    | Annotated[PipeNode, Tag("pipe")]
-    | Annotated[ShmNode, Tag("shm")]
-    | Annotated[MqueueNode, Tag("mqueue")]
-    | Annotated[ContainerNode, Tag("container")]
-    | Annotated[GpuNode, Tag("gpu")]
-    | Annotated[NpuNode, Tag("npu")]
-    | Annotated[NicNode, Tag("nic")]
-    | Annotated[RdmaDeviceNode, Tag("rdma_device")]
-    | Annotated[PciBridgeNode, Tag("pci_bridge")]
-    | Annotated[DiskNode, Tag("disk")],
-    Discriminator(_node_tag),
-]
-AnyEdge = Annotated[
-    Annotated[Edge, Tag("generic")]
-    | Annotated[TalksTo, Tag("talks_to")]
-    | Annotated[CpuOn, Tag("cpu_on")]
-    | Annotated[MemOn, Tag("mem_on")]
-    | Annotated[LocalTo, Tag("local_to")]
-    | Annotated[UsesDevice, Tag("uses_device")]
-    | Annotated[PathEdge, Tag("path")]
-    | Annotated[Holds, Tag("holds")],
-    Discriminator(_edge_tag),
-]
-
-NODES_ADAPTER: TypeAdapter[list[Node]] = TypeAdapter(list[AnyNode])
-EDGES_ADAPTER: TypeAdapter[list[Edge]] = TypeAdapter(list[AnyEdge])
-NODE_ADAPTER: TypeAdapter[Node] = TypeAdapter(AnyNode)
-EDGE_ADAPTER: TypeAdapter[Edge] = TypeAdapter(AnyEdge)
+def edge_from_dict(values: dict[str, Any]) -> Edge:
+    cls = EDGE_CLASSES.get(values.get("kind"), Edge) if isinstance(values, dict) else Edge
+    return cls.from_dict(cls.validate_dict(values))
 
 
 def make_node(kind: str, id: str, **attrs: Any) -> Node:
     """Build a node of the right class for its kind (validated)."""
-    return NODE_ADAPTER.validate_python({"id": id, "kind": kind, **attrs})
+    return node_from_dict({"id": id, "kind": kind, **attrs})
 
 
 def make_edge(kind: str, src: str, dst: str, **attrs: Any) -> Edge:
-    return EDGE_ADAPTER.validate_python({"src": src, "dst": dst, "kind": kind, **attrs})
+    return edge_from_dict({"src": src, "dst": dst, "kind": kind, **attrs})
 
 
 class ElementsError(ValueError):
@@ -472,51 +573,47 @@ class ElementsError(ValueError):
         super().__init__(message)
 
 
-_LIST_ADAPTERS: dict[type, TypeAdapter] = {}
-
-
-def _list_adapter(cls: type) -> TypeAdapter:
-    adapter = _LIST_ADAPTERS.get(cls)
-    if adapter is None:
-        adapter = _LIST_ADAPTERS[cls] = TypeAdapter(list[cls])
-    return adapter
-
-
 def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> list:
-    """Validate a list element by element's kind, one pydantic call per kind, keeping order.
+    """Validate a list of element dicts, one pydantic call per kind, keeping their order.
 
-    Grouping first (a cheap dict pass) lets each call use one concrete class instead of a
-    union with a Python discriminator, which is markedly faster on large graphs.
+    Sorting positions by kind (C-speed, with ``itemgetter``) and validating each kind's run
+    against its own class is several times faster on large graphs than a union dispatched
+    per element.
     """
-    from pydantic import ValidationError
-
-    groups: dict[type, tuple[list[int], list]] = {}
-    for position, item in enumerate(items):
-        kind = item.get("kind") if isinstance(item, dict) else None
-        cls = classes.get(kind, generic) if isinstance(kind, str) else generic
-        group = groups.get(cls)
-        if group is None:
-            group = groups[cls] = ([], [])
-        group[0].append(position)
-        group[1].append(item)
-    result: list = [None] * len(items)
-    for cls, (positions, members) in groups.items():
+    count = len(items)
+    try:
+        kinds = list(map(itemgetter("kind"), items))
+        if not all(type(kind) is str for kind in set(kinds)):
+            raise TypeError
+    except (KeyError, TypeError, IndexError):
+        # not all well-formed: anything without a string kind is validated as generic,
+        # where the schema says what is wrong with it
+        kinds = [
+            item.get("kind") if isinstance(item, dict) and type(item.get("kind")) is str else ""
+            for item in items
+        ]
+    order = sorted(range(count), key=kinds.__getitem__)
+    ordered = list(map(items.__getitem__, order))
+    result: list = [None] * count
+    start = 0
+    for kind, size in sorted(Counter(kinds).items()):
+        cls = classes.get(kind, generic)
+        chunk = ordered[start : start + size]
         try:
-            validated = _list_adapter(cls).validate_python(members)
+            values = cls.list_adapter().validate_python(chunk)
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             loc = list(first["loc"])
             index = loc.pop(0) if loc and isinstance(loc[0], int) else 0
-            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+            message = first["msg"].lower()
             raise ElementsError(
-                positions[index],
-                field,
-                first["msg"].lower(),
-                first.get("input"),
-                exc.error_count() - 1,
+                order[start + index], where, message, first.get("input"), exc.error_count() - 1
             ) from None
-        for position, element in zip(positions, validated, strict=True):
-            result[position] = element
+        wrap = cls.from_dict
+        for position, element in zip(order[start : start + size], values, strict=True):
+            result[position] = wrap(element)
+        start += size
     return result
 
 

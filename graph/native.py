@@ -13,6 +13,7 @@ one line saying which file, where, and what was expected.
 from __future__ import annotations
 
 import gzip
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,8 @@ from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .model import (
-    EDGES_ADAPTER,
     FORMAT_NAME,
     FORMAT_VERSION,
-    NODES_ADAPTER,
     ElementsError,
     Meta,
     validate_edges,
@@ -38,6 +37,8 @@ _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
 def to_dict(graph: Graph) -> dict[str, Any]:
+    """The document as Python objects. Element attributes are the elements' own dicts (not
+    copies): serialise it, do not change it."""
     meta = graph.meta.model_dump(exclude_none=True)
     meta["format"] = FORMAT_NAME
     meta["version"] = FORMAT_VERSION
@@ -45,22 +46,28 @@ def to_dict(graph: Graph) -> dict[str, Any]:
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "meta": meta,
-        "nodes": [node.attrs() for node in graph.nodes.values()],
-        "edges": [edge.attrs() for edge in graph.edges()],
+        "nodes": list(map(_ATTRIBUTES, graph.nodes.values())),
+        "edges": list(map(_ATTRIBUTES, graph.edges())),
     }
 
 
 def dumps(graph: Graph) -> bytes:
-    """Serialise in one pass per list (pydantic's Rust serialiser), spliced into the object."""
-    meta = graph.meta.model_dump(exclude_none=True)
-    meta["format"] = FORMAT_NAME
-    meta["version"] = FORMAT_VERSION
-    head = orjson.dumps(
-        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": meta}, option=_DUMP_OPTIONS
-    )
-    nodes = NODES_ADAPTER.dump_json(list(graph.nodes.values()), exclude_unset=True)
-    edges = EDGES_ADAPTER.dump_json(list(graph.edges()), exclude_unset=True)
-    return b"".join((head[:-1], b',"nodes":', nodes, b',"edges":', edges, b"}"))
+    """One orjson call over the elements' attribute dicts, which hold exactly what was set."""
+    return orjson.dumps(to_dict(graph), option=_DUMP_OPTIONS, default=_json_fallback)
+
+
+_ATTRIBUTES = attrgetter("__dict__")
+
+
+def _json_fallback(value: Any) -> Any:
+    """Values orjson does not write natively but a collector may leave in an attribute."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write a {type(value).__name__} attribute value")
 
 
 def dump(graph: Graph, path: str | Path) -> Path:
@@ -146,9 +153,6 @@ def describe_validation_error(exc: ValidationError, root: str) -> str:
     """The first validation error as one line: where, what was expected, what was found."""
     first = exc.errors(include_url=False)[0]
     loc = list(first["loc"])
-    # In a list of a discriminated union, the element's tag follows its index; it is not a field.
-    if len(loc) >= 2 and isinstance(loc[0], int) and loc[1] in _UNION_TAGS:
-        del loc[1]
     location = root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
     found = first.get("input")
     found_text = repr(found)
@@ -171,11 +175,3 @@ def _type_name(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", type(None): "null"}.get(
         type(value), type(value).__name__
     )
-
-
-# Discriminated-union tags appear in pydantic's error locations; they are not field names.
-_UNION_TAGS = {
-    "generic", "host", "numa_node", "process", "thread", "socket", "pipe", "shm", "mqueue",
-    "container", "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk", "talks_to",
-    "cpu_on", "mem_on", "local_to", "uses_device", "path", "holds",
-}  # fmt: skip

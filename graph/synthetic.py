@@ -276,3 +276,68 @@ def witty_document(target_mb: float = 50.0, seed: int = 0) -> dict[str, Any]:
                       "data_size": rng.randint(1000, 10**6), "packets_cnt": rng.randint(1, 1000)}})  # fmt: skip
         approx_size += 12000  # measured bytes per process block above, compact JSON
     return {"nodes": nodes, "edges": edges}
+
+
+# Entities that exist once per host however many processes run: a larger capture of the same
+# host has more processes, threads, sockets and containers, never more NUMA nodes or NPUs.
+_HOST_LEVEL_ENTITIES = frozenset({"NumaEntity", "NumaSetEntity", "NPUEntity"})
+_PID_STRIDE = 10_000_000  # above any pid_max (4,194,304), so copies never collide
+
+
+def scaled_capture(capture: dict[str, Any], target_mb: float = 50.0) -> dict[str, Any]:
+    """A witty-profiler graph of about ``target_mb`` MB made of copies of a real capture.
+
+    Host-level entities (NUMA nodes, NUMA sets, NPUs) and the edges between them appear
+    once; every process-level part (processes, threads, sockets, containers and their edges)
+    is repeated with its identities shifted: pids and tids by a multiple of 10,000,000,
+    sockets onto their own loopback address (127.a.b.c per copy), container ids suffixed.
+    The result keeps the capture's mix of types and its field shapes, byte for byte apart
+    from those identities.
+    """
+    content = capture.get("content", capture) if "env" in capture else capture
+    nodes, edges = content["nodes"], content["edges"]
+    host_nodes = [n for n in nodes if n.get("entity_type") in _HOST_LEVEL_ENTITIES]
+    host_edges = [e for e in edges if _host_level_edge(e)]
+    copy_nodes = [n for n in nodes if n.get("entity_type") not in _HOST_LEVEL_ENTITIES]
+    copy_edges = [e for e in edges if not _host_level_edge(e)]
+    import orjson  # only this generator needs sizes
+
+    per_copy = len(orjson.dumps({"nodes": copy_nodes, "edges": copy_edges}))
+    fixed = len(orjson.dumps({"nodes": host_nodes, "edges": host_edges}))
+    copies = max(1, round((target_mb * 1e6 - fixed) / per_copy))
+    out_nodes, out_edges = list(host_nodes), list(host_edges)
+    for copy in range(copies):
+        out_nodes += [_shifted(n, copy) for n in copy_nodes]
+        out_edges += [_shifted(e, copy) for e in copy_edges]
+    return {"nodes": out_nodes, "edges": out_edges}
+
+
+def _host_level_edge(edge: dict[str, Any]) -> bool:
+    ends = (edge.get("source_node") or {}, edge.get("target_node") or {})
+    return all(end.get("entity_type") in _HOST_LEVEL_ENTITIES for end in ends)
+
+
+def _shifted(value: Any, copy: int) -> Any:
+    """A deep copy of one witty record with the identities of copy number ``copy``."""
+    if isinstance(value, list):
+        return [_shifted(item, copy) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _shifted(item, copy) for key, item in value.items()}
+    if copy == 0:
+        return out
+    match out.get("entity_type"):
+        case "ProcessEntity":
+            for key in ("pid", "ppid"):
+                if isinstance(out.get(key), int):
+                    out[key] += copy * _PID_STRIDE
+        case "ThreadEntity":
+            if isinstance(out.get("tid"), int):
+                out["tid"] += copy * _PID_STRIDE
+        case "SocketEntity":
+            out["socket_addr"] = f"127.{copy >> 16 & 255}.{copy >> 8 & 255}.{copy & 255}"
+        case "ContainerEntity":
+            for key in ("container_id", "container_name"):
+                if isinstance(out.get(key), str):
+                    out[key] = f"{out[key]}-{copy}"
+    return out
