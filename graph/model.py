@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import copy
 import typing
-from collections import Counter
+from collections import Counter, deque
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, ClassVar, Literal, NotRequired, Required
 
@@ -594,13 +595,12 @@ def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> l
         ]
     order = sorted(range(count), key=kinds.__getitem__)
     ordered = list(map(items.__getitem__, order))
-    result: list = [None] * count
+    elements: list = []  # in kind order, like ``ordered``
     start = 0
     for kind, size in sorted(Counter(kinds).items()):
         cls = classes.get(kind, generic)
-        chunk = ordered[start : start + size]
         try:
-            values = cls.list_adapter().validate_python(chunk)
+            values = cls.list_adapter().validate_python(ordered[start : start + size])
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             loc = list(first["loc"])
@@ -610,11 +610,19 @@ def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> l
             raise ElementsError(
                 order[start + index], where, message, first.get("input"), exc.error_count() - 1
             ) from None
-        wrap = cls.from_dict
-        for position, element in zip(order[start : start + size], values, strict=True):
-            result[position] = wrap(element)
+        elements += _wrap(cls, values)
         start += size
-    return result
+    if order == list(range(count)):
+        return elements  # one kind, or already grouped by kind
+    back = sorted(range(count), key=order.__getitem__)  # the inverse permutation
+    return list(map(elements.__getitem__, back))
+
+
+def _wrap(cls: type, values: list[dict]) -> list:
+    """``cls.from_dict`` over a list, in C-level calls (no Python frame per element)."""
+    elements = list(map(object.__new__, repeat(cls, len(values))))
+    deque(map(object.__setattr__, elements, repeat("__dict__"), values), maxlen=0)
+    return elements
 
 
 def validate_nodes(items: list) -> list[Node]:
