@@ -28,7 +28,7 @@ from pathlib import Path
 OUT = Path(__file__).parent / "out"
 
 STEP = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 step, path, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 from wp_mcp.graph import native, witty
@@ -52,7 +52,10 @@ elif step == "native write":
     t0, c0 = time.perf_counter(), time.process_time()
     native.dump(graph, out)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM belongs to this program's own memory; ru_maxrss would carry the parent's peak
+# across fork and exec (the parent may have just generated a graph)
+status = Path("/proc/self/status").read_text()
+peak = int(status.split("VmHWM:")[1].split()[0]) / 1024
 print(json.dumps({"wall": wall, "cpu": cpu, "peak_mb": peak}))
 """
 

@@ -152,8 +152,6 @@ def _declared(cls: type) -> tuple[dict[str, int], frozenset[str]]:
     (declared without a default)."""
     hints = typing.get_type_hints(cls)
     hints = {k: v for k, v in hints.items() if typing.get_origin(v) is not ClassVar}
-    hints.pop("_adapter", None)
-    hints.pop("_list_adapter", None)
     ordered: dict[str, Any] = {k: hints[k] for k in cls.ID_KEYS if k in hints}
     # base classes first, each class's fields in declaration order
     for klass in reversed(cls.__mro__):
@@ -165,14 +163,9 @@ def _declared(cls: type) -> tuple[dict[str, int], frozenset[str]]:
 
 
 def _class_kind(cls: type) -> str | None:
-    kind = cls.__dict__.get("kind", None)
-    if isinstance(kind, str):
-        return kind
-    for klass in cls.__mro__[1:]:
-        inherited = klass.__dict__.get("kind")
-        if isinstance(inherited, str):
-            return inherited
-    return None
+    """The kind a class stands for (``None`` for the generic ``Node`` and ``Edge``)."""
+    kind = getattr(cls, "kind", None)
+    return kind if isinstance(kind, str) else None
 
 
 _TYPED_DICTS: dict[type, type] = {}
