@@ -136,5 +136,3 @@ def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
         return lambda item: item.name is not None and bool(pattern.match(item.name))
     metric = key[4:]
     return lambda item: item.metrics.get(metric, float("-inf")) >= value
-
-
