@@ -36,9 +36,9 @@ from .rawio import read_json_file
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def to_dict(graph: Graph) -> dict[str, Any]:
-    """The document as Python objects. Element attributes are the elements' own dicts (not
-    copies): serialise it, do not change it."""
+def _document(graph: Graph) -> dict[str, Any]:
+    """The document as Python objects, for serialising only: its element entries are the
+    elements' own attribute dicts, not copies."""
     meta = graph.meta.model_dump(exclude_none=True)
     meta["format"] = FORMAT_NAME
     meta["version"] = FORMAT_VERSION
@@ -53,7 +53,7 @@ def to_dict(graph: Graph) -> dict[str, Any]:
 
 def dumps(graph: Graph) -> bytes:
     """One orjson call over the elements' attribute dicts, which hold exactly what was set."""
-    return orjson.dumps(to_dict(graph), option=_DUMP_OPTIONS, default=_json_fallback)
+    return orjson.dumps(_document(graph), option=_DUMP_OPTIONS, default=_json_fallback)
 
 
 _ATTRIBUTES = attrgetter("__dict__")

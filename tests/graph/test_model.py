@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 from pydantic import ValidationError
@@ -120,3 +122,11 @@ def test_writing_is_exactly_the_set_attributes():
         {"id": "numa:0", "kind": "numa_node", "numa_id": 0},
     ]
     assert doc["edges"] == [{"src": "host", "dst": "numa:0", "kind": "cpu_on", "share": 1.0}]
+
+
+def test_set_and_path_values_a_collector_leaves_are_written_as_json():
+    graph = Graph()
+    graph.add("process", "proc:1", pid=1, cpus_seen={3, 1, 2}, exe=Path("/usr/bin/python3"))
+    doc = orjson.loads(native.dumps(graph))
+    assert doc["nodes"][0]["cpus_seen"] == [1, 2, 3]
+    assert doc["nodes"][0]["exe"] == "/usr/bin/python3"
