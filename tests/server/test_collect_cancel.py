@@ -50,6 +50,28 @@ def ebpf_mode() -> str:
     return "on" if probe_ebpf() is None else "off"
 
 
+async def collect_then_cancel_in_its_window(client: Client) -> None:
+    """Start a 30 s collection and cancel it once its measuring window has begun (collector
+    threads and, where bcc works, BPF programs are live by then)."""
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if message and message.startswith("window"):
+            started.set()
+
+    async with anyio.create_task_group() as group:
+
+        async def collect() -> None:
+            await client.call_tool(
+                "wp_collect", {"window_s": 30, "ebpf": ebpf_mode()}, progress_callback=on_progress
+            )
+
+        group.start_soon(collect)
+        with anyio.fail_after(180):
+            await started.wait()
+        group.cancel_scope.cancel()
+
+
 async def test_collect_reports_progress_and_stores_a_snapshot(server) -> None:
     messages: list[str] = []
     values: list[float] = []
@@ -95,26 +117,9 @@ async def test_other_calls_are_answered_during_a_collection(server, witty_id: st
 
 async def test_cancelled_collect_leaves_nothing_behind_in_process(server) -> None:
     threads_before, bpf_before = collector_threads(), bpf_program_fds()
-    started = anyio.Event()
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        if message and message.startswith("window"):
-            started.set()
 
     async with Client(server) as client:
-        async with anyio.create_task_group() as group:
-
-            async def collect() -> None:
-                await client.call_tool(
-                    "wp_collect",
-                    {"window_s": 30, "ebpf": ebpf_mode()},
-                    progress_callback=on_progress,
-                )
-
-            group.start_soon(collect)
-            with anyio.fail_after(180):
-                await started.wait()
-            group.cancel_scope.cancel()
+        await collect_then_cancel_in_its_window(client)
         with anyio.fail_after(60):
             after = await client.call_tool("wp_snapshots", {})
         for _ in range(100):  # the server finishes closing collectors just after answering
@@ -132,27 +137,10 @@ async def test_cancelled_collect_over_stdio_then_next_call_works(
 ) -> None:
     command = serve_command(store_dir, "--allow-dir", str(allowed))
     params = StdioServerParameters(command=command[0], args=command[1:], env=server_env())
-    started = anyio.Event()
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        if message and message.startswith("window"):
-            started.set()
 
     async with Client(params) as client:
         server_pid = _server_pid(store_dir)
-        async with anyio.create_task_group() as group:
-
-            async def collect() -> None:
-                await client.call_tool(
-                    "wp_collect",
-                    {"window_s": 30, "ebpf": ebpf_mode()},
-                    progress_callback=on_progress,
-                )
-
-            group.start_soon(collect)
-            with anyio.fail_after(180):
-                await started.wait()
-            group.cancel_scope.cancel()
+        await collect_then_cancel_in_its_window(client)
         with anyio.fail_after(60):
             opened = await client.call_tool("wp_open", {"path": str(allowed / "graph.json")})
         # closing runs right after the cancel is acknowledged, beside the next call; bcc's
