@@ -1,8 +1,8 @@
 """Live: a real two-rank job on this machine, collected by the real orchestrator, diagnosed.
 
 The ranks run in two network namespaces joined by a veth pair. Healthy, the report has no P0.
-Then problems are injected — a CPU hog pinned on rank 0's CPU, ~10 % packet loss on rank 1's
-link (nftables in its namespace; this kernel has no netem), rank 1's data loader slowed by
+Then problems are injected — a CPU hog pinned on rank 0's CPU, packet loss on the link between
+the ranks (nftables in a namespace; this kernel has no netem), rank 1's data loader slowed by
 sleeps, a process holding more memory than its NUMA node has free — and each must be found
 in its layer, with no P0 that was not injected.
 """
@@ -35,6 +35,7 @@ pytestmark = [
 JOB = str(Path(__file__).with_name("live_job.py"))
 WINDOW_S = 3.0
 SLOW_LOADER_S = 0.05
+STORE_PORT = 29500  # live_job.py's rendezvous store, which rank 1 pings 10 times a second
 
 
 def sh(*args: str) -> None:
@@ -71,19 +72,21 @@ class Job:
         for proc in self.ranks:
             assert proc.stdout.readline().strip() == "ready"
 
-    def drop_packets(self, percent: int) -> None:
-        """Random loss on everything rank 1 sends to rank 0 (call before the ranks start)."""
-        # a switch drops wire frames, not 64 KiB GSO bursts: one segment per packet, so the
-        # nftables drop rate becomes the segment loss rate TCP sees
-        for ns, dev in zip(self.ns, (f"{self.tag}x", f"{self.tag}y"), strict=True):
-            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
+    def drop_packets(self, percent: int, port: int) -> None:
+        """Random loss on what rank 1 sends to rank 0's ``port`` (call before the ranks start)."""
         # Dropped where rank 0 receives: a drop in the sender's own output path is handed
         # back to TCP as a local failure and re-sent without counting a retransmission.
         nft = ("ip", "netns", "exec", self.ns[0], "nft")
         sh(*nft, "add", "table", "ip", "wpsk")
         sh(*nft, "add chain ip wpsk in { type filter hook prerouting priority 0 ; }")
-        sh(*nft, "add", "rule", "ip", "wpsk", "in", "ip", "saddr", self.ips[1], "numgen",
-           "random", "mod", "100", "<", str(percent), "counter", "drop")  # fmt: skip
+        sh(*nft, "add", "rule", "ip", "wpsk", "in", "ip", "saddr", self.ips[1], "tcp", "dport",
+           str(port), "numgen", "random", "mod", "100", "<", str(percent), "counter", "drop")  # fmt: skip
+
+    def dropped(self) -> str:
+        """The drop rule's counter, for a failure message."""
+        nft = ("ip", "netns", "exec", self.ns[0], "nft", "list", "chain", "ip", "wpsk", "in")
+        listing = subprocess.run(nft, capture_output=True, text=True, timeout=30).stdout
+        return next((line.strip() for line in listing.splitlines() if "counter" in line), "")
 
     def hog_on_rank_cpu(self) -> subprocess.Popen:
         return self.spawn(["taskset", "-c", "0", sys.executable, JOB, "hog"])
@@ -158,13 +161,20 @@ def by_rule(report, rule_id: str) -> list:
 
 
 def outside_contention(graph=None) -> set[str]:
-    """Rules that may rightly fire P0 because the CPUs are saturated — by other work on a
-    shared machine, or by the job itself on a 2-CPU one (two busy ranks, their loaders and the
-    collector): ranks then really wait for a CPU. On a host with CPU to spare: none."""
+    """Rules that may rightly fire P0 because of what lies outside the job: CPUs saturated —
+    by other work on a shared machine, or by the job itself on a 2-CPU one (two busy ranks,
+    their loaders and the collector: ranks then really wait for a CPU) — or CPU time taken
+    by the hypervisor of a shared VM. On a dedicated host with CPU to spare: none."""
     busy = os.getloadavg()[0] >= (os.cpu_count() or 1)
     host = graph.node("host") if graph is not None else None
     saturated = host is not None and (host.get("cpu_busy_pct") or 0) >= 90
-    return {"L6.run-queue-delay"} if busy or saturated else set()
+    stolen = host is not None and (host.get("cpu_steal_pct") or 0) >= 10
+    allowed = set()
+    if busy or saturated:
+        allowed.add("L6.run-queue-delay")
+    if stolen:
+        allowed.add("L1.cpu-steal")
+    return allowed
 
 
 def test_healthy_job_is_recognised_and_has_no_p0(job):
@@ -181,7 +191,10 @@ def test_healthy_job_is_recognised_and_has_no_p0(job):
 
 
 def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job):
-    job.drop_packets(10)
+    # The loss hits the rendezvous flow between the ranks, not their data ring: a ring in
+    # RTO backoff would pace rank 1 below its slowed loader (the pipe fills, the loader
+    # blocks on it) and rightly hide the loader's stall.
+    job.drop_packets(20, port=STORE_PORT)
     job.start_ranks(slow_loader=True)
     hog = job.hog_on_rank_cpu()
     memhog = job.hold_memory()
@@ -201,14 +214,16 @@ def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job)
     ):
         missed.append(f"hog proc:{hog.pid} on rank 0's CPU: {[f.id for f in hogs]}")
 
-    # loss on rank 1's link → layer 4, P0 on the link between the ranks (data one way,
-    # ACKs the other: either end may be the one retransmitting)
+    # loss on the ranks' link → layer 4, P0 on the link between the ranks (requests one
+    # way, ACKs the other: either end may be the one retransmitting)
     lossy = by_rule(report, "L4.flow-retransmits")
     links = [set(ev.ids) for f in lossy for ev in f.evidence if ev.kind == "edge"]
     if not any({rank0, rank1} <= link for link in links) or any(f.priority != "P0" for f in lossy):
-        sockets = [(s.id, s.get("retrans_total"), s.get("bytes_sent"))
-                   for s in graph.of_kind("socket") if s.get("retrans_total")]  # fmt: skip
-        missed.append(f"retransmits on {rank1}'s link: {[f.id for f in lossy]} {sockets}")
+        sockets = [(s.id, s.get("local_port"), s.get("remote_port"), s.get("retrans_total"),
+                    s.get("bytes_sent")) for rank in (rank0, rank1)
+                   for s in graph.successors(rank, "holds") if s.get("proto") == "tcp"]  # fmt: skip
+        missed.append(f"retransmits on {rank1}'s link: {[f.id for f in lossy]} {sockets} "
+                      f"(nftables: {job.dropped()})")  # fmt: skip
 
     # rank 1's loader sleeps → layer 7 names rank 1, unless rank 1 itself is starved of CPU
     # (other work on the machine): then its low CPU is explained by layer 6, not by data
@@ -218,7 +233,10 @@ def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job)
     )
     masked = starved >= 20
     if rank1 not in {f.subject for f in stalled} and not masked:
-        missed.append(f"stalled loader of {rank1}: {[f.id for f in stalled]}")
+        loaders = [(n.id, n.get("cpu_pct"), n.get("vol_switches_per_s"))
+                   for n in graph.successors(rank1, "parent_of")]  # fmt: skip
+        missed.append(f"stalled loader of {rank1} at {graph.node(rank1).get('cpu_pct')} % "
+                      f"CPU: {[f.id for f in stalled]}, loaders {loaders}")  # fmt: skip
 
     # more memory held than the node has free → layer 2
     short = by_rule(report, "L2.numa-node-exhausted")
@@ -230,7 +248,8 @@ def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job)
         "L7.dataloader-stalled", "L2.numa-node-exhausted", "L2.mem-available-low",
         "L2.psi-memory",
     }  # fmt: skip
-    unexpected = [f.id for f in report.findings if f.priority == "P0" and f.rule_id not in injected]
+    allowed = injected | outside_contention(graph)
+    unexpected = [f.id for f in report.findings if f.priority == "P0" and f.rule_id not in allowed]
     if unexpected:
         missed.append(f"P0 not injected: {unexpected}")
     assert missed == [], "\n".join(missed) + "\n" + _explain(report)
