@@ -23,7 +23,7 @@ def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]
         number = target.get("numa_id") if target is not None else None
         if number is not None:
             return int(number), "local_to", value is None
-    affinity = _cpus(device.get("cpu_affinity"))
+    affinity = cpu_set(device.get("cpu_affinity"))
     if affinity:
         node = numa_node_of_cpus(graph, ids.split_host(device.id)[0], affinity)
         if node is not None:
@@ -38,13 +38,14 @@ def numa_node_of_cpus(graph: Graph, host_prefix: str, cpus: set[int]) -> int | N
         number = node.get("numa_id")
         if number is None or ids.split_host(node.id)[0] != host_prefix:
             continue
-        overlap = len(cpus & _cpus(node.get("cpulist")))
+        overlap = len(cpus & cpu_set(node.get("cpulist")))
         if overlap > best_overlap:
             best, best_overlap = int(number), overlap
     return best
 
 
-def _cpus(cpulist: str | None) -> set[int]:
+def cpu_set(cpulist: str | None) -> set[int]:
+    """The CPUs of a cpulist such as ``0-3,8``; absent or unreadable lists name none."""
     if not cpulist:
         return set()
     try:

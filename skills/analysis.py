@@ -14,8 +14,8 @@ from functools import cached_property
 
 from wp_mcp.graph import Graph, Node
 from wp_mcp.graph import ids as graph_ids
-from wp_mcp.graph.cpulist import CpuListError, format_cpulist, parse_cpulist
-from wp_mcp.graph.query import device_numa_node
+from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.query import cpu_set, device_numa_node
 
 ACCELERATOR_KINDS = ("gpu", "npu")
 
@@ -34,15 +34,6 @@ def grade(share: float) -> str:
         if share >= floor:
             return name
     return "severe"
-
-
-def cpus(cpulist: str | None) -> set[int]:
-    if not cpulist:
-        return set()
-    try:
-        return set(parse_cpulist(cpulist))
-    except CpuListError:
-        return set()
 
 
 def host_prefix(node_id: str) -> str:
@@ -215,7 +206,7 @@ class Analysis:
         pid = proc.get("pid")
         if not cpulist or pid is None:
             return launch, None
-        cpulist = format_cpulist(cpus(cpulist))
+        cpulist = format_cpulist(cpu_set(cpulist))
         return launch, f"taskset -a -c -p {cpulist} {pid} && migratepages {pid} all {node}"
 
     # ------------------------------------------------------------------ roles

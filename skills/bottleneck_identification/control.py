@@ -5,7 +5,7 @@ from __future__ import annotations
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
 
-from ..analysis import cpus
+from ..analysis import cpu_set
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .memory import PSI_DOC, psi_findings
@@ -144,7 +144,7 @@ def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
     out = {}
     for rank in ctx.analysis.ranks:
         node = ctx.graph.node(rank)
-        allowed = cpus(node.get("cpus_allowed") if node else None)
+        allowed = cpu_set(node.get("cpus_allowed") if node else None)
         total = ctx.host_cpus(rank)
         if allowed and (total is None or len(allowed) < total):
             out[rank] = allowed
@@ -171,7 +171,7 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     out = []
     for proc in ctx.graph.of_kind("process"):
         busy = proc.get("cpu_pct")
-        allowed = cpus(proc.get("cpus_allowed"))
+        allowed = cpu_set(proc.get("cpus_allowed"))
         if proc.id in job or busy is None or busy < 10 or not allowed & reserved:
             continue
         total = ctx.host_cpus(proc.id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analysis import Placement, cpus, host_prefix
+from ..analysis import Placement, cpu_set, host_prefix
 from ..report import Evidence, Finding
 from .rulebook import NotEvaluable, RuleContext, rule
 
@@ -329,11 +329,11 @@ def numa_balancing_with_binding(ctx: RuleContext) -> list[Finding]:
 
 
 def _one_node(ctx: RuleContext, prefix: str, cpulist: str | None) -> bool:
-    allowed = cpus(cpulist)
+    allowed = cpu_set(cpulist)
     if not allowed:
         return False
     nodes = ctx.analysis.numa_nodes.get(prefix, {}).values()
-    return any(allowed <= cpus(n.get("cpulist")) for n in nodes)
+    return any(allowed <= cpu_set(n.get("cpulist")) for n in nodes)
 
 
 @rule(

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from wp_mcp.graph import Graph, Node
 
-from ..analysis import Analysis, confidence, cpus, host_prefix
+from ..analysis import Analysis, confidence, cpu_set, host_prefix
 from ..report import Evidence, Finding, Priority, safe
 
 SKILL = "bottleneck-identification"
@@ -95,7 +95,7 @@ class RuleContext:
         if host is not None and host.get("cpus"):
             return int(host.get("cpus"))
         nodes = self.analysis.numa_nodes.get(host_prefix(node_id), {}).values()
-        count = sum(len(cpus(n.get("cpulist"))) for n in nodes)
+        count = sum(len(cpu_set(n.get("cpulist"))) for n in nodes)
         return count or None
 
     def label(self, node_id: str) -> str:
