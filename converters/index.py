@@ -6,14 +6,13 @@ grows. Paging then only slices a list and renders the lines it shows.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
+from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp.graph.graph import Graph
 
 from .facts import Facts
@@ -39,7 +38,7 @@ class ViewIndex:
         with self._lock:
             items = self._items.get(view)
             if items is None:
-                with no_gc():
+                with cyclic_gc_paused():  # one small object per entity, none freed
                     items = self._items[view] = build(self.facts)
             return items
 
@@ -64,20 +63,6 @@ class ViewIndex:
             self.layouts[key] = starts
             while len(self.layouts) > FILTERED_CACHE:
                 self.layouts.popitem(last=False)
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Building a view allocates one small object per entity and frees none; on a graph of
-    millions of objects the cyclic collector's passes would then cost more than the build.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # The index lives on the graph itself: its items point back at the graph's nodes, so a

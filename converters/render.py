@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp.graph.graph import Graph
 
 from . import cursor as cursors
@@ -21,7 +22,7 @@ from . import filters as filtering
 from .cursor import CursorState, ViewError
 from .facts import Facts
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
-from .index import ViewIndex, index_for, no_gc
+from .index import ViewIndex, index_for
 from .items import Item
 from .layers import LAYERS
 from .layers import LEGENDS as LAYER_LEGENDS
@@ -116,7 +117,7 @@ def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> l
 
 def paged(graph: Graph, view: str, **options: Any) -> Page:
     """One page (see :func:`_paged`), without cyclic-GC passes over a huge heap meanwhile."""
-    with no_gc():
+    with cyclic_gc_paused():
         return _paged(graph, view, **options)
 
 
