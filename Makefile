@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv run test lint clean
+.PHONY: venv clients run test lint clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/wp-mcp diagnose --live
 
-test: $(STAMP)
+# The MCP client tests drive real Node clients; without Node they skip and say why.
+clients:
+	bash clients/install.sh
+
+test: $(STAMP) clients
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)

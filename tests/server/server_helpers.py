@@ -26,10 +26,13 @@ def server_env() -> dict[str, str]:
 
 
 def node_tool(name: str) -> Path:
-    """A pinned client from clients/node_modules (installed by .ci/setup.d/30-mcp-clients.sh)."""
+    """A pinned client from clients/node_modules (`make test` installs them with
+    clients/install.sh). Without Node the test skips with the reason; where skips are
+    failures (WP_MCP_REQUIRE_EBPF=1, CI) it fails."""
     path = CLIENTS / "node_modules" / ".bin" / name
     if shutil.which("node") is None or not path.exists():
-        pytest.fail(
-            f"{path} is missing: run .ci/setup.d/30-mcp-clients.sh (npm ci in clients/) first"
-        )
+        reason = f"{path.name} is not installed: run clients/install.sh (needs Node.js and npm)"
+        if os.environ.get("WP_MCP_REQUIRE_EBPF") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
