@@ -11,6 +11,12 @@ which is stored on each node that carries rates. Sources:
 - processes: ``/proc/<pid>/stat`` and ``/proc/<pid>/io`` (needs ptrace access: other users'
   processes are skipped without root and the status says so), cgroup ``cpu.stat`` (v2
   ``throttled_usec`` or v1 ``throttled_time``) for CPU throttling.
+
+CPU % over the window comes from ``schedstat``'s run time (nanoseconds) where the kernel
+provides it, else from ``stat``'s utime + stime (clock ticks, 10 ms: a thread that runs
+20 µs 200 times a second shows no tick at all in a short window). A process's CPU % is the
+sum over its threads' run times, unless a thread it had at the start is gone or its ticks
+grew by more than their rounding: threads that exited are only in the ticks.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .taskstat import (
+    CLOCK_TICKS,
     list_tids,
     read_schedstat,
     read_stat,
@@ -100,11 +107,12 @@ def parse_psi(text: str) -> dict[str, float]:
 @dataclass(slots=True)
 class ThreadSample:
     pid: int
-    cpu_time_s: float
+    cpu_time_s: float  # utime + stime, in clock ticks' resolution
     last_cpu: int | None
     state: str
     run_delay_s: float | None
     switches: tuple[int, int] | None
+    run_time_s: float | None = None  # schedstat's on-CPU time, nanosecond resolution
 
 
 @dataclass(slots=True)
@@ -179,11 +187,11 @@ class MetricsCollector(WindowedCollector[MetricsSample]):
         psi = _emit_host(graph, first.host, last.host, window_s)
         graph.meta.capabilities.setdefault("psi", psi)
         ctx.capabilities.setdefault("psi", psi)
-        tids_of: dict[int, list[int]] = {}
-        for tid, thread in last.threads.items():
-            tids_of.setdefault(thread.pid, []).append(tid)
+        tids_of = _tids_by_pid(last)
+        first_tids_of = _tids_by_pid(first)
         for pid in last.processes:
-            _emit_process(graph, pid, tids_of.get(pid, []), first, last, window_s)
+            tids = _ProcessTids(tids_of.get(pid, []), first_tids_of.get(pid, []))
+            _emit_process(graph, pid, tids, first, last, window_s)
         for tid, thread in last.threads.items():
             if thread.pid in last.processes:
                 _emit_thread(graph, tid, first.threads.get(tid), thread, window_s)
@@ -193,6 +201,21 @@ class MetricsCollector(WindowedCollector[MetricsSample]):
                 "ptrace access); their I/O rates are absent"
             )
         return Outcome()
+
+
+@dataclass(slots=True)
+class _ProcessTids:
+    """A process's threads at the end of the window and at its start."""
+
+    last: list[int]
+    first: list[int]
+
+
+def _tids_by_pid(sample: MetricsSample) -> dict[int, list[int]]:
+    tids_of: dict[int, list[int]] = {}
+    for tid, thread in sample.threads.items():
+        tids_of.setdefault(thread.pid, []).append(tid)
+    return tids_of
 
 
 def _sample_host(ctx: Context) -> HostSample:
@@ -246,6 +269,7 @@ def _sample_thread(task_dir: str, pid: int) -> ThreadSample | None:
         state=stat.state,
         run_delay_s=sched[1] if sched else None,
         switches=read_switches(f"{task_dir}/status"),
+        run_time_s=sched[0] if sched else None,
     )
 
 
@@ -345,7 +369,7 @@ def _psi_attrs(first: dict, last: dict, window_s: float) -> dict[str, float]:
 def _emit_process(
     graph: Graph,
     pid: int,
-    tids: list[int],
+    tids: _ProcessTids,
     first: MetricsSample,
     last: MetricsSample,
     window_s: float,
@@ -362,16 +386,35 @@ def _emit_process(
         "major_faults": now.major_faults,
     }
     if before is not None:
-        attrs["cpu_pct"] = rounded(100 * rate(before.cpu_time_s, now.cpu_time_s, window_s), 2)
+        cpu_s = _process_cpu_s(tids, first, last, now.cpu_time_s - before.cpu_time_s)
+        attrs["cpu_pct"] = round(100 * max(cpu_s, 0.0) / window_s, 2)
         attrs["major_faults_per_s"] = rounded(rate(before.major_faults, now.major_faults, window_s))
         attrs.update(_io_rates(before.io, now.io, window_s))
-        attrs.update(_thread_totals(tids, first, last, window_s))
+        attrs.update(_thread_totals(tids.last, first, last, window_s))
         attrs.update(_throttling(now.cgroup_cpu_stat, first, last, window_s))
     elif now.io:
         attrs["io_read_bytes"] = now.io.get("read_bytes")
         attrs["io_write_bytes"] = now.io.get("write_bytes")
     # names come from procfs (full cmdline-derived names); ours would be truncated comms
     graph.add("process", ids.process(pid), source=SOURCE, pid=pid, **_present(attrs))
+
+
+def _process_cpu_s(
+    tids: _ProcessTids, first: MetricsSample, last: MetricsSample, ticks_s: float
+) -> float:
+    """A process's CPU seconds in the window: its threads' schedstat run times when they
+    account for all of it, else its stat ticks (``ticks_s``), which include exited threads."""
+    if any(tid not in last.threads for tid in tids.first):
+        return ticks_s  # a thread ended inside the window: only the ticks still hold its time
+    run_s = 0.0
+    for tid in tids.last:
+        thread_s = _run_time_delta(first.threads.get(tid), last.threads[tid])
+        if thread_s is None:
+            return ticks_s
+        run_s += thread_s
+    # utime and stime are each rounded down to a tick at both ends; more than that means
+    # threads that started and ended inside the window
+    return ticks_s if ticks_s - run_s > 2 / CLOCK_TICKS else run_s
 
 
 def _io_rates(before: dict | None, now: dict | None, window_s: float) -> dict[str, Any]:
@@ -425,13 +468,25 @@ def _thread_totals(
     }
 
 
+_NEWBORN = ThreadSample(0, 0.0, None, "", 0.0, (0, 0), 0.0)  # counters of a thread at birth
+
+
+def _run_time_delta(before: ThreadSample | None, now: ThreadSample) -> float | None:
+    """Schedstat's on-CPU seconds in the window, None where either end lacks them."""
+    start = before or _NEWBORN
+    if now.run_time_s is None or start.run_time_s is None:
+        return None
+    return max(now.run_time_s - start.run_time_s, 0.0)
+
+
 def _thread_deltas(before: ThreadSample | None, now: ThreadSample) -> dict[str, float] | None:
     """Counter deltas over the window; a thread born inside the window counts from zero."""
-    start = before or ThreadSample(now.pid, 0.0, None, "", 0.0, (0, 0))
+    start = before or _NEWBORN
     if now.switches is None or start.switches is None:
         return None
+    run_s = _run_time_delta(before, now)
     return {
-        "cpu": max(now.cpu_time_s - start.cpu_time_s, 0.0),
+        "cpu": max(now.cpu_time_s - start.cpu_time_s if run_s is None else run_s, 0.0),
         "vol": max(now.switches[0] - start.switches[0], 0),
         "invol": max(now.switches[1] - start.switches[1], 0),
         "delay": max((now.run_delay_s or 0.0) - (start.run_delay_s or 0.0), 0.0),
