@@ -3,6 +3,7 @@
 Every string that comes from the host (names, cmdlines, paths, addresses, ids built from
 them) goes through :func:`quote` or :func:`show_id` before it reaches a line, so it can never
 start a new line, fake a header or legend, carry ANSI escapes or NUL, or blow the budget.
+Both are built on :func:`wp_mcp.graph.safetext.escape`, the one escaping every output uses.
 """
 
 from __future__ import annotations
@@ -10,35 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-# Longest host string kept on a line; the rest is replaced by a length note. The cut happens
-# before escaping, so a 1 MB name costs no more than a short one.
-MAX_STRING = 120
+from wp_mcp.graph.safetext import MAX_STRING, escape
+
 MAX_ID = 96
 
-# Characters Python's str.splitlines() (and most terminals) treat as line breaks, plus every
-# other control or format character (ANSI ESC, NUL, bidi overrides, zero-width marks).
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff\"\\]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
 # Ids are printed bare only when they are made of these characters and start with one of
 # the first set; everything else is quoted, so an id can never begin with our "#" markers.
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+,=\[\]-]*\Z")
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    char = match.group()
-    named = _NAMED.get(char)
-    if named:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def escape(text: str, limit: int = MAX_STRING) -> str:
-    """Escape ``text`` for one line, keeping at most ``limit`` characters of it."""
-    if len(text) > limit:
-        head = _UNSAFE.sub(_escape_char, text[:limit])
-        return f"{head}…(+{len(text) - limit} chars)"
-    return _UNSAFE.sub(_escape_char, text)
 
 
 def quote(text: object, limit: int = MAX_STRING) -> str:

@@ -17,6 +17,8 @@ from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
 from wp_mcp.graph.query import cpu_set, device_numa_node
 
+from .report import safe
+
 ACCELERATOR_KINDS = ("gpu", "npu")
 
 # NUMA locality grades (issue 6): share of the work that is local to one node.
@@ -422,5 +424,7 @@ def confidence(graph: Graph, base: float = 0.9, *, certain: bool = True) -> tupl
     ]
     if partial:
         value *= 0.9
-        reasons.append(f"partial coverage ({', '.join(sorted(partial)[:4])})")
+        # collector names come from the snapshot's file: escaped, as the reasons reach Markdown
+        names = ", ".join(safe(name, 40) for name in sorted(partial)[:4])
+        reasons.append(f"partial coverage ({names})")
     return round(value, 2), reasons

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import escape, excerpt
 
 Priority = Literal["P0", "P1", "P2"]
 PRIORITIES: tuple[Priority, ...] = ("P0", "P1", "P2")
@@ -22,25 +23,37 @@ PRIORITY_MEANING = {
     "P2": "hint worth checking",
 }
 
-# Host strings (process names, command lines, paths) can hold anything; in Markdown they must
-# never forge a heading, a table row or a code block.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MARKDOWN = re.compile(r"([`|*_<>\[\]#\\])")
+# Host strings (process names, command lines, paths, ids) can hold anything; in Markdown they
+# must never forge a heading, a table row or a code block, nor carry a control character.
 _MAX_HOST_STRING = 120
+# Text shown as a code span as it is: no backtick or pipe, nothing Markdown or a terminal
+# would act on. Anything else is shown escaped instead.
+_PLAIN_CODE = re.compile(r"[\w .:/@+,=()\[\]-]{1,96}\Z", re.ASCII)
+# Every line a skill composes is checked once more when rendered (a host string it forgot to
+# pass through `safe` still cannot break the line); the cap only stops megabyte lines.
+_MAX_LINE = 2000
 
 
 def safe(text: Any, limit: int = _MAX_HOST_STRING) -> str:
-    """A host string made inert for Markdown prose and bounded in length."""
-    return _MARKDOWN.sub(r"\\\1", _CONTROL.sub(" ", _clip(str(text), limit)))
+    """A host string made inert for Markdown prose and table cells, bounded in length."""
+    return escape(str(text), limit, "markdown")
 
 
-def safe_code(text: Any, limit: int = _MAX_HOST_STRING) -> str:
-    """A host string for inside a code span: no backtick can close it early."""
-    return _CONTROL.sub(" ", _clip(str(text), limit)).replace("`", "'")
+def code(value: Any) -> str:
+    """A graph id (or ``proc:1 port 80``) as a code span when it is plain, else as escaped
+    prose: a backtick or pipe in it can neither close the span nor split a table cell."""
+    text = str(value)
+    return f"`{text}`" if _PLAIN_CODE.match(text) else safe(text)
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _line(text: Any) -> str:
+    """A composed line with every control character made visible (no forged line)."""
+    return escape(str(text), _MAX_LINE, "line")
+
+
+def _lines(text: str) -> str:
+    """A composed multi-line body, each line checked like :func:`_line`."""
+    return "\n".join(_line(line) for line in text.split("\n"))
 
 
 @dataclass
@@ -54,11 +67,11 @@ class Evidence:
     note: str | None = None
 
     def to_markdown(self) -> str:
-        values = ", ".join(f"{k}={_fmt(v)}" for k, v in self.values.items())
+        values = ", ".join(f"{safe(k, 40)}={_fmt(v)}" for k, v in self.values.items())
         window = f" over {self.window_s:g} s" if self.window_s else ""
         note = f" — {self.note}" if self.note else ""
-        ids = " ".join(safe_code(i) for i in self.ids)
-        return f"{self.kind} `{ids}`: {values}{window}{note}"
+        ids = " ".join(code(i) for i in self.ids)
+        return _line(f"{self.kind} {ids}: {values}{window}{note}")
 
 
 @dataclass
@@ -84,7 +97,8 @@ class Finding:
     def to_markdown(self) -> str:
         lines = [
             f"#### {self.priority} · {self.title}",
-            f"- finding `{self.id}` · rule `{self.rule_id}` · confidence {self.confidence:.2f}",
+            f"- finding {code(self.id)} · rule {code(self.rule_id)} · "
+            f"confidence {self.confidence:.2f}",
             f"- {self.metric} = **{_fmt(self.value)}** (threshold {self.threshold}; "
             f"{self.threshold_kind}: {self.threshold_source})",
         ]
@@ -94,8 +108,10 @@ class Finding:
         lines.extend(f"  - {ev.to_markdown()}" for ev in self.evidence)
         lines.append(f"- action: {self.action}")
         if self.command:
-            lines.append(f"  ```\n  {self.command}\n  ```")
-        return "\n".join(lines)
+            # a fence longer than any backtick run in the command, so none can close it
+            fence = "`" * max(3, _longest_backtick_run(self.command) + 1)
+            lines += [f"  {fence}", f"  {self.command}", f"  {fence}"]
+        return "\n".join(_line(line) for line in lines)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
@@ -135,7 +151,7 @@ class Report:
             if item.id == finding_id:
                 return item
         known = ", ".join(f.id for f in self.findings[:20]) or "none"
-        raise UserError(f"no finding {finding_id!r} in this report; findings: {known}")
+        raise UserError(f"no finding {excerpt(finding_id)} in this report; findings: {known}")
 
     def counts(self) -> dict[str, int]:
         return {p: sum(1 for f in self.findings if f.priority == p) for p in PRIORITIES}
@@ -167,7 +183,7 @@ class Report:
         ]
         for item in self.ranked():
             action = f" → {item.command}" if item.command else ""
-            lines.append(f"{item.priority} {item.id} {item.title}{action}")
+            lines.append(_line(f"{item.priority} {item.id} {item.title}{action}"))
         return _fit(lines, max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,7 +207,8 @@ class Report:
         for item in self.sections:
             if item.name.lower() == wanted or item.name.lower().startswith(wanted):
                 return item
-        raise UserError(f"no section {name!r}; sections: {', '.join(self.section_names())}")
+        names = ", ".join(escape(n, 60, "line") for n in self.section_names())
+        raise UserError(f"no section {excerpt(name)}; sections: {names}")
 
     def _executive_summary(self) -> str:
         counts = self.counts()
@@ -203,31 +220,31 @@ class Report:
         top = [f for f in self.ranked() if f.priority != "P2"][:5]
         if top:
             lines.append("")
-            lines.extend(f"- {f.priority} {f.title}" for f in top)
+            lines.extend(_line(f"- {f.priority} {f.title}") for f in top)
         if self.notes:
             lines.append("")
-            lines.extend(f"> {note}" for note in self.notes)
+            lines.extend(_line(f"> {note}") for note in self.notes)
         return "\n".join(lines)
 
     def _section_markdown(self, section: Section, shown: set[str] | None = None) -> str:
         shown = set() if shown is None else shown
-        lines = [f"## {section.name}", "", f"Status: **{section.status}**"]
+        lines = [_line(f"## {section.name}"), "", f"Status: **{section.status}**"]
         if section.body:
-            lines += ["", section.body.rstrip()]
+            lines += ["", _lines(section.body.rstrip())]
         by_id = {f.id: f for f in self.findings}
         for finding_id in section.finding_ids:
             if finding_id in shown:
-                lines += ["", f"- {by_id[finding_id].priority} `{finding_id}`: see above"]
+                lines += ["", f"- {by_id[finding_id].priority} {code(finding_id)}: see above"]
             elif finding_id in by_id:
                 lines += ["", by_id[finding_id].to_markdown()]
                 shown.add(finding_id)
         if section.clean:
             lines += ["", "Clean (checked, nothing found):"]
-            lines.extend(f"- {item}" for item in section.clean)
+            lines.extend(_line(f"- {item}") for item in section.clean)
         if section.not_evaluable:
             lines += ["", "Not evaluable (data missing):"]
             lines.extend(
-                f"- `{item['rule_id']}` {item['title']}: {item['reason']}"
+                _line(f"- {code(item['rule_id'])} {item['title']}: {item['reason']}")
                 for item in section.not_evaluable
             )
         return "\n".join(lines)
@@ -239,8 +256,8 @@ class Report:
         lines = ["## Roadmap", ""]
         for step, item in enumerate(ranked, 1):
             where = f"layer {item.layer}" if item.layer else item.skill
-            command = f" — `{item.command}`" if item.command else ""
-            lines.append(f"{step}. **{item.priority}** ({where}) {item.action}{command}")
+            command = f" — {_code_span(item.command)}" if item.command else ""
+            lines.append(_line(f"{step}. **{item.priority}** ({where}) {item.action}{command}"))
         return "\n".join(lines)
 
 
@@ -248,8 +265,22 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
-    return str(value)
+        return "{" + ", ".join(f"{safe(k, 40)}: {_fmt(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, int | bool | None):
+        return str(value)
+    return safe(value)  # strings and anything else may carry host text
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def _code_span(text: str) -> str:
+    """Inline code that no backtick inside ``text`` can close early (CommonMark's rule)."""
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    return f"{ticks} {text} {ticks}"
 
 
 def _fit(lines: list[str], max_tokens: int) -> str:

@@ -8,7 +8,7 @@ from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
-from ..report import Finding, Report, Section
+from ..report import Finding, Report, Section, code
 from . import compute, control, data, interconnect, memory, network, storage  # noqa: F401 (register rules)
 from .rulebook import LAYERS, RULES, SKILL, NotEvaluable, Rule, RuleContext
 
@@ -53,7 +53,9 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
                 report.findings.extend(outcome)
                 section.finding_ids.extend(f.id for f in outcome)
             else:
-                section.clean.append(f"`{item.id}` {item.title} ({item.metric} {item.threshold})")
+                section.clean.append(
+                    f"{code(item.id)} {item.title} ({item.metric} {item.threshold})"
+                )
         section.status = (
             "findings" if section.finding_ids else "clean" if evaluated else "not evaluable"
         )

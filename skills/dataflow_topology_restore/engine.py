@@ -16,7 +16,7 @@ from wp_mcp.graph import Graph, Node
 from ..analysis import Analysis, Group, grade, host_prefix
 from ..bottleneck_identification.interconnect import placement_finding
 from ..bottleneck_identification.rulebook import RULES, RuleContext
-from ..report import Report, Section, safe
+from ..report import Report, Section, code, safe
 
 SKILL = "dataflow-topology-restore"
 MAX_TREE_LINES = 60
@@ -96,11 +96,11 @@ def _describe(graph: Graph, analysis: Analysis, proc_id: str) -> str:
     node = graph.node(proc_id)
     role = analysis.roles.get(proc_id)
     devices = [d.id for d in analysis.devices_of(proc_id)]
-    parts = [f"`{proc_id}` {safe(node.get('name') or '?', 40)}"]
+    parts = [f"{code(proc_id)} {safe(node.get('name') or '?', 40)}"]
     if role:
         parts.append(f"**{role}**")
     if devices:
-        parts.append("uses " + ", ".join(devices))
+        parts.append("uses " + ", ".join(map(code, devices)))
     threads = node.get("num_threads") or len(graph.successors(proc_id, "has_thread"))
     if threads:
         parts.append(f"{threads} thread" + ("s" if threads != 1 else ""))
@@ -118,7 +118,7 @@ def _device_numa(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Sect
         mapping[dev.id] = node
         shown = "unknown" if node is None else f"{node}" + ("" if certain else " (inferred)")
         rows.append(
-            f"| `{dev.id}` | {shown} | {how} | {safe(dev.get('pci_bus_id') or '-')} "
+            f"| {code(dev.id)} | {shown} | {how} | {safe(dev.get('pci_bus_id') or '-')} "
             f"| {safe(dev.get('cpu_affinity') or '-')} |"
         )
     data["device_numa"] = mapping
@@ -148,13 +148,15 @@ def _process_devices(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> 
             mapping.setdefault(proc.id, []).append(dev.id)
             place = placed.get((proc.id, dev.id))
             if place is None:
-                rows.append(f"| `{proc.id}` | `{dev.id}` | ? | ? | ? | ? | not measurable |")
+                rows.append(
+                    f"| {code(proc.id)} | {code(dev.id)} | ? | ? | ? | ? | not measurable |"
+                )
                 continue
             pages = (
                 "-" if place.pages_on_device_node is None else f"{place.pages_on_device_node:.0%}"
             )
             rows.append(
-                f"| `{proc.id}` | `{dev.id}` | {place.device_node} | "
+                f"| {code(proc.id)} | {code(dev.id)} | {place.device_node} | "
                 f"{place.cpu_on_device_node:.0%} | {place.dominant_cpu_node} "
                 f"({place.cpu_share[place.dominant_cpu_node]:.0%}) | {pages} | {place.grade} |"
             )
@@ -177,7 +179,7 @@ def _communication(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Se
     for edge in edges[:MAX_ROWS]:
         rate = edge.get("bytes_per_s")
         rows.append(
-            f"| `{edge.src}` | `{edge.dst}` | {safe(edge.get('transport') or '?')} "
+            f"| {code(edge.src)} | {code(edge.dst)} | {safe(edge.get('transport') or '?')} "
             f"| {_bytes(edge.get('bytes'))} | {_bytes(rate) + '/s' if rate is not None else '-'} "
             f"| {edge.get('flows') or '-'} |"
         )
@@ -204,16 +206,16 @@ def _parallelism(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Sect
             if group.kind == "device ranks"
             else "rank group over TCP"
         )
-        lines.append(f"- **{kind}**: {group.label}; parent `{group.parent or '-'}`")
+        lines.append(f"- **{kind}**: {safe(group.label)}; parent {code(group.parent or '-')}")
         for member in group.members:
-            devices = ", ".join(group.devices.get(member, [])) or "no device"
-            lines.append(f"  - `{member}` → {devices}")
+            devices = ", ".join(map(code, group.devices.get(member, []))) or "no device"
+            lines.append(f"  - {code(member)} → {devices}")
         if group.rendezvous:
-            lines.append(f"  - rendezvous store: `{group.rendezvous}`")
+            lines.append(f"  - rendezvous store: {code(group.rendezvous)}")
         if group.front_end:
-            lines.append(f"  - fed by front end `{group.front_end}`")
+            lines.append(f"  - fed by front end {code(group.front_end)}")
     for trainer, workers in sorted(analysis.dataloaders.items()):
-        lines.append(f"- **data loaders** of `{trainer}`: " + ", ".join(f"`{w}`" for w in workers))
+        lines.append(f"- **data loaders** of {code(trainer)}: " + ", ".join(map(code, workers)))
     data["groups"] = [_group_dict(g) for g in analysis.groups]
     data["dataloaders"] = analysis.dataloaders
     if not lines:
@@ -245,7 +247,7 @@ def _locality(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section
     for value, proc in graded[:MAX_ROWS]:
         role = analysis.roles.get(proc.id, "")
         rows.append(
-            f"| `{proc.id}` {safe(proc.get('name') or '', 30)} | {value:.2f} | {grade(value)} | {role} |"
+            f"| {code(proc.id)} {safe(proc.get('name') or '', 30)} | {value:.2f} | {grade(value)} | {role} |"
         )
     data["locality"] = {proc.id: round(value, 3) for value, proc in graded}
     legend = "Grades: good ≥ 0.8 · mild 0.5–0.8 · moderate 0.3–0.5 · severe < 0.3."
@@ -281,7 +283,7 @@ def _end_to_end(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Secti
     return Section(
         "End-to-end paths",
         "info",
-        "\n".join("- " + " → ".join(f"`{p}`" for p in path) for path in paths),
+        "\n".join("- " + " → ".join(map(code, path)) for path in paths),
     )
 
 
@@ -304,7 +306,7 @@ def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None
         section.body = "No process with both a placed device and per-node CPU shares."
     for place in analysis.placements:
         if place.grade == "good":
-            section.clean.append(f"`{place.process}` on the node of `{place.device}`")
+            section.clean.append(f"{code(place.process)} on the node of {code(place.device)}")
             continue
         finding = placement_finding(ctx, place)
         finding.skill = SKILL

@@ -16,7 +16,7 @@ from wp_mcp.graph import Graph, Node
 from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
-from ..report import Evidence, Finding, Report, Section, safe
+from ..report import Evidence, Finding, Report, Section, code, safe
 
 SKILL = "hotspot-thread-discovery"
 CLASSES = ("compute", "communication", "dataloader", "io", "idle", "unknown")
@@ -216,7 +216,7 @@ def _table(ranked: list[ThreadScore]) -> str:
     ]
     for s in ranked:
         rows.append(
-            f"| `{s.thread}` | `{s.process or '-'}` | {safe(s.name, 30)} | {s.score:.0f} | {s.klass} "
+            f"| {code(s.thread)} | {code(s.process or '-')} | {safe(s.name, 30)} | {s.score:.0f} | {s.klass} "
             f"| {_num(s.cpu_pct)} | {_num(s.run_delay_pct)} | {_num(s.invol_switches_per_s)} |"
         )
     return "\n".join(rows)

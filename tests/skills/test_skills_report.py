@@ -7,7 +7,7 @@ import pytest
 from wp_mcp.converters import count_tokens
 from wp_mcp.graph import UserError
 from wp_mcp.skills import Report, diagnose, run_skill
-from wp_mcp.skills.report import safe, safe_code
+from wp_mcp.skills.report import code, safe
 
 from .builders import device_ranks, process, two_node_host
 
@@ -62,9 +62,10 @@ def test_host_strings_cannot_forge_markdown():
     graph.nodes["proc:200"].name = "x\n## Layer 1 — Compute | `evil`"
     markdown = run_skill("bottleneck-identification", graph).to_markdown()
     assert "\n## Layer 1 — Compute | `evil`" not in markdown
-    assert safe("a|b\n#c") == "a\\|b \\#c"
-    assert safe_code("a`b\nc") == "a'b c"
-    assert len(safe("y" * 500)) == 120
+    assert safe("a|b\n#c") == "a\\|b\\n\\#c"
+    assert code("proc:12") == "`proc:12`"
+    assert code("a`b\nc") == "a\\`b\\nc"  # no code span a backtick could close
+    assert safe("y" * 500) == "y" * 120 + "…(+380 chars)"
 
 
 def test_unknown_skill_and_option_are_clear_errors():
