@@ -31,6 +31,7 @@ from .model import (
     validate_edges,
     validate_nodes,
 )
+from .outfile import write_output
 from .rawio import read_json_file
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -71,15 +72,11 @@ def _json_fallback(value: Any) -> Any:
 
 
 def dump(graph: Graph, path: str | Path) -> Path:
-    """Write atomically: a crash mid-write never leaves a truncated file at ``path``."""
-    path = Path(path)
+    """Write through the one safe writer: atomic, 0600, regular files only."""
     data = dumps(graph)
-    if path.suffix == ".gz":
+    if Path(path).suffix == ".gz":
         data = gzip.compress(data, compresslevel=5)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+    return write_output(path, data)
 
 
 def is_native(doc: Any) -> bool:

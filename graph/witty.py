@@ -29,6 +29,7 @@ from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
+from .outfile import write_output
 from .rawio import read_json_file
 
 DERIVED_MARK = "witty"
@@ -560,11 +561,8 @@ def to_witty(graph: Graph) -> dict[str, Any]:
 
 
 def dump_witty(graph: Graph, path: str | Path) -> Path:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps(to_witty(graph), option=orjson.OPT_NON_STR_KEYS))
-    tmp.replace(path)
-    return path
+    """Write through the one safe writer: atomic, 0600, regular files only."""
+    return write_output(path, orjson.dumps(to_witty(graph), option=orjson.OPT_NON_STR_KEYS))
 
 
 def _entity_of(node: Node) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import Graph, UserError, native
+from wp_mcp.graph.outfile import check_target
 
 from .cli_graph import open_store
 
@@ -44,14 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     ctx = _context(args)
+    if args.out:
+        check_target(args.out)  # a refused --out is said before the window, not after it
     graph = _run(ctx, interactive=sys.stderr.isatty())
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
-        try:
-            native.dump(graph, args.out)
-        except OSError as exc:
-            raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+        native.dump(graph, args.out)
     snapshot_id = open_store(args).put(graph, label=args.label)
     print(snapshot_id)
     return 0

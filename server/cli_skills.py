@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 from wp_mcp.collectors import Context
 from wp_mcp.graph import Graph, UserError, formats
+from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.skills import (
     SKILL_NAMES,
     Report,
@@ -92,6 +93,8 @@ def _usage(parser: argparse.ArgumentParser):
 def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.live and args.source:
         raise UserError("give either FILE|ID or --live, not both")
+    if args.out:
+        check_target(args.out)  # refused before anything is collected or stored
     store = open_store(args)
     if args.source:
         graph, snapshot_id = _load(store, args.source)
@@ -115,6 +118,8 @@ def cmd_skill_run(args: argparse.Namespace) -> int:
         if args.top < 1:
             raise UserError("--top must be at least 1")
         options["top"] = args.top
+    if args.out:
+        check_target(args.out)  # refused before anything is stored
     store = open_store(args)
     graph, snapshot_id = _load(store, args.source)
     _emit(store, snapshot_id, run_skill(args.name, graph, **options), args)
@@ -179,10 +184,7 @@ def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> 
     else:
         body = markdown
     if args.out:
-        try:
-            Path(args.out).write_text(body, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+        write_output(args.out, body.encode())
     else:
         sys.stdout.write(body)
     counts = report.counts()
