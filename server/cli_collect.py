@@ -88,7 +88,10 @@ def _run(ctx: Context, interactive: bool) -> Graph:
                 worker.join(0.1)
     except KeyboardInterrupt:
         ctx.cancel.set()
-        worker.join(5)
+        # the worker closes every collector (detaches BPF programs) before the interpreter
+        # may exit: finalising while it still ran raced bcc's cleanup with ours
+        while worker.is_alive():
+            worker.join(0.1)
         raise
     if "error" in result:
         raise result["error"]  # type: ignore[misc]

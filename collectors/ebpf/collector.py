@@ -10,6 +10,7 @@ unloads them with its file descriptors.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -82,6 +83,12 @@ class EbpfCollector(Collector):
             bpf = bcc.BPF(text=text.encode())  # compiles and attaches every TRACEPOINT_PROBE
         except Exception as exc:  # bcc raises bare Exceptions with the compiler's message
             raise UserError(f"eBPF: bcc could not compile or attach the programs: {exc}") from exc
+        # bcc registers cleanup() with atexit: at exit it would run a second time, alongside
+        # ours when a cancelled collection is still closing (fds closed twice: "ioctl … Bad
+        # file descriptor", a traceback), and it keeps every BPF object alive in a
+        # long-running server. close() is the one cleanup; the kernel drops the programs with
+        # our fds if the process dies first.
+        atexit.unregister(bpf.cleanup)
         with self._lock:
             self._bpf = bpf
             self._opened = True
