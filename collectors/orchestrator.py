@@ -18,6 +18,13 @@ details) lands in ``graph.meta.collectors``, capabilities in ``graph.meta.capabi
 Cancellation (``ctx.cancel``) stops waiting at once, asks the running collectors to stop,
 marks what did not finish ``cancelled`` and returns the partial graph with
 ``meta.cancelled = True``. Progress goes to ``ctx.progress(collector, phase, detail)``.
+
+One collection at a time per process: bcc (LLVM, libbcc's module objects) and some kernel
+interfaces the collectors drive are not reentrant, and parallel collections crashed the
+MCP server in libbcc. A second ``collect_snapshot`` waits for the running one (reporting
+``collection: waiting for the collection started at … to finish`` every few seconds) and
+stops waiting when its own ``ctx.cancel`` is set, without touching the running one. The
+lock is released only after every collector of the running collection was closed.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import platform
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from wp_mcp.graph import CollectorStatus, Graph, Node, UserError, ids
@@ -42,6 +51,11 @@ log = logging.getLogger(__name__)
 
 SHARED_KINDS = ("socket", "pipe", "shm", "mqueue")
 _STOP_GRACE_S = 1.0  # how long a timed-out or cancelled collector gets to notice
+_WAIT_REPORT_S = 2.0  # how often a waiting collection says it is still waiting
+_WAIT_SLICE_S = 0.05  # how soon a waiting collection notices it was cancelled
+
+_collection_lock = threading.Lock()  # one collection at a time in this process
+_running_since: float | None = None  # wall-clock start of the collection holding the lock
 
 
 @dataclass
@@ -73,6 +87,36 @@ def collect_snapshot(
 ) -> Graph:
     """Collect a snapshot of this host (see the module docstring)."""
     ctx = ctx or Context()
+    try:
+        with _one_collection_at_a_time(ctx):
+            return _collect_snapshot(ctx, collectors)
+    except Cancelled:  # cancelled while waiting for another collection: nothing collected
+        graph = Graph()
+        graph.meta.cancelled = True  # type: ignore[attr-defined]
+        return graph
+
+
+@contextmanager
+def _one_collection_at_a_time(ctx: Context) -> Iterator[None]:
+    """Hold the process-wide collection lock; wait (cancellably, reporting) while it is held."""
+    global _running_since
+    next_report = time.monotonic()
+    while not _collection_lock.acquire(timeout=_WAIT_SLICE_S):
+        ctx.check_cancelled()
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + _WAIT_REPORT_S
+            since = _running_since
+            started = time.strftime("%H:%M:%S", time.localtime(since)) if since else "?"
+            ctx.report("collection", f"waiting for the collection started at {started} to finish")
+    try:
+        _running_since = time.time()
+        yield
+    finally:
+        _running_since = None
+        _collection_lock.release()
+
+
+def _collect_snapshot(ctx: Context, collectors: list[Collector] | None) -> Graph:
     if collectors is None:
         from . import default_collectors
 

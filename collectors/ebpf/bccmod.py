@@ -6,12 +6,19 @@ interpreter. Adding that directory to ``sys.path`` would let those shadow or bre
 virtualenv's packages, so only the ``bcc`` package itself is loaded from there, through an
 explicit module spec. PyPI's package named ``bcc`` is unrelated and never used: a ``bcc``
 that is not the BPF Compiler Collection is refused.
+
+Loading is serialised: the package is registered in ``sys.modules`` while it executes (its
+own relative imports need that), and a second thread that looked there in that moment used
+to find a module without ``BPF`` yet and report the real bcc as "not the BPF Compiler
+Collection". A failed load removes
+the package and any of its submodules, so the next call tries again from scratch.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -23,15 +30,20 @@ SYSTEM_BCC_DIRS = (
 )
 
 
+_load_lock = threading.Lock()
+
+
 class BccUnavailable(Exception):
     """bcc cannot be imported here; the message says why."""
 
 
 def load_bcc() -> ModuleType:
     """Return the ``bcc`` module (loading it once), or raise ``BccUnavailable``."""
-    module = sys.modules.get("bcc")
-    if module is None:
-        module = _load_from_system()
+    with _load_lock:  # never look at sys.modules while another thread is loading
+        return _checked(sys.modules.get("bcc") or _load_from_system())
+
+
+def _checked(module: ModuleType) -> ModuleType:
     if not hasattr(module, "BPF"):
         raise BccUnavailable(
             "the importable 'bcc' is not the BPF Compiler Collection "
@@ -57,6 +69,7 @@ def _load_from_system() -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # libbcc.so missing or mismatched: one clear reason
-        sys.modules.pop("bcc", None)
+        for name in [n for n in sys.modules if n == "bcc" or n.startswith("bcc.")]:
+            del sys.modules[name]
         raise BccUnavailable(f"bcc failed to import from {package_dir}: {exc}") from exc
     return module
