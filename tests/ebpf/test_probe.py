@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,46 @@ def test_system_bcc_loads_without_exposing_dist_packages():
     bcc = bccmod.load_bcc()
     assert Path(bcc.__file__).parent in bccmod.SYSTEM_BCC_DIRS
     assert not any(p.endswith("dist-packages") and p.startswith("/usr/lib") for p in sys.path)
+
+
+def _bcc_modules() -> dict[str, types.ModuleType]:
+    return {name: m for name, m in sys.modules.items() if name.split(".")[0] == "bcc"}
+
+
+@pytest.fixture
+def no_bcc_loaded() -> Iterator[None]:
+    """No bcc package or submodule loaded during the test; the real ones come back after."""
+    saved = _bcc_modules()
+    for name in saved:
+        del sys.modules[name]
+    yield
+    for name in _bcc_modules():
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+@pytest.mark.usefixtures("no_bcc_loaded")
+def test_threads_loading_bcc_together_all_get_the_whole_package(monkeypatch, tmp_path):
+    """A second thread must not see the package half-executed (no ``BPF`` yet) and call
+    the real bcc "not the BPF Compiler Collection"."""
+    slow = tmp_path / "bcc"
+    slow.mkdir()
+    (slow / "__init__.py").write_text("import time\ntime.sleep(0.3)\nclass BPF: pass\n")
+    monkeypatch.setattr(bccmod, "SYSTEM_BCC_DIRS", (slow,))
+    with ThreadPoolExecutor(4) as pool:
+        modules = list(pool.map(lambda _: bccmod.load_bcc(), range(4)))
+    assert all(module is modules[0] and hasattr(module, "BPF") for module in modules)
+
+
+@pytest.mark.usefixtures("no_bcc_loaded")
+def test_a_failed_load_is_not_remembered(monkeypatch, tmp_path):
+    package = tmp_path / "bcc"
+    package.mkdir()
+    (package / "libbcc.py").write_text("lib = object()\n")
+    (package / "__init__.py").write_text("from .libbcc import lib\nraise OSError('no libbcc')\n")
+    monkeypatch.setattr(bccmod, "SYSTEM_BCC_DIRS", (package,))
+    with pytest.raises(bccmod.BccUnavailable, match="no libbcc"):
+        bccmod.load_bcc()
+    assert _bcc_modules() == {}
+    (package / "__init__.py").write_text("from .libbcc import lib\nclass BPF: pass\n")
+    assert hasattr(bccmod.load_bcc(), "BPF")  # once repaired, it loads
