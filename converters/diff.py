@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import excerpt
 
 from .text import escape, quote, show_id
 
@@ -304,6 +305,6 @@ def _decode_cursor(cursor: str | None, total: int) -> int:
     if cursor.startswith("d") and cursor[1:].isdigit() and int(cursor[1:]) < max(total, 1):
         return int(cursor[1:])
     raise UserError(
-        f"unknown diff cursor {cursor!r}: use the next_cursor of the previous wp_diff answer, "
+        f"unknown diff cursor {excerpt(cursor)}: use the next_cursor of the previous wp_diff answer, "
         "or call wp_diff without a cursor for the first page"
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .safetext import excerpt
+
 
 class CpuListError(ValueError):
     """A string that is not valid cpulist syntax."""
@@ -27,7 +29,9 @@ def parse_cpulist(text: str) -> list[int]:
         try:
             cpus.update(_expand(part))
         except ValueError as exc:
-            raise CpuListError(f"invalid cpulist item {part!r} in {text.strip()!r}") from exc
+            raise CpuListError(
+                f"invalid cpulist item {excerpt(part)} in {excerpt(text.strip())}"
+            ) from exc
     return sorted(cpus)
 
 
@@ -64,5 +68,5 @@ def parse_cpumask(text: str) -> list[int]:
     try:
         mask = int(digits, 16)
     except ValueError as exc:
-        raise CpuListError(f"invalid CPU mask {text.strip()!r}") from exc
+        raise CpuListError(f"invalid CPU mask {excerpt(text.strip())}") from exc
     return [bit for bit in range(mask.bit_length()) if mask >> bit & 1]

@@ -68,3 +68,12 @@ def excerpt(value: object, limit: int = MAX_EXCERPT, *, quoted: bool = True) -> 
     ``repr`` unless ``quoted`` is false (a path that starts the message)."""
     text = escape(str(value), limit, "line")
     return f"'{text}'" if quoted else text
+
+
+# Longest error message shown; messages quote excerpts, so only a bug reaches this.
+MAX_MESSAGE = 1000
+
+
+def error_line(message: object) -> str:
+    """An error message as one bounded line: the last guard before a terminal or a model."""
+    return escape(str(message), MAX_MESSAGE, "line")

@@ -14,6 +14,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from wp_mcp.graph.safetext import error_line
+
 from wp_mcp import __version__
 
 from .errors import UserError
@@ -78,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UserError as exc:
-        print(f"wp-mcp: error: {exc}", file=sys.stderr)
+        print(f"wp-mcp: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wp-mcp: interrupted", file=sys.stderr)

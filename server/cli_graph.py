@@ -8,6 +8,7 @@ import time
 
 import orjson
 from wp_mcp.graph import formats, native, witty
+from wp_mcp.graph.safetext import escape
 from wp_mcp.graph.store import Store
 
 
@@ -63,8 +64,10 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     print(f"{'ID':<9} {'CREATED':<19} {'NODES':>7} {'EDGES':>8}  ORIGIN")
     for info in infos:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created))
-        origin = (info.origin or "") + (f"  [{info.label}]" if info.label else "")
-        print(f"{info.id:<9} {created:<19} {info.nodes:>7} {info.edges:>8}  {origin}")
+        # origins and labels come from files and users: one escaped, bounded line each
+        origin = escape(info.origin or "", 80, "line")
+        label = f"  [{escape(info.label, 80, 'line')}]" if info.label else ""
+        print(f"{info.id:<9} {created:<19} {info.nodes:>7} {info.edges:>8}  {origin}{label}")
     return 0
 
 

@@ -9,6 +9,8 @@ import logging
 import os
 from typing import Any
 
+from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, excerpt
+
 from .errors import UserError
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ def serve(args: argparse.Namespace) -> int:
         raise UserError("--max-file-mb must be positive")
     for folder in args.allow_dir:
         if not os.path.isdir(folder):
-            raise UserError(f"--allow-dir {folder!r} is not a directory")
+            raise UserError(f"--allow-dir {excerpt(folder, MAX_PATH_EXCERPT)} is not a directory")
     state = ServerState(
         store_path=args.store, allow_dirs=tuple(args.allow_dir), max_file_mb=args.max_file_mb
     )

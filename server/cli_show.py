@@ -9,6 +9,7 @@ from pathlib import Path
 from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
 from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.safetext import excerpt
 
 from .errors import UserError
 
@@ -51,7 +52,7 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--filter wants KEY=VALUE (e.g. kind=thread), got {pair!r}")
+            raise UserError(f"--filter wants KEY=VALUE (e.g. kind=thread), got {excerpt(pair)}")
         filters[key.strip()] = value.strip()
     return filters
 

@@ -11,11 +11,14 @@ instead. Heavy modules are imported inside the tools, so the server answers its 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Annotated, Any, Literal
 
@@ -28,6 +31,7 @@ from mcp.server.mcpserver.prompts.base import Prompt
 from mcp.types import CallToolResult, Completion, TextContent, ToolAnnotations
 from pydantic import Field
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import error_line, excerpt
 
 from wp_mcp import __version__
 
@@ -74,8 +78,9 @@ class WpServer(MCPServer):
             valid = sorted(tool.parameters.get("properties", {}))
             unknown = sorted(set(arguments) - set(valid))
             if unknown:
+                shown = ", ".join(excerpt(arg, 40) for arg in unknown[:10])
                 raise ToolError(
-                    f"{name}: unknown argument(s) {', '.join(unknown)}; valid arguments: "
+                    f"{name}: unknown argument(s) {shown}; valid arguments: "
                     f"{', '.join(valid) or '(none)'}"
                 )
         return await super().call_tool(name, arguments, context)
@@ -91,14 +96,15 @@ def _result(text: str, **structured: Any) -> CallToolResult:
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Errors as tool results the model can act on.
 
-    A UserError from the shared functions becomes its message verbatim; anything else is a
+    A UserError from the shared functions becomes its message as one bounded line (messages
+    quote only excerpts of arguments; this is the guard for any that does not); anything else is a
     bug, reported briefly (details go to the log on stderr) so the model knows the server
     is still up.
     """
 
     def translate(exc: Exception) -> ToolError:
         if isinstance(exc, UserError):
-            return ToolError(str(exc))
+            return ToolError(error_line(exc))
         log.exception("%s failed", fn.__name__)
         return ToolError(
             f"internal error in {fn.__name__} ({type(exc).__name__}); the server is still up: "
@@ -219,6 +225,8 @@ def _stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str
 
 
 def _register_data_tools(server: WpServer, state: ServerState) -> None:
+    running: dict[tuple, _SharedCollection] = {}  # collections in flight, by their arguments
+
     @server.tool(
         name="wp_collect",
         title="Collect a snapshot of this host",
@@ -226,8 +234,10 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
         description=(
             "Collect a topology snapshot of the host the server runs on (processes, threads, "
             "sockets/IPC, NUMA, devices, metrics over window_s seconds, eBPF when usable) and "
-            "store it. Reports progress per collector; cancellable. Returns the snapshot id, "
-            "collector coverage and a short overview."
+            "store it. Reports progress per collector; cancellable. One collection runs at a "
+            "time: a call with the same arguments as the running one joins it (same snapshot "
+            "id), others wait for it. Returns the snapshot id, collector coverage and a short "
+            "overview."
         ),
     )
     @_user_errors
@@ -240,7 +250,19 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
         ] = None,
         label: Annotated[str | None, Field(max_length=200)] = None,
     ) -> CallToolResult:
-        return await _collect(state, ctx, window_s, ebpf, pids, label)
+        key = (window_s, ebpf, tuple(sorted(set(pids))) if pids else None, label)
+        if key in running:
+            return await _join(running[key], ctx)
+        shared = running[key] = _SharedCollection(time.time())
+        try:
+            shared.result = await _collect(state, ctx, window_s, ebpf, pids, label)
+            return shared.result
+        except BaseException as exc:
+            shared.error = exc
+            raise
+        finally:
+            del running[key]
+            shared.finished.set()
 
     @server.tool(
         name="wp_open",
@@ -311,6 +333,46 @@ def _one_line(value: Any) -> str:
     from wp_mcp.converters.text import escape
 
     return "-" if value in (None, "") else escape(str(value))
+
+
+@dataclass
+class _SharedCollection:
+    """A running wp_collect that identical calls join instead of collecting again."""
+
+    started_at: float  # wall clock, shown to the callers that join or wait
+    finished: anyio.Event = field(default_factory=anyio.Event)
+    result: CallToolResult | None = None
+    error: BaseException | None = None
+
+
+JOIN_REPORT_S = 2.0  # how often a joined call tells its client it is still waiting
+
+
+async def _join(shared: _SharedCollection, ctx: Context) -> CallToolResult:
+    """Wait for an identical running collection and answer with its snapshot.
+
+    Cancelling this call stops only the wait: the collection belongs to the call that
+    started it.
+    """
+    started = time.strftime("%H:%M:%S", time.localtime(shared.started_at))
+    for step in itertools.count(1):
+        message = f"joined the identical collection started at {started}; waiting for it"
+        try:
+            await ctx.report_progress(step, None, message)
+        except Exception:  # a gone client must not fail the wait
+            log.debug("progress not delivered: %s", message)
+        with anyio.move_on_after(JOIN_REPORT_S):
+            await shared.finished.wait()
+        if shared.finished.is_set():
+            break
+    if shared.result is not None:
+        return shared.result
+    if isinstance(shared.error, UserError | ToolError):
+        raise ToolError(str(shared.error))
+    raise ToolError(
+        f"the identical collection started at {started} that this call joined was cancelled "
+        "or failed; nothing stored: call wp_collect again"
+    )
 
 
 async def _collect(
@@ -645,7 +707,7 @@ def _report_text(
     sections = {s.name: s for s in report.sections}
     if section not in sections:
         raise UserError(
-            f"no section {section!r} in report {report_id}; sections: {', '.join(sections)}"
+            f"no section {excerpt(section)} in report {report_id}; sections: {', '.join(sections)}"
         )
     wanted = set(sections[section].finding_ids)
     chosen = [asdict(f) for f in report.findings if f.id in wanted]
@@ -666,7 +728,7 @@ def _skill_doc(skill: str, reference: str | None) -> str:
     from wp_mcp.skills import bundle_dir
 
     if skill not in SKILLS:
-        raise UserError(f"unknown skill {skill!r}; skills: {', '.join(SKILLS)}")
+        raise UserError(f"unknown skill {excerpt(skill)}; skills: {', '.join(SKILLS)}")
     folder = bundle_dir(skill)
     refs_dir = folder / "references"
     refs = sorted(p.name for p in refs_dir.iterdir() if p.is_file()) if refs_dir.is_dir() else []
@@ -675,7 +737,7 @@ def _skill_doc(skill: str, reference: str | None) -> str:
         return f"{(folder / 'SKILL.md').read_text(encoding='utf-8')}\n\nreferences: {listing}"
     if reference not in refs:  # names only: no path can escape the bundle
         raise UserError(
-            f"unknown reference {reference!r} for {skill}; references: {', '.join(refs) or '(none)'}"
+            f"unknown reference {excerpt(reference)} for {skill}; references: {', '.join(refs) or '(none)'}"
         )
     return (refs_dir / reference).read_text(encoding="utf-8")
 
@@ -689,7 +751,7 @@ def _resource_errors(fn: Callable[..., str]) -> Callable[..., str]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            raise ResourceError(str(exc)) from None
+            raise ResourceError(error_line(exc)) from None
 
     return wrapper
 

@@ -9,6 +9,7 @@ answer.
 from __future__ import annotations
 
 import logging
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
+from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, excerpt
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -29,6 +31,7 @@ T = TypeVar("T")
 
 DEFAULT_MAX_FILE_MB = DEFAULT_MAX_BYTES / 2**20  # the graph readers' own limit
 PAGE_CACHE_SIZE = 256  # rendered pages are small
+_PATH_MAX = 4096  # Linux: no longer path names a file
 
 
 class _Lru:
@@ -113,37 +116,53 @@ class ServerState:
     def check_import_path(self, path: str) -> Path:
         """The real path of a file the model may import, or a UserError saying why not.
 
-        Symlinks are resolved before the check, so a link inside an allowed root cannot
-        point outside it.
+        The path is resolved (symlinks followed) and checked against the roots before
+        anything about the file itself is looked at: outside the roots, an existing and a
+        missing file get the same answer, so the tool cannot probe the file system.
         """
         roots = self.allowed_roots()
         listed = ", ".join(str(r) for r in roots) or "(none)"
-        candidate = Path(path).expanduser()
-        if not candidate.is_absolute():
-            candidate = Path.cwd() / candidate
+        real = _resolve(path)
+        if real is None or not any(real == root or real.is_relative_to(root) for root in roots):
+            raise UserError(
+                f"{excerpt(path, MAX_PATH_EXCERPT)} is outside the allowed roots "
+                f"({listed}); move the file there, or restart the server with --allow-dir DIR"
+            )
         try:
-            real = candidate.resolve(strict=True)
-        except (OSError, RuntimeError):
+            info = real.stat()
+        except OSError:
             raise UserError(
-                f"no such file: {path!r}; give a path below an allowed root ({listed})"
+                f"no such file: {excerpt(path, MAX_PATH_EXCERPT)}; give a path below an "
+                f"allowed root ({listed})"
             ) from None
-        if not any(real == root or real.is_relative_to(root) for root in roots):
+        if not stat.S_ISREG(info.st_mode):
             raise UserError(
-                f"{path!r} is outside the allowed roots ({listed}); move the file there, or "
-                "restart the server with --allow-dir DIR"
+                f"{excerpt(path, MAX_PATH_EXCERPT)} is not a regular file; give a graph file "
+                "(.json or .json.gz)"
             )
-        if not real.is_file():
-            raise UserError(
-                f"{path!r} is not a regular file; give a graph file (.json or .json.gz)"
-            )
-        size_mb = real.stat().st_size / 2**20
+        size_mb = info.st_size / 2**20
         if size_mb > self.max_file_mb:
             raise UserError(
-                f"{path!r} is {size_mb:.1f} MiB, over the {self.max_file_mb:g} MiB limit; "
-                "restart the server with --max-file-mb N to allow it"
+                f"{excerpt(path, MAX_PATH_EXCERPT)} is {size_mb:.1f} MiB, over the "
+                f"{self.max_file_mb:g} MiB limit; restart the server with --max-file-mb N to "
+                "allow it"
             )
         return real
 
     @property
     def max_file_bytes(self) -> int:
         return int(self.max_file_mb * 2**20)
+
+
+def _resolve(path: str) -> Path | None:
+    """The absolute path with every existing symlink followed; None for a path no file can
+    have (NUL byte, over the kernel's length limit, a symlink loop)."""
+    if "\x00" in path or len(path) >= _PATH_MAX:
+        return None
+    try:
+        candidate = Path(path).expanduser()
+        if not candidate.is_absolute():
+            candidate = Path.cwd() / candidate
+        return candidate.resolve(strict=False)
+    except (OSError, RuntimeError, ValueError):
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import excerpt
 
 # Kept under 2 KB (a test enforces it): the model reads this before every session.
 INSTRUCTIONS = """\
@@ -90,6 +91,6 @@ def _decode(cursor: str | None, total: int, again: str) -> int:
     if cursor.startswith("t") and cursor[1:].isdigit() and int(cursor[1:]) < max(total, 1):
         return int(cursor[1:])
     raise UserError(
-        f"unknown cursor {cursor!r}: use the next_cursor of the previous answer, or call "
+        f"unknown cursor {excerpt(cursor)}: use the next_cursor of the previous answer, or call "
         f"{again} without a cursor for the first page"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import excerpt
 
 from .analysis import Analysis
 from .report import Evidence, Finding, Report, Section
@@ -38,7 +39,7 @@ def _engine(name: str):
     elif name == "hotspot-thread-discovery":
         from .hotspot_thread_discovery import engine
     else:
-        raise UserError(f"unknown skill {name!r}; skills: {', '.join(SKILL_NAMES)}")
+        raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
     return engine
 
 
@@ -101,7 +102,7 @@ def _coverage(graph: Graph) -> Section:
 def bundle_dir(name: str) -> Path:
     """The folder with a skill's SKILL.md and references/."""
     if name not in SKILL_NAMES:
-        raise UserError(f"unknown skill {name!r}; skills: {', '.join(SKILL_NAMES)}")
+        raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
     return _ROOT / name.replace("-", "_")
 
 
