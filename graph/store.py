@@ -24,6 +24,7 @@ import orjson
 from . import native
 from .errors import UserError
 from .graph import Graph
+from .safetext import excerpt
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
@@ -193,9 +194,9 @@ class Store:
             return rows[0][0]
         if len(rows) > 1:
             raise UserError(
-                f"snapshot prefix {ref!r} is ambiguous: {', '.join(r[0] for r in rows)}…"
+                f"snapshot prefix {excerpt(ref)} is ambiguous: {', '.join(r[0] for r in rows)}…"
             )
-        raise UserError(f"no snapshot {ref!r}; {self._known_hint()}")
+        raise UserError(f"no snapshot {excerpt(ref)}; {self._known_hint()}")
 
     def _known_hint(self) -> str:
         recent = self.list(limit=5)
@@ -303,7 +304,7 @@ class Store:
         if row is None:
             recent = ", ".join(r.id for r in self.list_reports()[:5])
             hint = f"known reports: {recent}" if recent else "no reports yet: run a skill first"
-            raise UserError(f"no report {ref!r}; {hint}")
+            raise UserError(f"no report {excerpt(ref)}; {hint}")
         return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
 
     def list_reports(self, snapshot_id: str | None = None) -> list[StoredReport]:
