@@ -368,7 +368,7 @@ async def _join(shared: _SharedCollection, ctx: Context) -> CallToolResult:
     if shared.result is not None:
         return shared.result
     if isinstance(shared.error, UserError | ToolError):
-        raise ToolError(str(shared.error))
+        raise shared.error  # the same answer as the call it joined (e.g. eBPF unusable)
     raise ToolError(
         f"the identical collection started at {started} that this call joined was cancelled "
         "or failed; nothing stored: call wp_collect again"
