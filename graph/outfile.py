@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from .errors import UserError
+from .safetext import MAX_PATH_EXCERPT, excerpt
 
 _NON_REGULAR = (
     (stat.S_ISLNK, "symbolic link"),
@@ -59,7 +60,7 @@ def check_target(path: str | Path) -> Path:
     except FileNotFoundError:
         if not target.parent.is_dir():
             raise UserError(
-                f"cannot write {target}: the folder {target.parent} does not exist"
+                f"cannot write {shown(target)}: the folder {shown(target.parent)} does not exist"
             ) from None
         return target
     except OSError as exc:
@@ -67,7 +68,7 @@ def check_target(path: str | Path) -> Path:
     for is_kind, kind in _NON_REGULAR:
         if is_kind(mode):
             raise UserError(
-                f"refusing to write {target}: it is a {kind}, not a regular file "
+                f"refusing to write {shown(target)}: it is a {kind}, not a regular file "
                 "(--out replaces regular files only)"
             )
     return target
@@ -79,8 +80,13 @@ def describe_os_error(exc: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def shown(path: str | Path) -> str:
+    """A path as an error message quotes it: escaped, and cut if it is absurdly long."""
+    return excerpt(path, MAX_PATH_EXCERPT, quoted=False)
+
+
 def _write_error(target: Path, exc: OSError) -> UserError:
-    return UserError(f"cannot write {target}: {describe_os_error(exc)}")
+    return UserError(f"cannot write {shown(target)}: {describe_os_error(exc)}")
 
 
 def _create_temp(target: Path) -> tuple[int, Path]:
@@ -92,7 +98,7 @@ def _create_temp(target: Path) -> tuple[int, Path]:
             continue
         except OSError as exc:
             raise _write_error(target, exc) from None
-    raise UserError(f"cannot write {target}: no free temporary name beside it")
+    raise UserError(f"cannot write {shown(target)}: no free temporary name beside it")
 
 
 def _write_all(fd: int, data: bytes, mode: int) -> None:

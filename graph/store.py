@@ -4,17 +4,28 @@ Snapshots are immutable once stored: the graph in native form (zlib-compressed) 
 metadata the listing shows. Reports produced by skills are stored beside the snapshot they
 were computed from. Every write is one transaction, so a process killed mid-write leaves
 every earlier snapshot readable; WAL lets readers run while a writer writes.
+
+Snapshots hold command lines and host details, so the directory is created 0700 and the
+database 0600 (SQLite gives its -wal and -shm files the database's mode). A store that
+cannot be written (a read-only mount, another user's files) is opened read-only: it can
+be listed, shown and exported, and only a write says that the store is read-only. SQLite's
+errors become one line that names the cause: "no space left on device", not "disk I/O
+error".
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import secrets
 import sqlite3
+import stat
 import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,34 +35,42 @@ import orjson
 from . import native
 from .errors import UserError
 from .graph import Graph
+from .outfile import describe_os_error, shown
 from .safetext import excerpt
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
 _CACHE_SIZE = 4  # graphs kept parsed in memory: views of one snapshot must not re-read it
+# Below this much free space an I/O error is the disk being full: SQLite reports a full
+# disk met while mapping its shared-memory file as "disk I/O error".
+_NEARLY_FULL_BYTES = 1 << 20
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS snapshots (
-    id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
-    label TEXT,
-    origin TEXT,
-    hosts TEXT NOT NULL,
-    nodes INTEGER NOT NULL,
-    edges INTEGER NOT NULL,
-    size INTEGER NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS reports (
-    id TEXT PRIMARY KEY,
-    snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    skill TEXT NOT NULL,
-    created REAL NOT NULL,
-    data BLOB NOT NULL,
-    markdown TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS reports_by_snapshot ON reports(snapshot_id);
-"""
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS snapshots (
+        id TEXT PRIMARY KEY,
+        created REAL NOT NULL,
+        label TEXT,
+        origin TEXT,
+        hosts TEXT NOT NULL,
+        nodes INTEGER NOT NULL,
+        edges INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        content_sha256 TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS reports (
+        id TEXT PRIMARY KEY,
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        skill TEXT NOT NULL,
+        created REAL NOT NULL,
+        data BLOB NOT NULL,
+        markdown TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS reports_by_snapshot ON reports(snapshot_id)",
+)
+# Columns added after the first release: (table, column, declaration), added where missing.
+_ADDED_COLUMNS = (("snapshots", "content_sha256", "TEXT"),)
+_ADDED_INDEXES = ("CREATE INDEX IF NOT EXISTS snapshots_by_content ON snapshots(content_sha256)",)
 
 
 def default_store_path() -> Path:
@@ -88,18 +107,15 @@ class Store:
     def __init__(self, path: str | Path | None = None, keep: int | None = None) -> None:
         self.path = Path(path).expanduser() if path else default_store_path()
         self.keep = keep if keep is not None else int(os.environ.get("WP_MCP_KEEP", DEFAULT_KEEP))
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(
-                f"cannot create the store directory {self.path}: {exc.strerror}"
-            ) from None
         self.db_path = self.path / DB_NAME
+        self.read_only = not _prepare_files(self.path, self.db_path)
         self._local = threading.local()
         self._cache: OrderedDict[str, Graph] = OrderedDict()
         self._cache_lock = threading.Lock()
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        db = self._connect()  # an unusable store is said now, not at the first read
+        if not self.read_only and not _schema_is_current(db):
+            with self._transaction("cannot open the store") as db:
+                _create_schema(db)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -107,15 +123,71 @@ class Store:
         """One connection per thread (sqlite3 connections must not cross threads)."""
         db = getattr(self._local, "db", None)
         if db is None:
-            try:
-                db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.DatabaseError as exc:
-                raise UserError(f"the store {self.db_path} is not usable: {exc}") from None
+            with self._errors("cannot open the store"):
+                db = self._open_read_only() if self.read_only else self._open_writable()
             self._local.db = db
         return db
+
+    def _open_writable(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        if not self.db_path.exists():
+            raise UserError(f"the store {shown(self.path)} is read-only and holds no snapshots yet")
+        uri = self.db_path.absolute().as_uri() + "?mode=ro"
+        try:
+            return _open_uri(uri)
+        except sqlite3.OperationalError as exc:
+            # Reading a WAL database needs a -shm file, which a read-only directory cannot
+            # get. With no -wal either, the database file is all there is: read it as such.
+            if getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or _has_wal(self.db_path):
+                raise
+            return _open_uri(uri + "&immutable=1")
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """SQLite's errors as one line that names the cause and the store."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise UserError(f"{doing}: {self._cause(exc)}") from None
+
+    def _cause(self, exc: sqlite3.Error) -> str:
+        name = getattr(exc, "sqlite_errorname", "")
+        if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and self._nearly_full()):
+            return f"no space left on device ({shown(self.path)})"
+        if name.startswith("SQLITE_READONLY"):
+            return f"the store is read-only ({shown(self.path)})"
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            return f"the store {shown(self.db_path)} is not usable: {exc}"
+        return f"{exc} ({shown(self.path)})"
+
+    def _nearly_full(self) -> bool:
+        try:
+            fs = os.statvfs(self.path)
+        except OSError:
+            return False
+        return fs.f_bavail * fs.f_frsize < _NEARLY_FULL_BYTES
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any failure rolls it back and is said in one line."""
+        if self.read_only:
+            raise UserError(f"{doing}: the store is read-only ({shown(self.path)})")
+        db = self._connect()
+        with self._errors(doing):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:  # SQLite rolls back by itself on a full disk
+                    db.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
@@ -131,15 +203,29 @@ class Store:
 
     # ------------------------------------------------------------------ snapshots
 
-    def put(self, graph: Graph, label: str | None = None) -> str:
-        """Store a graph; returns its snapshot id."""
-        blob = zlib.compress(native.dumps(graph), 1)
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+    def put(self, graph: Graph, label: str | None = None, *, reuse_same: bool = False) -> str:
+        """Store a graph; returns its snapshot id.
+
+        With ``reuse_same``, a graph whose content is already stored is not stored again:
+        the id of the newest snapshot with that content is returned (running a skill on
+        one file again and again must not push real snapshots out of retention).
+        """
+        document = native.dumps(graph)
+        content = hashlib.sha256(document).hexdigest()
+        blob = zlib.compress(document, 1)
+        with self._transaction("cannot store the snapshot") as db:
+            if reuse_same:
+                same = db.execute(
+                    "SELECT id FROM snapshots WHERE content_sha256=? "
+                    "ORDER BY created DESC, rowid DESC LIMIT 1",
+                    (content,),
+                ).fetchone()
+                if same is not None:
+                    return same[0]
             snapshot_id = self._new_id(db, "snapshots", "s")
             db.execute(
-                "INSERT INTO snapshots VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO snapshots (id, created, label, origin, hosts, nodes, edges, size, "
+                "data, content_sha256) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     snapshot_id,
                     time.time(),
@@ -150,13 +236,10 @@ class Store:
                     graph.edge_count,
                     len(blob),
                     blob,
+                    content,
                 ),  # fmt: skip
             )
             self._apply_retention(db)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         return snapshot_id
 
     def _apply_retention(self, db: sqlite3.Connection) -> None:
@@ -251,15 +334,9 @@ class Store:
 
     def delete(self, ref: str) -> str:
         snapshot_id = self.resolve(ref)
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction("cannot delete the snapshot") as db:
             db.execute("DELETE FROM reports WHERE snapshot_id=?", (snapshot_id,))
             db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         self._forget(snapshot_id)
         return snapshot_id
 
@@ -272,18 +349,12 @@ class Store:
     def put_report(self, snapshot_id: str, skill: str, data: dict[str, Any], markdown: str) -> str:
         snapshot_id = self.resolve(snapshot_id)
         blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction("cannot store the report") as db:
             report_id = self._new_id(db, "reports", "r")
             db.execute(
                 "INSERT INTO reports VALUES (?,?,?,?,?,?)",
                 (report_id, snapshot_id, skill, time.time(), blob, markdown),
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         return report_id
 
     def get_report(self, ref: str) -> StoredReport:
@@ -329,3 +400,78 @@ def _info(row: tuple) -> SnapshotInfo:
 
 def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+# ---------------------------------------------------------------------- files and schema
+
+
+def _prepare_files(directory: Path, db_path: Path) -> bool:
+    """Create the store's directory (0700) and database file (0600) where missing;
+    whether the store can be written."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the store directory {shown(directory)}: {describe_os_error(exc)}"
+        ) from None
+    if not os.access(directory, os.W_OK):  # -wal and -shm are created beside the database
+        return False
+    try:
+        # SQLite takes an empty file for a new database, and keeps its mode
+        os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        _make_private(db_path)
+        return os.access(db_path, os.W_OK)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the store {shown(db_path)}: {describe_os_error(exc)}"
+        ) from None
+    return True
+
+
+def _make_private(db_path: Path) -> None:
+    """Stores made before the database was created 0600 were readable by every user."""
+    for path in (db_path, *_wal_files(db_path)):
+        with contextlib.suppress(OSError):  # not ours, or gone: leave it as it is
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.chmod(path, 0o600)
+
+
+def _wal_files(db_path: Path) -> tuple[Path, Path]:
+    return db_path.with_name(db_path.name + "-wal"), db_path.with_name(db_path.name + "-shm")
+
+
+def _has_wal(db_path: Path) -> bool:
+    try:
+        return _wal_files(db_path)[0].stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: assume there is one, so it is never ignored
+
+
+def _open_uri(uri: str) -> sqlite3.Connection:
+    db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+    db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file for real
+    return db
+
+
+def _schema_is_current(db: sqlite3.Connection) -> bool:
+    """Read-only check, so opening an up-to-date store never waits for a writer."""
+    return all(column in _columns(db, table) for table, column, _ in _ADDED_COLUMNS)
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    """The tables, and any column a store made by an earlier version lacks."""
+    for statement in _SCHEMA:
+        db.execute(statement)
+    for table, column, declaration in _ADDED_COLUMNS:
+        if column not in _columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    for statement in _ADDED_INDEXES:
+        db.execute(statement)

@@ -156,10 +156,12 @@ def _layers(text: str) -> list[int]:
 
 
 def _load(store, source: str) -> tuple[Graph, str]:
-    """A graph file (stored on the way, so its report has a snapshot) or a stored snapshot."""
+    """A graph file or a stored snapshot. A file's report needs a snapshot to belong to: the
+    file is stored once, and runs on the same content again reuse that snapshot, so they
+    never push collected snapshots out of retention."""
     if Path(source).exists():
         graph = formats.load_any(source)
-        return graph, store.put(graph, label=f"file {Path(source).name}")
+        return graph, store.put(graph, label=f"file {Path(source).name}", reuse_same=True)
     snapshot_id = store.resolve(source)
     return store.get(snapshot_id), snapshot_id
 

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 from wp_mcp.graph import Graph, UserError, native, witty
 from wp_mcp.graph.store import Store, default_store_path
+from wp_mcp.graph.synthetic import cluster_graph
+from wp_mcp.server.cli import main
 from wp_testdata import WITTY_GRAPH
 
 
@@ -143,3 +148,142 @@ def test_a_writer_killed_mid_write_loses_nothing_stored(store_dir, fixture_graph
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     for info in after.list():  # whatever the killed writer committed is whole
         after.get(info.id)
+
+
+# ---------------------------------------------------------------------- permissions
+
+
+def mode_of(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_the_store_is_private_whatever_the_umask(tmp_path, fixture_graph):
+    old_umask = os.umask(0)
+    try:
+        store = Store(tmp_path / "store")
+        store.put(fixture_graph)
+    finally:
+        os.umask(old_umask)
+    files = ["store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm"]  # open: WAL files exist
+    assert mode_of(tmp_path / "store") == 0o700
+    assert {name: mode_of(tmp_path / "store" / name) for name in files} == dict.fromkeys(
+        files, 0o600
+    )
+
+
+def test_a_store_made_readable_by_all_is_made_private(store_dir):
+    Store(store_dir).close()
+    (store_dir / "store.sqlite3").chmod(0o644)  # as earlier versions created it
+    Store(store_dir)
+    assert mode_of(store_dir / "store.sqlite3") == 0o600
+
+
+# ---------------------------------------------------------------------- older stores
+
+
+OLD_SCHEMA = """
+CREATE TABLE snapshots (id TEXT PRIMARY KEY, created REAL NOT NULL, label TEXT, origin TEXT,
+    hosts TEXT NOT NULL, nodes INTEGER NOT NULL, edges INTEGER NOT NULL, size INTEGER NOT NULL,
+    data BLOB NOT NULL);
+CREATE TABLE reports (id TEXT PRIMARY KEY, snapshot_id TEXT NOT NULL REFERENCES snapshots(id)
+    ON DELETE CASCADE, skill TEXT NOT NULL, created REAL NOT NULL, data BLOB NOT NULL,
+    markdown TEXT NOT NULL);
+"""
+
+
+def test_a_store_from_before_content_hashes_keeps_its_snapshots(store_dir, fixture_graph):
+    store_dir.mkdir()
+    blob = zlib.compress(native.dumps(fixture_graph), 1)
+    with sqlite3.connect(store_dir / "store.sqlite3") as db:
+        db.executescript(OLD_SCHEMA)
+        db.execute(
+            "INSERT INTO snapshots VALUES ('s000001', 1.0, 'old', 'x', '[]', 129, 0, ?, ?)",
+            (len(blob), blob),
+        )
+    store = Store(store_dir)
+    assert len(store.get("s000001").nodes) == 129
+    first = store.put(fixture_graph, reuse_same=True)  # the old row has no hash: stored anew
+    assert store.put(fixture_graph, reuse_same=True) == first
+    assert [info.id for info in store.list()] == [first, "s000001"]
+
+
+# ---------------------------------------------------------------------- read-only, full disk
+
+
+def test_a_read_only_store_is_readable_and_only_writes_are_refused(
+    small_disk, fixture_graph, capsys, tmp_path
+):
+    store_path = small_disk.root / "store"
+    store = Store(store_path)
+    kept = store.put(fixture_graph, label="kept")
+    store.close()
+    small_disk.make_read_only()
+
+    reader = Store(store_path)
+    assert reader.read_only
+    assert [info.id for info in reader.list()] == [kept]
+    assert len(reader.get(kept).nodes) == 129
+    cli = ["--store", str(store_path)]
+    assert main([*cli, "snapshots"]) == 0
+    assert kept in capsys.readouterr().out
+    assert main([*cli, "export", kept, "--out", str(tmp_path / "copy.json")]) == 0
+    assert main([*cli, "show", kept]) == 0
+    capsys.readouterr()
+    for write in (["import", str(WITTY_GRAPH)], ["delete", kept], ["diagnose", kept]):
+        assert main([*cli, *write]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.count("\n") == 1
+        assert "the store is read-only" in err
+
+
+def test_a_disk_filling_up_during_a_write_is_one_line_and_keeps_every_snapshot(
+    small_disk, fixture_graph
+):
+    store = Store(small_disk.root / "store", keep=0)
+    kept = [store.put(fixture_graph, label=f"before {i}") for i in range(3)]
+    filler = small_disk.fill()
+    big = cluster_graph(hosts=2)  # some 60 KB compressed: no room for it
+    with pytest.raises(UserError) as refused:
+        store.put(big)
+    assert str(refused.value) == (
+        f"cannot store the snapshot: no space left on device ({small_disk.root / 'store'})"
+    )
+    assert [info.id for info in store.list()] == kept[::-1]
+    store.close()
+    filler.unlink()
+    after = Store(small_disk.root / "store")
+    assert [len(after.get(snapshot).nodes) for snapshot in kept] == [129] * 3
+    assert after.put(big)  # and, with room again, the store takes writes
+
+
+def test_an_already_full_disk_says_so_plainly(small_disk, fixture_graph, capsys):
+    store_path = small_disk.root / "store"
+    store = Store(store_path)
+    store.put(fixture_graph)
+    store.close()
+    small_disk.fill()
+    for command in (["snapshots"], ["import", str(WITTY_GRAPH)]):
+        assert main(["--store", str(store_path), *command]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.count("\n") == 1
+        assert f"no space left on device ({store_path})" in err
+        assert "disk I/O error" not in err
+
+
+# ---------------------------------------------------------------------- files run by skills
+
+
+def test_repeated_runs_on_one_file_store_it_once(store_dir, capsys, monkeypatch):
+    monkeypatch.setenv("WP_MCP_KEEP", "4")
+    store = Store(store_dir)
+    collected = [store.put(Graph(), label=f"collected {i}") for i in range(3)]
+    runs = [["diagnose", str(WITTY_GRAPH)]] * 3 + [
+        ["skill", "run", "hotspot-thread-discovery", str(WITTY_GRAPH)]
+    ]
+    for argv in runs:
+        assert main(argv) == 0
+    reported_on = set(re.findall(r"^report \w+ \(snapshot (\w+)\)", capsys.readouterr().err, re.M))
+    assert len(reported_on) == 1  # every run's report belongs to the one stored file
+    listed = [info.id for info in store.list()]
+    assert listed == [*reported_on, *collected[::-1]]  # no collected snapshot pushed out
+    assert len(store.list_reports(listed[0])) == len(runs)
