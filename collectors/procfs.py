@@ -40,10 +40,10 @@ from wp_mcp.graph.model import (
     SocketNode,
     ThreadNode,
 )
+from wp_mcp.graph.redact import redact_argv
 
 from .base import Collector, Context, Outcome, add_typed_node
 from .cpulist import format_cpulist
-from .redact import redact_argv
 from .taskstat import CLOCK_TICKS, list_tids, parse_int, parse_stat, scoped_pids
 
 if TYPE_CHECKING:

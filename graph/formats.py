@@ -9,6 +9,7 @@ from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .rawio import read_json_file
+from .redact import redact_graph
 
 FORMATS = ("wp-graph", "witty")
 
@@ -21,11 +22,17 @@ def detect(doc: object) -> str | None:
     return None
 
 
-def load_any(path: str | Path, max_bytes: int | None = None) -> Graph:
-    """Load a graph file of either format; one-line FormatError for anything else."""
+def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True) -> Graph:
+    """Load a graph file of either format; one-line FormatError for anything else. Secrets in
+    its command lines and metadata are redacted, as a collection would have (``redact``)."""
     origin = str(path)
     with cyclic_gc_paused():
-        return _load_doc(read_json_file(path, max_bytes), origin)
+        graph = _load_doc(read_json_file(path, max_bytes), origin)
+        if redact:
+            # files come from other hosts and tools, which may not have redacted anything
+            redact_graph(graph)
+            graph.meta.capabilities["redacted_cmdlines"] = True
+        return graph
 
 
 def _load_doc(doc: object, origin: str) -> Graph:

@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", help="graph file (.json or .json.gz)")
     p.add_argument("--label", help="a note to show in `snapshots`")
+    p.add_argument("--no-redact", action="store_true",
+                   help="keep secrets in command lines (redacted by default)")  # fmt: skip
     p.set_defaults(handler=cmd_import)
 
     p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
@@ -42,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    graph = formats.load_any(args.file)  # validates fully before anything is stored
+    # validates fully before anything is stored
+    graph = formats.load_any(args.file, redact=not args.no_redact)
     snapshot_id = open_store(args).put(graph, label=args.label)
     print(snapshot_id)
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(graph.kinds().items()))

@@ -1,5 +1,5 @@
-"""Parsers that need no live host: secret redaction, container ids from cgroup paths, and
-procfs readers pointed at a tree the test builds."""
+"""Parsers that need no live host: container ids from cgroup paths, and procfs readers
+pointed at a tree the test builds (secret redaction: tests/graph/test_redact.py)."""
 
 from __future__ import annotations
 
@@ -7,36 +7,10 @@ import pytest
 from wp_mcp.collectors.base import Context
 from wp_mcp.collectors.containers import parse_cgroup
 from wp_mcp.collectors.procfs import ProcfsCollector, cgroup_path, read_sysv_shm
-from wp_mcp.collectors.redact import REDACTED, redact_argv, redact_cmdline
 from wp_mcp.graph import Graph
+from wp_mcp.graph.redact import REDACTED
 
 CID = "0123456789abcdef" * 4
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--password=hunter2"], ["--password=" + REDACTED]),
-        (["--hf-token", "hf_abc", "--lr", "3"], ["--hf-token", REDACTED, "--lr", "3"]),
-        (["API_KEY=sk-1", "python"], ["API_KEY=" + REDACTED, "python"]),
-        (
-            ["--db", "postgres://bob:s3cret@db:5432/x"],
-            ["--db", f"postgres://bob:{REDACTED}@db:5432/x"],
-        ),
-        (["-H", "Authorization: Bearer abc.def"], ["-H", f"Authorization: Bearer {REDACTED}"]),
-        (["--client-secret", "x", "--verbose"], ["--client-secret", REDACTED, "--verbose"]),
-        (
-            ["--num-passes", "3", "--author=me", "--tokenizer", "gpt2"],
-            ["--num-passes", "3", "--author=me", "--tokenizer", "gpt2"],
-        ),
-    ],
-)
-def test_secrets_are_redacted_and_ordinary_flags_kept(argv, expected):
-    assert redact_argv(argv) == expected
-
-
-def test_redact_cmdline_keeps_the_flag_name():
-    assert redact_cmdline("train --secret abc") == f"train --secret {REDACTED}"
 
 
 @pytest.mark.parametrize(
