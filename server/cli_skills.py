@@ -180,14 +180,14 @@ def _collect(args: argparse.Namespace) -> Graph:
 
 def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> None:
     markdown = report.to_markdown()
-    report_id = store.put_report(snapshot_id, report.skill, report.to_dict(), markdown)
     if args.format == "json":
         body = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
     else:
         body = markdown
-    if args.out:
+    if args.out:  # first: a file that cannot be written (disk full) leaves no report stored
         write_output(args.out, body.encode())
-    else:
+    report_id = store.put_report(snapshot_id, report.skill, report.to_dict(), markdown)
+    if not args.out:
         sys.stdout.write(body)
     counts = report.counts()
     print(
