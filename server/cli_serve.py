@@ -16,6 +16,10 @@ from .errors import UserError
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "WP_MCP_TOKEN"
+# A session costs ~27 KB until it is closed or expires; a client that never closes its
+# sessions must not grow the server without bound (the SDK's defaults are 10,000 and 30 min).
+DEFAULT_MAX_SESSIONS = 100
+DEFAULT_SESSION_IDLE_S = 600.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,13 +31,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run the wp-mcp MCP server. stdio is for assistants that spawn it (Claude Code, "
             "Claude Desktop, IDEs); http serves streamable HTTP on loopback, or on another "
-            f"address only with a bearer token (--token or ${TOKEN_ENV})."
+            f"address only with a bearer token (--token-file, ${TOKEN_ENV} or --token)."
         ),
     )
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="http bind address (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="http port (default 8765)")
-    p.add_argument("--token", help=f"bearer token clients must send (http; or ${TOKEN_ENV})")
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"http: read the bearer token clients must send from FILE's first line (or ${TOKEN_ENV})",
+    )
+    token.add_argument(
+        "--token", help="http: the bearer token itself (visible in `ps`: prefer --token-file)"
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        metavar="N",
+        help=f"http: most sessions open at once; more are refused (default {DEFAULT_MAX_SESSIONS})",
+    )
+    p.add_argument(
+        "--session-idle-s",
+        type=float,
+        default=DEFAULT_SESSION_IDLE_S,
+        metavar="S",
+        help=f"http: close a session after S seconds without a request (default {DEFAULT_SESSION_IDLE_S:g})",
+    )
     p.add_argument(
         "--allow-host",
         action="append",
@@ -64,6 +90,8 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.max_file_mb <= 0:
         raise UserError("--max-file-mb must be positive")
+    if args.max_sessions < 1 or not 0 < args.session_idle_s < float("inf"):
+        raise UserError("--max-sessions and --session-idle-s must be positive")
     for folder in args.allow_dir:
         if not os.path.isdir(folder):
             raise UserError(f"--allow-dir {excerpt(folder, MAX_PATH_EXCERPT)} is not a directory")
@@ -74,9 +102,28 @@ def serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server.run("stdio")
         return 0
-    token = args.token or os.environ.get(TOKEN_ENV)
-    _serve_http(server, args.host, args.port, token, args.allow_host)
+    sessions = {"max_sessions": args.max_sessions, "session_idle_timeout": args.session_idle_s}
+    _serve_http(server, args.host, args.port, read_token(args), args.allow_host, sessions)
     return 0
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    """The bearer token from --token, --token-file or the environment (None: no token)."""
+    if args.token_file is None:
+        return args.token or os.environ.get(TOKEN_ENV) or None
+    shown = excerpt(args.token_file, MAX_PATH_EXCERPT)
+    try:
+        with open(args.token_file, encoding="utf-8") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            token = handle.readline(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise UserError(f"--token-file {shown}: cannot read: {reason}") from None
+    if not token:
+        raise UserError(f"--token-file {shown}: the first line is empty; put the token there")
+    if mode & 0o077:
+        log.warning("--token-file %s is readable by other users: chmod 600 it", shown)
+    return token
 
 
 def _is_loopback(host: str) -> bool:
@@ -89,7 +136,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve_http(
-    server: Any, host: str, port: int, token: str | None, extra_hosts: list[str]
+    server: Any,
+    host: str,
+    port: int,
+    token: str | None,
+    extra_hosts: list[str],
+    sessions: dict[str, Any],
 ) -> None:
     """Streamable HTTP with Host/Origin checks; a bearer token is required off loopback."""
     import anyio
@@ -98,7 +150,8 @@ def _serve_http(
 
     if not _is_loopback(host) and not token:
         raise UserError(
-            f"--host {host} is not loopback: set a bearer token with --token or ${TOKEN_ENV}"
+            f"--host {excerpt(host)} is not loopback: set a bearer token with --token-file or "
+            f"${TOKEN_ENV}"
         )
     names = _host_names(host, extra_hosts)
     addresses = sorted({f"{name}:{port}" for name in names} | names)
@@ -107,7 +160,7 @@ def _serve_http(
         allowed_hosts=addresses,
         allowed_origins=[f"http://{address}" for address in addresses],
     )
-    app = server.streamable_http_app(transport_security=security, host=host)
+    app = server.streamable_http_app(transport_security=security, host=host, **sessions)
     if token:
         app = BearerAuth(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
@@ -128,28 +181,35 @@ def _host_names(host: str, extra_hosts: list[str]) -> set[str]:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``.
+
+    The scheme is matched case-insensitively (RFC 7235: ``bearer`` is as good as ``Bearer``);
+    the token is compared in constant time, so its prefix cannot be guessed by timing.
+    """
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"text/plain"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }  # fmt: skip
-                )
-                await send(
-                    {"type": "http.response.body", "body": b"missing or wrong bearer token\n"}
-                )
-                return
+        if scope["type"] == "http" and not self._authorized(scope):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"text/plain"),
+                        (b"www-authenticate", b"Bearer"),
+                    ],
+                }  # fmt: skip
+            )
+            await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+            return
         await self.app(scope, receive, send)
+
+    def _authorized(self, scope: dict) -> bool:
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, credentials = header.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(
+            credentials.strip(), self._expected
+        )
