@@ -31,7 +31,6 @@ def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True
         if redact:
             # files come from other hosts and tools, which may not have redacted anything
             redact_graph(graph)
-            graph.meta.capabilities["redacted_cmdlines"] = True
         return graph
 
 

@@ -449,20 +449,21 @@ def _redact_scalar(key: object, item: object) -> object:
     return redact_cmdline(item) if isinstance(item, str) else item
 
 
+REDACTED_KINDS = frozenset({"process", "thread", "witty_entity"})
+
+
 def redact_graph(graph: Graph) -> None:
-    """Redact an imported graph in place: command lines and nested structures of process and
-    thread nodes (and of entities of unknown type), and the file's own extra metadata (a
-    witty file's ``env``)."""
+    """Redact an imported graph in place: the command lines of process and thread nodes (and
+    of entities of unknown type) and every attribute the model does not declare (a witty
+    entity's ``details``, a thread's copy of its process, environments), and the file's own
+    extra metadata (a witty file's ``env``). Declared attributes other than command lines
+    are typed numbers, CPU lists and paths: not read, which keeps large imports cheap."""
     for node in graph.nodes.values():
-        if node.kind not in ("process", "thread", "witty_entity"):
+        if node.kind not in REDACTED_KINDS:
             continue
-        for name, item in list(node.__dict__.items()):
-            if name in ("id", "kind", "source"):
-                continue
-            if name in COMMAND_KEYS or isinstance(item, dict | list):
-                setattr(node, name, redact_structure({name: item})[name])
-            elif isinstance(item, str) and secret_name_kind(name) is not None:
-                setattr(node, name, redact_value(secret_name_kind(name), item))
+        values = node.__dict__
+        for name in [n for n in values if n in COMMAND_KEYS or n not in node.FIELDS]:
+            values[name] = redact_structure({name: values[name]})[name]
     extra = graph.meta.model_extra or {}
     for name in list(extra):
-        setattr(graph.meta, name, redact_structure({name: extra[name]})[name])
+        extra[name] = redact_structure({name: extra[name]})[name]
