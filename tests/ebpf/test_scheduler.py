@@ -20,7 +20,7 @@ from wp_mcp.collectors.procfs import ProcfsCollector
 
 from .conftest import Peer, Window
 
-pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf, pytest.mark.slow]  # 10-20 s each
 
 
 def test_contended_threads_wait_and_an_idle_thread_does_not(peers):

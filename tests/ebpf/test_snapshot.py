@@ -12,7 +12,7 @@ from wp_mcp.graph import Graph
 
 from .conftest import Peer, bpf_prog_fds
 
-pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf]
+pytestmark = [pytest.mark.usefixtures("ebpf"), pytest.mark.ebpf, pytest.mark.slow]  # 10-20 s each
 
 
 def test_ebpf_merges_into_the_polling_graph(peers):
