@@ -146,3 +146,45 @@ def test_the_cyclic_gc_is_paused_only_while_collecting():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class Gate(Recorder):
+    """Collects only once ``release`` is set; ``entered`` says it got that far."""
+
+    def __init__(self, name: str, pid: int) -> None:
+        super().__init__(name, pid)
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def collect(self, graph, ctx):
+        self.entered.set()
+        self.release.wait(30)
+        return super().collect(graph, ctx)
+
+
+def test_one_collection_at_a_time_and_a_cancelled_waiter_leaves_the_running_one_alone():
+    running = Gate("running", 10)
+    first: dict = {}
+    worker = threading.Thread(
+        target=lambda: first.update(graph=collect_snapshot(Context(window_s=0), [running]))
+    )
+    worker.start()
+    assert running.entered.wait(30)
+    waited = threading.Event()
+    waiting_ctx = Context(window_s=0)
+    waiting_ctx.progress = lambda name, phase, detail: waited.set() if "waiting" in phase else 0
+    waiter = Recorder("waiter", 20)
+    second: dict = {}
+    other = threading.Thread(
+        target=lambda: second.update(graph=collect_snapshot(waiting_ctx, [waiter]))
+    )
+    other.start()
+    assert waited.wait(30)  # "waiting for the collection started at … to finish"
+    waiting_ctx.cancel.set()
+    other.join(30)
+    assert second["graph"].meta.cancelled and waiter.calls == []  # never started
+    running.release.set()
+    worker.join(30)
+    assert running.calls == ["begin", "collect", "close"]
+    assert not getattr(first["graph"].meta, "cancelled", False)
+    assert "proc:10" in first["graph"]
+    assert "proc:30" in collect_snapshot(Context(window_s=0), [Recorder("next", 30)])
