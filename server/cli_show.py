@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from pathlib import Path
 
 from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
 from wp_mcp.graph.formats import load_any
@@ -59,7 +59,7 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
 
 def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]:
     """A graph file is imported on the fly; anything else is a snapshot id in the store."""
-    if Path(source).is_file():
+    if os.path.isfile(source):  # False, not OSError, for a name too long to be a file
         return load_any(source), None
     from wp_mcp.graph.store import Store
 

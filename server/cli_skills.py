@@ -8,6 +8,7 @@ skill on it, store snapshot and report, print the report. Reports always land in
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from pathlib import Path
@@ -159,7 +160,7 @@ def _load(store, source: str) -> tuple[Graph, str]:
     """A graph file or a stored snapshot. A file's report needs a snapshot to belong to: the
     file is stored once, and runs on the same content again reuse that snapshot, so they
     never push collected snapshots out of retention."""
-    if Path(source).exists():
+    if os.path.exists(source):  # False, not OSError, for a name too long to be a file
         graph = formats.load_any(source)
         return graph, store.put(graph, label=f"file {Path(source).name}", reuse_same=True)
     snapshot_id = store.resolve(source)

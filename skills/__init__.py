@@ -16,7 +16,7 @@ from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import excerpt
 
 from .analysis import Analysis
-from .report import Evidence, Finding, Report, Section
+from .report import Evidence, Finding, Report, Section, safe
 
 SKILL_NAMES = (
     "dataflow-topology-restore",
@@ -83,19 +83,21 @@ def diagnose(graph: Graph) -> Report:
 
 def _hosts(graph: Graph) -> str:
     names = graph.meta.hosts or [h.get("hostname") or h.id for h in graph.of_kind("host")]
-    return ", ".join(names) or "this snapshot"
+    shown = ", ".join(safe(name, 60) for name in names[:8])  # names come from the file
+    more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+    return shown + more or "this snapshot"
 
 
 def _coverage(graph: Graph) -> Section:
     meta = graph.meta
     lines = [
-        f"- origin: {meta.origin or 'unknown'}; window: "
+        f"- origin: {safe(meta.origin or 'unknown')}; window: "
         + (f"{meta.window_s:g} s" if meta.window_s else "none (static)"),
         f"- nodes: {len(graph)} ({', '.join(f'{k} {v}' for k, v in sorted(graph.kinds().items()))})",
     ]
     for status in meta.collectors:
-        reason = f": {status.reason}" if status.reason else ""
-        lines.append(f"- collector {status.name}: {status.status}{reason}")
+        reason = f": {safe(status.reason)}" if status.reason else ""
+        lines.append(f"- collector {safe(status.name, 60)}: {status.status}{reason}")
     return Section("Coverage", "info", "\n".join(lines))
 
 

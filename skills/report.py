@@ -168,7 +168,7 @@ class Report:
     def to_markdown(self, section: str | None = None) -> str:
         if section is not None:
             return self._section_markdown(self._section(section))
-        parts = [f"# {self.title}", "", self._executive_summary()]
+        parts = [_line(f"# {self.title}"), "", self._executive_summary()]
         shown: set[str] = set()  # a finding shared by two sections is written out once
         parts.extend(self._section_markdown(s, shown) for s in self.sections)
         parts.append(self._roadmap())
