@@ -38,12 +38,37 @@ def topology(facts: Facts) -> list[Item]:
         key=lambda p: (attr(p, "pid") or 0, p.id),
     )
     for root in roots:
-        items += _subtree(facts, [root], 0)
+        items += _subtree(facts, root)
     return items
 
 
-def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
-    """Processes depth-first; childless look-alike siblings without devices folded."""
+def _subtree(facts: Facts, root: Node) -> list[Item]:
+    """A process and its descendants depth-first, each level's childless look-alikes folded.
+
+    Iterative, with each process expanded once: a tree a thousand shells deep (any user can
+    make one) renders like a shallow one, and a malformed graph's cycle cannot loop.
+    """
+    items: list[Item] = []
+    expanded: set[str] = set()
+    levels = [iter(_level(facts, [root], 0))]
+    while levels:
+        item = next(levels[-1], None)
+        if item is None:
+            levels.pop()
+            continue
+        items.append(item)
+        if item.group is None and item.ids[0] not in expanded:
+            expanded.add(item.ids[0])
+            graph = facts.graph
+            children = [graph.nodes[c] for c in facts.children_of(item.ids[0]) if c in graph.nodes]
+            children.sort(key=lambda p: (attr(p, "pid") or 0, p.id))
+            levels.append(iter(_level(facts, children, len(levels))))
+    return items
+
+
+def _level(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
+    """One level of the tree: an item per process, childless look-alikes without devices
+    folded into one."""
     graph = facts.graph
 
     def key(process: Node) -> tuple | None:
@@ -64,14 +89,7 @@ def _subtree(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
     def many(group: list[Node]) -> Item:
         return group_item(group, "leaf", procs=tuple(p.id for p in group), indent=min(depth, 8))
 
-    items: list[Item] = []
-    for item in aggregate(siblings, key, one, many):
-        items.append(item)
-        if item.group is None:
-            children = [graph.nodes[c] for c in facts.children_of(item.ids[0]) if c in graph.nodes]
-            children.sort(key=lambda p: (attr(p, "pid") or 0, p.id))
-            items += _subtree(facts, children, depth + 1)
-    return items
+    return aggregate(siblings, key, one, many)
 
 
 def _numa_line(numa: Node) -> str:

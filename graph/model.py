@@ -20,7 +20,7 @@ import typing
 from collections import Counter, deque
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, ClassVar, Literal, NotRequired, Required
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -41,6 +41,10 @@ EDGE_KINDS = (
 )  # fmt: skip
 
 CpuList = str  # kernel cpulist syntax, e.g. "0-23,48-71"
+# Kernel ids and lengths of time cannot be negative; a file saying so is refused when read
+# (a negative window would turn every rate derived from it upside down).
+Id = Annotated[int, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0)]
 PerNuma = dict[str, float]  # NUMA node id (as a string, JSON keys are strings) -> value
 
 
@@ -175,7 +179,7 @@ def _typed_dict(cls: type) -> type:
     """The pydantic schema of one element class: a TypedDict that keeps extra keys."""
     schema = _TYPED_DICTS.get(cls)
     if schema is None:
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)  # keeps Field(ge=0) bounds
         fields: dict[str, Any] = {}
         for name in cls.FIELDS:
             hint = hints[name]
@@ -238,8 +242,8 @@ class NumaNode(Node):
 
 class ProcessNode(Node):
     kind: Literal["process"] = "process"
-    pid: int
-    ppid: int | None = None
+    pid: Id
+    ppid: Id | None = None
     start_time: float | None = None  # seconds since boot; with pid it detects pid reuse
     cmdline: str | None = None  # secrets redacted unless asked otherwise
     user: str | None = None
@@ -274,8 +278,8 @@ class ProcessNode(Node):
 
 class ThreadNode(Node):
     kind: Literal["thread"] = "thread"
-    tid: int
-    pid: int | None = None
+    tid: Id
+    pid: Id | None = None
     state: str | None = None
     last_cpu: int | None = None
     cpus_allowed: CpuList | None = None
@@ -463,7 +467,7 @@ class TalksTo(Edge):
     transport: str | None = None  # tcp | udp | unix | pipe | shm | mqueue
     bytes: int | None = None  # total bytes seen on the link (both directions unless stated)
     bytes_per_s: float | None = None
-    window_s: float | None = None
+    window_s: Seconds | None = None
     flows: int | None = None
     retrans_total: int | None = None
 
@@ -518,7 +522,7 @@ class CollectorStatus(BaseModel):
     name: str
     status: Literal["ok", "partial", "skipped", "failed", "cancelled"]
     reason: str | None = None
-    duration_s: float | None = None
+    duration_s: Seconds | None = None
 
 
 class Meta(BaseModel):
@@ -528,7 +532,7 @@ class Meta(BaseModel):
     version: int = FORMAT_VERSION
     hosts: list[str] = Field(default_factory=list)
     started_at: float | None = None  # epoch seconds
-    window_s: float | None = None
+    window_s: Seconds | None = None
     collectors: list[CollectorStatus] = Field(default_factory=list)
     capabilities: dict[str, Any] = Field(default_factory=dict)
     tool_version: str | None = None

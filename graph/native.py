@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from .check import check_graph
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
@@ -143,6 +144,7 @@ def build(meta: Meta, nodes: list, edges: list, origin: str) -> Graph:
         raise FormatError(
             f"{origin}: edges[{dangling}] ({edge.kind}): {end_name} {end!r} is not a node"
         )
+    check_graph(graph, origin)
     return graph
 
 

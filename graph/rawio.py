@@ -1,11 +1,18 @@
-"""Reading JSON files safely: size limits, gzip, one-line errors with positions."""
+"""Reading JSON files safely: size, ratio and depth limits, gzip, one-line errors with positions.
+
+Every limit is checked while reading, so a hostile file is refused after a few chunks instead
+of after it has taken the memory the server needs for everything else: a gzip bomb stops at its
+first megabytes of output, binary data at its first NUL byte.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -13,26 +20,34 @@ from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 # Larger files are refused before reading: a graph this big is a mistake or an attack, and
 # reading it would take the memory the server needs for everything else.
 DEFAULT_MAX_BYTES = int(os.environ.get("WP_MCP_MAX_FILE_MB", "1024")) * 1024 * 1024
+# Graphs compress 10-30:1 (repeated keys; measured on the witty capture and synthetic
+# clusters at gzip levels 1-9); a bomb of zeros reaches ~1,000:1. Output beyond this ratio to
+# the compressed bytes read so far is refused at once.
+MAX_GZIP_RATIO = 200
+# Nesting of the whole document, in containers. Real graphs use under 10 (witty edges embed
+# both endpoints' entities). orjson writes at most 254 levels and every later stage (the
+# store, native and witty export, which nests an entity 4 levels deeper) must write what was
+# read, so the reader refuses anything deeper than this, with room to spare.
+MAX_NESTING = 128
+_ORJSON_MAX_NESTING = 254  # orjson.dumps raises "Recursion limit reached" beyond this
+CHUNK_BYTES = 1 << 20
+_FIRST_TEXT = re.compile(rb"[^ \t\r\n]")
+_JSON_STARTS = frozenset(b'{["-0123456789tfn')
 
 
-def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
-    """The file's content, decompressed when gzip, refusing files over ``max_bytes``."""
+def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes | bytearray:
+    """The file's content, decompressed when gzip, refusing anything over ``max_bytes``,
+    binary data and gzip bombs while reading (never holding more than ``max_bytes``)."""
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise FormatError(f"{path}: not a regular file")
-        if size > limit:
-            raise FormatError(
-                f"{path}: {size / 2**20:.0f} MiB is over the {limit / 2**20:.0f} MiB limit "
-                "for graph files (raise it with WP_MCP_MAX_FILE_MB)"
-            )
+        _check_regular_file(path, limit)
         with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+            return _read_limited(handle, limit, str(path))
     except FileNotFoundError:
         raise FormatError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -41,50 +56,177 @@ def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
         raise FormatError(f"{path}: permission denied") from None
     except OSError as exc:
         raise FormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if data[:2] == GZIP_MAGIC:
-        data = _gunzip(data, limit, str(path))
-    return data
 
 
-def _gunzip(data: bytes, limit: int, origin: str) -> bytes:
-    # Decompress in bounded steps: a small gzip bomb must not exhaust memory.
-    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-    try:
-        out = inflater.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise FormatError(f"{origin}: corrupt gzip data ({exc})") from None
-    if len(out) > limit:
+def _check_regular_file(path: Path, limit: int) -> None:
+    # stat before open: opening a FIFO would block until a writer comes
+    size = path.stat().st_size
+    if not path.is_file():
+        raise FormatError(f"{path}: not a regular file")
+    if size > limit:
         raise FormatError(
-            f"{origin}: decompresses to over {limit / 2**20:.0f} MiB, the limit for graph files"
+            f"{path}: {size / 2**20:.0f} MiB is over the {limit / 2**20:.0f} MiB limit "
+            "for graph files (raise it with WP_MCP_MAX_FILE_MB)"
         )
-    if not inflater.eof:
-        raise FormatError(f"{origin}: truncated gzip data")
-    return out
 
 
-def parse_json(data: bytes | str, origin: str) -> Any:
+def _read_limited(handle: IO[bytes], limit: int, origin: str) -> bytearray:
+    first = handle.read(CHUNK_BYTES)
+    if first[:2] == GZIP_MAGIC:
+        chunks = _gunzip_chunks(first, handle, limit, origin)
+    else:
+        chunks = _plain_chunks(first, handle)
+    content = bytearray()
+    for chunk in chunks:
+        if not content:
+            sniff_json(chunk, origin)
+        nul = chunk.find(b"\0")
+        if nul >= 0:  # JSON text never holds a raw NUL: binary data, refused where it starts
+            raise FormatError(
+                f"{origin}: not valid JSON: binary data (a NUL byte at byte {len(content) + nul})"
+            )
+        if len(content) + len(chunk) > limit:
+            raise FormatError(f"{origin}: {_over_limit(limit)}")
+        content += chunk
+    return content
+
+
+def _plain_chunks(first: bytes, handle: IO[bytes]) -> Iterator[bytes]:
+    chunk = first
+    while chunk:
+        yield chunk
+        chunk = handle.read(CHUNK_BYTES)
+
+
+def _gunzip_chunks(first: bytes, handle: IO[bytes], limit: int, origin: str) -> Iterator[bytes]:
+    """Decompressed output in bounded steps; concatenated gzip members are one stream (as
+    ``gzip -c a b`` writes them), anything else after the last member is refused."""
+    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    consumed, produced, pending, member_done = 0, 0, first, False
+    while True:
+        if not pending:
+            pending = handle.read(CHUNK_BYTES)
+            if not pending and member_done:
+                return
+        if member_done:  # only another member may follow a complete one
+            _check_next_member(pending, origin)
+            inflater, member_done = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), False
+        try:  # at the end of the file (no input) this drains what zlib still holds
+            out = inflater.decompress(pending, CHUNK_BYTES)
+        except zlib.error as exc:
+            raise FormatError(f"{origin}: corrupt gzip data ({exc})") from None
+        if not out and not pending and not inflater.eof:
+            raise FormatError(f"{origin}: truncated gzip data")
+        rest = inflater.unconsumed_tail + inflater.unused_data
+        consumed += len(pending) - len(rest)
+        produced += len(out)
+        _check_output(produced, consumed, limit, origin)
+        if out:
+            yield out
+        pending, member_done = rest, inflater.eof
+
+
+def _check_output(produced: int, consumed: int, limit: int, origin: str) -> None:
+    if produced > limit:
+        raise FormatError(f"{origin}: decompresses to {_over_limit(limit)}")
+    # the first 16 KiB of input may expand freely: a tiny file's ratio says nothing
+    if produced > MAX_GZIP_RATIO * max(consumed, 16 * 1024):
+        raise FormatError(
+            f"{origin}: decompresses over {MAX_GZIP_RATIO}:1, more than any graph does "
+            "(a gzip bomb?)"
+        )
+
+
+def _check_next_member(rest: bytes, origin: str) -> None:
+    if rest[:2] != GZIP_MAGIC:
+        raise FormatError(
+            f"{origin}: trailing data after the gzip stream (starting {bytes(rest[:8])!r})"
+        )
+
+
+def _over_limit(limit: int) -> str:
+    return (
+        f"over the {limit / 2**20:.0f} MiB limit for graph files (raise it with WP_MCP_MAX_FILE_MB)"
+    )
+
+
+def sniff_json(head: bytes | bytearray | memoryview, origin: str) -> None:
+    """Refuse at once what cannot be JSON text, from its first non-blank byte."""
+    start = len(UTF8_BOM) if head[:3] == UTF8_BOM else 0
+    found = _FIRST_TEXT.search(head, start)
+    if found is not None and head[found.start()] not in _JSON_STARTS:
+        where = found.start()
+        raise FormatError(
+            f"{origin}: not valid JSON: starts with byte {head[where]:#04x} at byte {where} "
+            "(binary data, or text of another kind?)"
+        )
+
+
+def parse_json(data: bytes | bytearray | str, origin: str) -> Any:
+    """Parse a JSON document (a UTF-8 byte order mark is accepted, as editors write one) and
+    refuse nesting deeper than ``MAX_NESTING``."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    if not data.strip():
+    start = len(UTF8_BOM) if data[:3] == UTF8_BOM else 0
+    if _FIRST_TEXT.search(data, start) is None:
         raise FormatError(f"{origin}: file is empty, expected a JSON graph")
+    sniff_json(data, origin)
+    text = memoryview(data)[start:]
     try:
         with cyclic_gc_paused():  # a large document is ~10 objects per 100 bytes, no cycles
-            return orjson.loads(data)
+            doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise FormatError(f"{origin}: not valid JSON: {_describe_decode_error(exc)}") from None
+        problem = _describe_decode_error(exc, text, start)
+        raise FormatError(f"{origin}: not valid JSON: {problem}") from None
+    check_nesting(doc, origin)
+    return doc
 
 
-def _describe_decode_error(exc: orjson.JSONDecodeError) -> str:
+def check_nesting(doc: Any, origin: str) -> None:
+    """Refuse a document nested deeper than ``MAX_NESTING`` containers.
+
+    orjson's writer counts nesting in C and stops at its own limit: wrapped in enough lists
+    to bring ``MAX_NESTING`` to that limit, the document serialises exactly when it is
+    shallow enough (a tenth of the parse's time; a Python walk over every value costs half).
+    """
+    probe: Any = doc
+    for _ in range(_ORJSON_MAX_NESTING - MAX_NESTING):
+        probe = [probe]
+    try:
+        orjson.dumps(probe)
+    except orjson.JSONEncodeError as exc:
+        if "recursion" not in str(exc).lower():
+            raise
+        raise FormatError(
+            f"{origin}: nested too deeply (more than {MAX_NESTING} levels; graphs use under 10)"
+        ) from None
+
+
+def _describe_decode_error(exc: orjson.JSONDecodeError, text: memoryview, offset: int) -> str:
     message = str(exc.msg) if getattr(exc, "msg", None) else str(exc)
     if "recursion" in message.lower() or "depth limit" in message.lower():
-        return "nested too deeply (more than 1024 levels)"
+        return f"nested too deeply (more than {MAX_NESTING} levels; graphs use under 10)"
     if "utf-8" in message.lower():
-        return f"not UTF-8 text (binary data?) at byte {exc.pos}"
-    return f"{message} at line {exc.lineno} column {exc.colno} (byte {exc.pos})"
+        # orjson reports invalid UTF-8 at byte 0 wherever it is: find the real place
+        try:
+            bytes(text).decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return f"not UTF-8 text (binary data?) at byte {bad.start + offset}"
+        return f"not UTF-8 text (binary data?): {message}"
+    return f"{message} at line {exc.lineno} column {exc.colno} (byte {exc.pos + offset})"
 
 
 def read_json_file(path: str | Path, max_bytes: int | None = None) -> Any:
     return parse_json(read_bytes(path, max_bytes), str(path))
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "parse_json", "read_bytes", "read_json_file"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_GZIP_RATIO",
+    "MAX_NESTING",
+    "check_nesting",
+    "parse_json",
+    "read_bytes",
+    "read_json_file",
+    "sniff_json",
+]

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from . import ids
+from .check import check_graph
 from .cpulist import parse_cpulist
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
@@ -31,8 +32,12 @@ from .graph import Graph
 from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
 from .outfile import write_output
 from .rawio import read_json_file
+from .safetext import excerpt
 
 DERIVED_MARK = "witty"
+# Linux numbers at most 1,024 NUMA nodes (NODES_SHIFT is 10 at most): a NUMA-set list
+# naming more is not expanded
+MAX_NUMA_NODES = 1024
 NAMESPACE_DEFAULT = "local"
 
 
@@ -282,6 +287,11 @@ class _Importer:
             # process entity itself (export re-embeds the entity otherwise).
             process = attrs.pop("witty_process", None)
             if isinstance(process, dict):
+                # a thread embedding a thread embedding a thread... would recurse as deep
+                # as the file nests: only a process entity is followed
+                if process.get("entity_type") != "ProcessEntity":
+                    found = excerpt(process.get("entity_type"), 40)
+                    raise self.fail(f"{where}.process", f"expected a ProcessEntity, got {found}")
                 attrs["pid"] = process.get("pid")
                 process_id = self.entity(process, f"{where}.process")
                 if self.raw.get(process_id) != process:
@@ -302,7 +312,8 @@ class _Importer:
                 attrs["mem_free_bytes"] = _kb_to_bytes(mem_info.get("MemFree"))
         elif spec.kind == "numa_set":
             try:
-                attrs["numa_ids"] = parse_cpulist(str(data.get("numa_id_str", "")))
+                ids_text = str(data.get("numa_id_str", ""))
+                attrs["numa_ids"] = parse_cpulist(ids_text, bound=MAX_NUMA_NODES)
             except ValueError:
                 attrs["numa_ids"] = []
 
@@ -365,6 +376,7 @@ class _Importer:
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
             ) from None
         graph, _, _ = Graph.from_validated(Meta(), nodes, edges)
+        check_graph(graph, self.origin)
         return graph
 
 
