@@ -3,6 +3,7 @@ file is refused with one line before anything is stored, and a valid one works e
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
@@ -345,3 +346,75 @@ async def test_wp_open_refuses_each_hostile_file_and_stores_nothing(tmp_path, an
             assert result.is_error, (path.name, said[:300])
             assert len(said.splitlines()) == 1 and "internal error" not in said.lower(), said
     assert snapshot_count(store) == 0
+
+
+# ------------------------------------------------------------------------- live
+
+
+# Each level starts the next as its child (no exec: every shell stays, as in a recursion that
+# any local user can run); the innermost one says so and sleeps.
+NESTING_SHELL = """
+if [ "$1" -gt 0 ]; then sh "$0" $(($1 - 1)) "$2"; else echo $$ > "$2"; sleep 300; fi
+"""
+LIVE_DEPTH = 1000
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process under ``root``, read from /proc (iteratively: the tree is deep)."""
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        try:
+            pending += map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+@pytest.fixture
+def deep_shell_tree(tmp_path):
+    """A real process tree ``LIVE_DEPTH`` shells deep; yields the innermost pid. Each shell is
+    held to 64 MiB of address space; every one is killed by pid afterwards."""
+    import os
+    import resource
+    import signal
+    import time
+
+    script, ready = tmp_path / "nest.sh", tmp_path / "leaf.pid"
+    script.write_text(NESTING_SHELL)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (64 << 20, 64 << 20))
+
+    root = subprocess.Popen(["sh", str(script), str(LIVE_DEPTH), str(ready)],
+                            preexec_fn=limit_memory, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (ready.exists() and ready.read_text().strip()):
+            assert root.poll() is None and time.monotonic() < deadline, "the tree never grew"
+            time.sleep(0.2)
+        yield int(ready.read_text())
+    finally:
+        for pid in reversed(_descendants(root.pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        root.wait()
+
+
+@pytest.mark.slow
+def test_a_live_process_tree_1000_shells_deep_renders_and_diagnoses(
+    deep_shell_tree, tmp_path, capsys
+):
+    store, out = tmp_path / "store", tmp_path / "deep.json"
+    code, _, err = cli(capsys, store, "collect", "--pid", str(deep_shell_tree),
+                       "--duration", "0", "--ebpf", "off", "--out", str(out))  # fmt: skip
+    assert code == 0, err[-2000:]
+    graph = load_any(out)
+    assert len(graph.process_family(deep_shell_tree)) > LIVE_DEPTH
+    for view in VIEWS:
+        options = ["--entity", f"proc:{deep_shell_tree}"] if view == "entity" else []
+        code, shown, err = cli(capsys, store, "show", "latest", "--view", view, *options)
+        assert code == 0 and shown and "RecursionError" not in err, (view, err[-1000:])
+    code, report, err = cli(capsys, store, "diagnose", "latest")
+    assert code == 0 and report, err[-1000:]
