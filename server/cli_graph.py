@@ -8,7 +8,7 @@ import time
 
 import orjson
 from wp_mcp.graph import formats, native, witty
-from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.safetext import escape, excerpt
 from wp_mcp.graph.store import Store
 
 
@@ -50,7 +50,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(snapshot_id)
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(graph.kinds().items()))
     print(
-        f"imported {args.file}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
+        f"imported {excerpt(args.file, quoted=False)}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
         file=sys.stderr,
     )
     return 0
