@@ -15,6 +15,7 @@ import pytest
 from coll_helpers import needs_root
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import ids
+from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
 
@@ -45,7 +46,7 @@ def sh(*args: str) -> None:
 @pytest.fixture
 def lossy_link() -> Iterator[dict]:
     if not (shutil.which("ip") and shutil.which("nft")):
-        pytest.skip("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
+        unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
     tag = f"wpmcp{os.getpid() % 100000}"
     rx_ns, tx_ns = f"{tag}rx", f"{tag}tx"
     procs: list[subprocess.Popen] = []

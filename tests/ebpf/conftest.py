@@ -22,6 +22,7 @@ from wp_mcp.collectors.base import Context
 from wp_mcp.collectors.ebpf import PROGRAMS, EbpfCollector, probe_ebpf
 from wp_mcp.collectors.ebpf.bccmod import load_bcc
 from wp_mcp.graph import Graph
+from wp_require import unavailable
 
 PEERS = Path(__file__).with_name("peers.py")
 
@@ -35,9 +36,7 @@ def require_ebpf() -> None:
     reason = probe_ebpf()
     if reason is None:
         return
-    if os.environ.get("WP_MCP_REQUIRE_EBPF") == "1":
-        pytest.fail(f"eBPF required here (WP_MCP_REQUIRE_EBPF=1) but unusable: {reason}")
-    pytest.skip(f"eBPF unusable here: {reason}")
+    unavailable(f"eBPF unusable here: {reason}")
 
 
 @pytest.fixture

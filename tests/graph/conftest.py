@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from wp_require import unavailable
 
 
 class SmallDisk:
@@ -57,9 +58,7 @@ def small_disk(tmp_path) -> Iterator[SmallDisk]:
     mounted = _mount("-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(root))
     if mounted.returncode != 0:
         reason = f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()[:200]}"
-        if os.environ.get("WP_MCP_REQUIRE_EBPF") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable(reason)
     try:
         yield SmallDisk(root)
     finally:

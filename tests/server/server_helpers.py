@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from wp_require import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = REPO / "clients"
@@ -35,9 +35,7 @@ def node_tool(name: str) -> Path:
     path = CLIENTS / "node_modules" / ".bin" / name
     if shutil.which("node") is None or not path.exists():
         reason = f"{path.name} is not installed: run clients/install.sh (needs Node.js and npm)"
-        if os.environ.get("WP_MCP_REQUIRE_EBPF") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable(reason)
     return path
 
 
