@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from operator import attrgetter, methodcaller
 
 from .cpulist import MAX_CPUS, CpuListError, CpuListTooLarge, parse_cpulist
 from .errors import FormatError
@@ -26,6 +27,7 @@ CPULIST_ATTRIBUTES = ("cpulist", "cpus_allowed", "cpus_used", "cpu_affinity")
 # firmware's empty sockets. CPU numbers up to twice the count, and never below this floor,
 # are real; beyond that a list is refused.
 POSSIBLE_CPUS_FLOOR = 1024
+_ATTRIBUTES = attrgetter("__dict__")
 
 
 def check_graph(graph: Graph, origin: str) -> None:
@@ -53,28 +55,45 @@ def _count(value: object) -> int:
 
 def _check_cpulists(graph: Graph, origin: str) -> None:
     bound = cpu_bound(graph, origin)
-    checked: set[str] = set()  # the same list repeats on every thread of a process
-    for node in graph.nodes.values():
-        values = node.__dict__
-        for name in CPULIST_ATTRIBUTES:
-            text = values.get(name)
-            if type(text) is str and text not in checked:
-                _parsed(node, name, bound, origin)
-                checked.add(text)
+    attributes = list(map(_ATTRIBUTES, graph.nodes.values()))
+    for name in CPULIST_ATTRIBUTES:
+        for text in _distinct_strings(map(methodcaller("get", name), attributes)):
+            try:
+                parse_cpulist(text, bound)
+            except CpuListTooLarge as exc:
+                node = next(n for n in graph.nodes.values() if n.__dict__.get(name) == text)
+                raise FormatError(f"{origin}: {_named(node)}: {name}: {exc}") from None
+            except CpuListError:
+                continue  # unreadable syntax names no CPU (as ``query.cpu_set`` reads it)
+
+
+def _distinct_strings(values: Iterator[object]) -> list[str]:
+    """Each distinct list once (the same one repeats on every thread of a process), collected
+    in C: a large graph has hundreds of thousands of values and a few dozen distinct ones."""
+    listed = list(values)
+    try:
+        distinct = set(listed)
+    except TypeError:  # an unhashable extra (a list where text belongs) somewhere
+        distinct = {value for value in listed if type(value) is str}
+    return [value for value in distinct if type(value) is str]
 
 
 def _parsed(node: Node, name: str, bound: int, origin: str) -> list[int]:
-    """The CPUs of one attribute; unreadable syntax names none (as ``query.cpu_set`` reads
-    it), a CPU over the bound refuses the graph."""
+    """The CPUs of one attribute; unreadable syntax names none, a CPU over the bound refuses
+    the graph."""
     text = node.get(name)
     if type(text) is not str:
         return []
     try:
         return parse_cpulist(text, bound)
     except CpuListTooLarge as exc:
-        raise FormatError(f"{origin}: {node.kind} {excerpt(node.id)}: {name}: {exc}") from None
+        raise FormatError(f"{origin}: {_named(node)}: {name}: {exc}") from None
     except CpuListError:
         return []
+
+
+def _named(node: Node) -> str:
+    return f"{node.kind} {excerpt(node.id)}"
 
 
 def _check_process_tree(graph: Graph, origin: str) -> None:
