@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from conftest import pages
 from hypothesis import HealthCheck, given, settings
@@ -119,3 +120,38 @@ def test_search_escapes_the_query_and_the_matches():
     assert page.text.splitlines() == page.text.split("\n")
     assert page.text.splitlines()[0].startswith('#wp search "\\n#wp"')
     assert page.total_items >= 1
+
+
+def process_chain(depth: int, cycle: bool = False) -> Graph:
+    """Processes each the parent of the next; with ``cycle`` the last is also the first's."""
+    graph = Graph()
+    for pid in range(1, depth + 1):
+        graph.add("process", f"proc:{pid}", pid=pid, name="sh")
+        if pid > 1:
+            graph.link("parent_of", f"proc:{pid - 1}", f"proc:{pid}")
+    if cycle:
+        graph.link("parent_of", f"proc:{depth}", "proc:1")
+    return graph
+
+
+def test_a_process_tree_deeper_than_the_recursion_limit_renders_in_every_view():
+    depth = 3 * sys.getrecursionlimit()
+    graph = process_chain(depth)
+    topology = render_view(graph, "topology", max_tokens=4000)
+    assert topology.total_items >= depth  # every process, indented no deeper than the cap
+    assert render_view(graph, "summary").text
+    for view in set(VIEWS) - {"summary"}:
+        options = {"entity": f"proc:{depth // 2}"} if view == "entity" else {}
+        for page in pages(graph, view, max_tokens=4000, **options):
+            check_text_page(page)
+
+
+def test_a_parent_cycle_built_in_memory_cannot_loop_a_view():
+    # files with a cycle are refused when read; a graph built in memory is walked with a guard
+    graph = process_chain(50, cycle=True)
+    graph.add("process", "proc:999", pid=999, name="root")
+    graph.link("parent_of", "proc:999", "proc:1")
+    for view in set(VIEWS) - {"summary"}:
+        options = {"entity": "proc:1"} if view == "entity" else {}
+        for page in pages(graph, view, max_tokens=4000, **options):
+            check_text_page(page)
