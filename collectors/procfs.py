@@ -425,6 +425,9 @@ class ProcfsCollector(Collector):
         attrs: dict[str, Any] = {}
         raw = _read(f"{proc_dir}/cmdline")
         if raw:
+            if len(raw) > 2 * MAX_CMDLINE_CHARS:
+                # redact whole arguments, only as many as can show in the text kept
+                raw = raw[: 2 * MAX_CMDLINE_CHARS].rsplit("\0", 1)[0] + "\0…"
             argv = raw.rstrip("\0").split("\0")
             cmdline = " ".join(redact_argv(argv) if ctx.redact else argv)
             if len(cmdline) > MAX_CMDLINE_CHARS:

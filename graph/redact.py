@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,10 +73,17 @@ def name_segments(name: str) -> list[str]:
 _SECRET_STEMS = ("pass", "pw", "tok", "secret", "cred", "auth", "key", "cookie")
 
 
-@functools.lru_cache(maxsize=4096)  # the same flag names recur in every process
+MAX_NAME_CHARS = 256  # longer is no flag or key anyone types; keeps the name cache small
+
+
 def secret_name_kind(name: str) -> str | None:
     """``ALWAYS`` for a name that holds a secret (``--password``, ``HF_TOKEN``, ``api_key``),
     ``KEY`` for a bare key name (``--key``, ``--sort-key``), ``None`` otherwise."""
+    return None if len(name) > MAX_NAME_CHARS else _name_kind(name)
+
+
+@functools.lru_cache(maxsize=4096)  # the same flag names recur in every process
+def _name_kind(name: str) -> str | None:
     low = name.lower()
     if not any(stem in low for stem in _SECRET_STEMS):
         return None
@@ -90,10 +97,6 @@ def secret_name_kind(name: str) -> str | None:
     if any(s in SECRET_WORDS or s.endswith(SECRET_SUFFIXES) for s in segments):
         return ALWAYS
     return None
-
-
-def is_secret_name(name: str) -> bool:
-    return secret_name_kind(name) is not None
 
 
 # A bare key name's value that is a path, a number or a lowercase word is configuration
@@ -149,7 +152,7 @@ def _token(name: str, covers: str, hints: tuple[str, ...], shape: str) -> TextRu
 
 
 # a quoted string, or a bare value up to a separator (never an object or a list)
-_VALUE = r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|(?![\[{])[^\s,;}\]"']+)"""
+_VALUE = r"""(?P<value>"(?:[^"\\]|\\.){0,4096}"|'(?:[^'\\]|\\.){0,4096}'|(?![\[{])[^\s,;}\]"']{1,4096})"""
 
 TEXT_RULES: tuple[TextRule, ...] = (
     TextRule(
@@ -157,7 +160,8 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "scheme://user:pw@host: postgres://, mongodb+srv://, redis://:pw@, amqp://, https://",
         ("://",),
         re.compile(
-            r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s:@]*:(?P<value>[^\s/]+?)(?=@[^@\s/]*(?:[/?#\s'\"]|$))"
+            r"(?i)\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]{0,256}:(?P<value>[^\s/]{1,1024}?)"
+            r"(?=@[^@\s/]{0,256}(?:[/?#\s'\"]|$))"
         ),
     ),
     TextRule(
@@ -165,8 +169,8 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "user:pw@host[:port] without a scheme, starting an argument or a value: admin:pw@mq:5672",
         ("@",),
         re.compile(
-            r"(?:^|(?<=[=\s'\"]))[\w.+-]+:(?!//)(?P<value>[^\s@/:]+)"
-            r"(?=@(?!sha\d+:)[A-Za-z0-9.-]+(?::\d+)?(?:[/\s'\"]|$))"
+            r"(?:^|(?<=[=\s'\"]))[\w.+-]{1,256}:(?!//)(?P<value>[^\s@/:]{1,1024})"
+            r"(?=@(?!sha\d+:)[A-Za-z0-9.-]{1,256}(?::\d{1,5})?(?:[/\s'\"]|$))"
         ),
     ),
     TextRule(
@@ -174,7 +178,7 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "Authorization: Bearer X (the scheme stays), X-Auth-Token: X, password: X, api_key:X",
         (":",),
         re.compile(
-            r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]*):\s*(?:(?i:bearer|basic|token|digest)\s+)?"
+            r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,127}):\s{0,64}(?:(?i:bearer|basic|token|digest)\s{1,64})?"
             + _VALUE
         ),
     ),
@@ -182,27 +186,31 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "json-field",
         """{"password": "X"}, {'api_key': 'X'}, "token": 123""",
         ('":', "':", '" :', "' :"),
-        re.compile(r"""(?P<q>["'])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*""" + _VALUE),
+        re.compile(
+            r"""(?P<q>["'])(?P<key>[A-Za-z_][\w.-]{0,127})(?P=q)\s{0,64}:\s{0,64}""" + _VALUE
+        ),
         bare_quote='"',
     ),
     TextRule(
         "bearer-token",
         "Bearer X on its own (the word stays)",
         ("bearer",),
-        re.compile(r"(?i)\bbearer\s+(?P<value>[^\s\"',;}]+)"),
+        re.compile(r"(?i)\bbearer\s{1,64}(?P<value>[^\s\"',;}]{1,4096})"),
     ),
     TextRule(
         "sql-identified-by",
         "IDENTIFIED BY 'X' in SQL passed with -e / -c",
         ("identified",),
-        re.compile(r"(?i)\bidentified\s+by\s+(?P<value>'[^']*'|\"[^\"]*\"|[^\s;]+)"),
+        re.compile(
+            r"(?i)\bidentified\s{1,64}by\s{1,64}(?P<value>'[^']{0,4096}'|\"[^\"]{0,4096}\"|[^\s;]{1,4096})"
+        ),
     ),
     TextRule(
         "private-key-block",
         "-----BEGIN … PRIVATE KEY----- … (the body, up to its END line or the end)",
         ("private key-----",),
         re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?P<value>[\s\S]+?)(?=-----END [A-Z ]*PRIVATE KEY|$)"
+            r"-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----(?P<value>[\s\S]+?)(?=-----END [A-Z ]{0,32}PRIVATE KEY|$)"
         ),
     ),
     _token(
@@ -327,7 +335,7 @@ def _basename(arg: str) -> str:
 # ============================================================================ argv
 
 
-_ASSIGNMENT = re.compile(r"^(-{0,2}[A-Za-z_][\w.-]*)([=:])(.*)$", re.DOTALL)
+_ASSIGNMENT = re.compile(r"(?P<name>-{0,2}[A-Za-z_][\w.-]*)[=:]")  # matched at an offset
 _FLAG = re.compile(r"^-{1,2}[A-Za-z][\w.-]*$")
 _BARE_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
 
@@ -342,7 +350,7 @@ class _ArgvState:
     in_wrapper: bool = False  # still looking for the program a wrapper runs
     verb_seen: bool = False
     command_start: bool = True  # the next argument names a program
-    pending: Redactor | None = field(default=None)  # how to redact the next value
+    pending: Redactor | None = None  # how to redact the next value
 
     def enter(self, arg: str) -> None:
         """Track the program whose flags are being read (argv[0], or what a wrapper runs)."""
@@ -399,16 +407,14 @@ def _redact_arg(arg: str, state: _ArgvState) -> str:
 
 def _redact_assignment(arg: str) -> str:
     """``--password=X``, ``API_KEY=X``, ``pass:X``; a value that is itself an assignment is
-    read again (``--from-literal=password=X``, ``-e=PGPASSWORD=X``)."""
-    match = _ASSIGNMENT.match(arg)
-    if match is None:
-        return arg
-    name, separator, value = match.groups()
-    kind = secret_name_kind(name)
-    if kind is not None:
-        return f"{name}{separator}{redact_value(kind, value)}"
-    if "=" in value:
-        return f"{name}{separator}{_redact_assignment(value)}"
+    read again (``--from-literal=password=X``, ``-e=PGPASSWORD=X``). A loop over offsets, so
+    ``a=a=a=…`` costs neither stack nor copies."""
+    position = 0
+    while (match := _ASSIGNMENT.match(arg, position)) is not None:
+        kind = secret_name_kind(match.group("name"))
+        if kind is not None:
+            return arg[: match.end()] + redact_value(kind, arg[match.end() :])
+        position = match.end()
     return arg
 
 

@@ -112,3 +112,17 @@ def test_procfs_reads_a_built_tree(tmp_path):
     assert held["sock:555"].fd == 3 and held["pipe:777"].mode == "w"
     assert read_sysv_shm(tmp_path)[7] == {"key": 42, "size_bytes": 65536, "creator_pid": 100,
                                           "attached": 2}  # fmt: skip
+
+
+def test_a_huge_command_line_is_cut_to_what_is_kept(tmp_path):
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+    build_proc(tmp_path, 100, 1, "launcher")
+    # 2 MiB of arguments (the kernel's limit): redaction reads only the arguments that can
+    # show, whole, and the kept text ends with an ellipsis
+    argv = [b"trainer", b"--password", b"pw"] + [b"a=" * 1024] * 1024
+    (tmp_path / "100" / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
+    graph = Graph()
+    ProcfsCollector().collect(graph, Context(proc_root=tmp_path))
+    cmdline = graph.node("proc:100").cmdline
+    assert cmdline.startswith(f"trainer --password {REDACTED} a=a=") and cmdline.endswith("…")
+    assert len(cmdline) <= 4097

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -232,6 +233,37 @@ def test_structures_redact_secret_keys_and_command_strings_at_any_depth():
     for _ in range(5000):
         inner = inner["x"]
     assert inner == {"password": R}
+
+
+# 128 KiB arguments shaped against each pattern (a local user controls their own argv)
+HOSTILE = {
+    "scheme-like words": "a." * 65536 + "://",
+    "assignment chain": "a=" * 65536 + "password=pw",
+    "colon chain": "a:" * 65536,
+    "at signs after a URL": "x://u:" + "a@" * 65536,
+    "unclosed JSON string": '{"password": "' + "a" * 131072,
+    "JSON keys": '"a":' * 32768,
+    "YAML fields": "a: " * 43690,
+    "one long flag name": "--" + "a-" * 65536,
+    "unended private key": "-----BEGIN PRIVATE KEY-----" + "a" * 131072,
+}
+
+
+@pytest.mark.parametrize("arg", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_arguments_are_redacted_in_linear_time(arg):
+    # a hang guard, not a timing assert: linear work takes well under a second here, the
+    # quadratic pattern this replaced took minutes on the first of these
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(60)
+    try:
+        redacted = [redact_argv(["app", arg])[1], redact_cmdline(f"app {arg}")]
+    finally:
+        signal.alarm(0)
+    assert all("=pw" not in text and arg[:16] in text for text in redacted)
+
+
+def _too_slow(*_):
+    raise AssertionError("redaction did not finish: a pattern backtracks on this input")
 
 
 def test_the_witty_sample_loses_nothing_to_redaction(witty_path):
