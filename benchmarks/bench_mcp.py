@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MCP server figures over stdio (DESIGN §8 targets: cold start ≤ 1.5 s, call p50 ≤ 5 ms).
+"""MCP server figures over stdio (targets: cold start ≤ 1.5 s, call p50 ≤ 5 ms).
 
     .venv/bin/python benchmarks/bench_mcp.py [--runs 5] [--calls 200]
 

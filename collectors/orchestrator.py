@@ -387,7 +387,7 @@ def _drop_unheld_shared_objects(graph: Graph) -> None:
 
 
 def probe_capabilities(ctx: Context) -> dict[str, object]:
-    """What this collection may see: privileges, kernel features (DESIGN §3 metadata)."""
+    """What this collection may see: privileges, kernel features (meta.capabilities)."""
     caps: dict[str, object] = {
         "root": os.geteuid() == 0,
         "kernel": platform.release(),

@@ -1,4 +1,4 @@
-"""The seven layers of DESIGN §5 as lists of items, most significant first.
+"""The seven layers (docs/views.md) as lists of items, most significant first.
 
 Each builder returns the items of one layer; each line carries the facts that layer's rules
 read (see docs/views.md for the list per layer). Facts appear in one layer only where

@@ -1,4 +1,4 @@
-"""Stable, short, readable node ids (DESIGN §3).
+"""Stable, short, readable node ids (docs/architecture.md, "The graph").
 
 One function per kind so every collector spells an id the same way. Multi-host graphs prefix
 the host: ``h2/proc:1234``.
