@@ -42,12 +42,22 @@ _JSON_STARTS = frozenset(b'{["-0123456789tfn')
 def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes | bytearray:
     """The file's content, decompressed when gzip, refusing anything over ``max_bytes``,
     binary data and gzip bombs while reading (never holding more than ``max_bytes``)."""
+    content = bytearray()
+    for chunk in iter_chunks(path, max_bytes):
+        content += chunk
+    return content
+
+
+def iter_chunks(path: str | Path, max_bytes: int | None = None) -> Iterator[bytes]:
+    """The file's content in chunks of about a MiB, decompressed when gzip, with the limits of
+    :func:`read_bytes` checked as they arrive: for readers that stream a file too large to
+    hold whole (training traces)."""
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     path = Path(path)
     try:
         _check_regular_file(path, limit)
         with path.open("rb") as handle:
-            return _read_limited(handle, limit, str(path))
+            yield from _limited_chunks(handle, limit, str(path))
     except FileNotFoundError:
         raise FormatError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -70,25 +80,25 @@ def _check_regular_file(path: Path, limit: int) -> None:
         )
 
 
-def _read_limited(handle: IO[bytes], limit: int, origin: str) -> bytearray:
+def _limited_chunks(handle: IO[bytes], limit: int, origin: str) -> Iterator[bytes]:
     first = handle.read(CHUNK_BYTES)
     if first[:2] == GZIP_MAGIC:
         chunks = _gunzip_chunks(first, handle, limit, origin)
     else:
         chunks = _plain_chunks(first, handle)
-    content = bytearray()
+    size = 0
     for chunk in chunks:
-        if not content:
+        if not size:
             sniff_json(chunk, origin)
         nul = chunk.find(b"\0")
         if nul >= 0:  # JSON text never holds a raw NUL: binary data, refused where it starts
             raise FormatError(
-                f"{origin}: not valid JSON: binary data (a NUL byte at byte {len(content) + nul})"
+                f"{origin}: not valid JSON: binary data (a NUL byte at byte {size + nul})"
             )
-        if len(content) + len(chunk) > limit:
+        if size + len(chunk) > limit:
             raise FormatError(f"{origin}: {_over_limit(limit)}")
-        content += chunk
-    return content
+        size += len(chunk)
+        yield chunk
 
 
 def _plain_chunks(first: bytes, handle: IO[bytes]) -> Iterator[bytes]:
@@ -225,6 +235,7 @@ __all__ = [
     "MAX_GZIP_RATIO",
     "MAX_NESTING",
     "check_nesting",
+    "iter_chunks",
     "parse_json",
     "read_bytes",
     "read_json_file",
