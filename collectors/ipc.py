@@ -30,7 +30,7 @@ from wp_mcp.graph import ids
 from .base import Collector, Context, Outcome
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph, Node
+    from wp_mcp.graph import Edge, Graph, Node
 
 NAME = "ipc"
 # An object shared by more processes than this is infrastructure (a CI log pipe, a runtime
@@ -90,12 +90,8 @@ class IpcCollector(Collector):
     after = ("procfs", "sockets", "gpu", "npu", "rdma")
 
     def collect(self, graph: Graph, ctx: Context) -> Outcome:
-        links: dict[tuple[str, str, str], Link] = {}
+        links = socket_links(graph, list(graph.edges("peer")))
         crowded = 0
-        for edge in list(graph.edges("peer")):
-            a, b = graph.node(edge.src), graph.node(edge.dst)
-            if a is not None and b is not None and a.kind == b.kind == "socket":
-                _add_socket_pair(links, graph, a, b)
         ctx.check_cancelled()
         for pipe in graph.of_kind("pipe"):
             crowded += _add_pipe(links, graph, pipe)
@@ -109,6 +105,17 @@ class IpcCollector(Collector):
         if crowded:
             details["objects_shared_too_widely"] = crowded
         return Outcome("ok", None, details)
+
+
+def socket_links(graph: Graph, peers: Iterable[Edge]) -> dict[tuple[str, str, str], Link]:
+    """One ``Link`` per (process, process, transport) over these socket ``peer`` edges (the
+    cluster merge derives its cross-host ``talks_to`` edges here too)."""
+    links: dict[tuple[str, str, str], Link] = {}
+    for edge in peers:
+        a, b = graph.node(edge.src), graph.node(edge.dst)
+        if a is not None and b is not None and a.kind == b.kind == "socket":
+            _add_socket_pair(links, graph, a, b)
+    return links
 
 
 def _owners(graph: Graph, node_id: str, modes: Iterable[str] | None = None) -> list[str]:

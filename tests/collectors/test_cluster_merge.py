@@ -1,0 +1,188 @@
+"""Two "hosts" made of two network namespaces joined by a veth pair, each collected on its
+own (scoped to its namespace, as a node of a cluster collection is), then merged: the
+merged graph keeps both hosts apart by id prefix, joins the TCP connection between them end
+to end into one talks_to carrying both sides' counters, lists the ranks each host runs and
+records the clocks' offsets. nftables drops ~5 % of what host b receives from host a, so
+the retransmissions show on the sender's side of the joined flow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coll_helpers import needs_root
+from wp_mcp.collectors import Context
+from wp_mcp.collectors.cluster import merge_hosts
+from wp_mcp.collectors.cluster.node import clock_offset, collect_node
+from wp_mcp.graph import ids, native
+from wp_require import unavailable
+
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
+
+RECEIVER_IP, SENDER_IP, PORT = "10.78.0.1", "10.78.0.2", 5301
+
+RECEIVER = f"""
+import socket
+server = socket.create_server(("{RECEIVER_IP}", {PORT}))
+print("listening", flush=True)
+conn, _ = server.accept()
+while conn.recv(1 << 16):
+    pass
+"""
+SENDER = f"""
+import socket, time
+conn = socket.create_connection(("{RECEIVER_IP}", {PORT}))
+chunk = b"d" * (1 << 16)
+while True:
+    conn.sendall(chunk)
+    time.sleep(0.002)
+"""
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+def netns_inode(pid: int) -> int:
+    link = os.readlink(f"/proc/{pid}/ns/net")
+    return int(link[link.index("[") + 1 : -1])
+
+
+def rank_env(rank: int) -> dict[str, str]:
+    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+            "MASTER_ADDR": RECEIVER_IP, "MASTER_PORT": str(PORT)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_hosts() -> Iterator[dict]:
+    if not (shutil.which("ip") and shutil.which("nft")):
+        unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
+    tag = f"wpcl{os.getpid() % 100000}"
+    namespaces = {"a": f"{tag}a", "b": f"{tag}b"}
+    procs: list[subprocess.Popen] = []
+    made: list[str] = []
+    try:
+        for ns in namespaces.values():
+            sh("ip", "netns", "add", ns)
+            made.append(ns)
+        sh("ip", "link", "add", f"{tag}va", "netns", namespaces["a"], "type", "veth", "peer",
+           "name", f"{tag}vb", "netns", namespaces["b"])  # fmt: skip
+        for host, ip in (("a", SENDER_IP), ("b", RECEIVER_IP)):
+            ns, dev = namespaces[host], f"{tag}v{host}"
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        nft = ("ip", "netns", "exec", namespaces["b"], "nft")
+        sh(*nft, "add", "table", "ip", "wpmcp")
+        sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
+        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", SENDER_IP, "numgen",
+           "random", "mod", "100", "<", "5", "counter", "drop")  # fmt: skip
+        receiver = subprocess.Popen(
+            ["ip", "netns", "exec", namespaces["b"], sys.executable, "-c", RECEIVER],
+            stdout=subprocess.PIPE, text=True, env=rank_env(0))  # fmt: skip
+        procs.append(receiver)
+        assert receiver.stdout.readline().strip() == "listening"
+        sender = subprocess.Popen(
+            ["ip", "netns", "exec", namespaces["a"], sys.executable, "-c", SENDER],
+            env=rank_env(1))  # fmt: skip
+        procs.append(sender)
+        time.sleep(1.0)  # let loss and retransmissions happen
+        yield {"namespaces": namespaces, "sender": sender.pid, "receiver": receiver.pid}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def remote_clock(namespace: str) -> float:
+    """The epoch time as a process inside ``namespace`` reads it."""
+    out = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c",
+                          "import time; print(repr(time.time()))"],
+                         check=True, capture_output=True, text=True, timeout=30)  # fmt: skip
+    return float(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster(two_hosts) -> dict:
+    """Each namespace collected as its own host (sender's on "host-a", receiver's on
+    "host-b"), with its clock read from inside it, then merged."""
+    graphs = {}
+    for host, pid in (("host-a", two_hosts["sender"]), ("host-b", two_hosts["receiver"])):
+        graph = collect_node(Context(window_s=1.0, ebpf="off"), netns=netns_inode(pid))
+        namespace = two_hosts["namespaces"][host[-1]]
+        graph.meta.clock = clock_offset(lambda ns=namespace: remote_clock(ns), samples=3)
+        graphs[host] = graph
+    return {"graphs": graphs, "merged": merge_hosts(graphs), **two_hosts}
+
+
+def test_each_host_graph_holds_only_its_own_namespace(cluster):
+    sender, receiver = ids.process(cluster["sender"]), ids.process(cluster["receiver"])
+    assert sender in cluster["graphs"]["host-a"] and receiver not in cluster["graphs"]["host-a"]
+    assert receiver in cluster["graphs"]["host-b"] and sender not in cluster["graphs"]["host-b"]
+    # the collecting test process is in neither namespace
+    for graph in cluster["graphs"].values():
+        assert ids.process(os.getpid()) not in graph
+
+
+def test_merged_ids_are_prefixed_by_host(cluster):
+    merged = cluster["merged"]
+    assert merged.meta.hosts == ["host-a", "host-b"]
+    assert ids.with_host("host-a", ids.process(cluster["sender"])) in merged
+    assert ids.with_host("host-b", ids.process(cluster["receiver"])) in merged
+    assert ids.with_host("host-a", ids.host()) in merged
+    assert all(ids.split_host(node_id)[0] in ("host-a", "host-b") for node_id in merged.nodes)
+
+
+def test_the_connection_between_hosts_is_one_talks_to_with_both_sides_counters(cluster):
+    merged = cluster["merged"]
+    sender = ids.with_host("host-a", ids.process(cluster["sender"]))
+    receiver = ids.with_host("host-b", ids.process(cluster["receiver"]))
+    links = [e for e in merged.out_edges(sender, "talks_to") if e.dst == receiver]
+    assert len(links) == 1
+    link = links[0]
+    assert link.transport == "tcp" and link.cross_host is True
+    assert link.hosts == ["host-a", "host-b"]
+    assert link.src_bytes_sent > 0 and link.dst_bytes_received > 0
+    # loss on b's input: a's socket retransmits; the summed count includes both sides
+    assert link.src_retrans_total > 0
+    assert link.retrans_total == link.src_retrans_total + link.dst_retrans_total
+    assert merged.meta.cluster["flows"]["cross_host_talks_to"] >= 1
+    (peer,) = [e for e in merged.edges("peer") if getattr(e, "cross_host", False)
+               and e.src.startswith("host-a/")]  # fmt: skip
+    assert merged.node(peer.dst).role == "server" and merged.node(peer.dst).local_port == PORT
+
+
+def test_ranks_are_recognised_on_their_hosts(cluster):
+    ranks = cluster["merged"].meta.cluster["ranks"]
+    assert ranks["world_size"] == 2 and ranks["missing"] == []
+    assert ranks["by_rank"] == {
+        "0": ids.with_host("host-b", ids.process(cluster["receiver"])),
+        "1": ids.with_host("host-a", ids.process(cluster["sender"])),
+    }
+    assert ranks["masters"] == [f"{RECEIVER_IP}:{PORT}"]
+
+
+def test_clock_offsets_are_measured_within_their_uncertainty(cluster):
+    clock = cluster["merged"].meta.cluster["clock"]
+    assert clock["measured"] is True and set(clock["hosts"]) == {"host-a", "host-b"}
+    # both namespaces read the same kernel clock: the true offset is 0, so each measured
+    # offset lies within its half round trip by construction
+    for reading in clock["hosts"].values():
+        assert abs(reading["offset_s"]) <= reading["uncertainty_s"] + 1e-6
+    assert clock["skew_s"] <= 2 * clock["uncertainty_s"] + 1e-6
+
+
+def test_the_merged_graph_round_trips_through_the_native_format(cluster, tmp_path: Path):
+    merged = cluster["merged"]
+    path = native.dump(merged, tmp_path / "cluster.json.gz")
+    again = native.load(path)
+    assert set(again.nodes) == set(merged.nodes) and again.edge_count == merged.edge_count
+    assert again.meta.cluster["ranks"] == merged.meta.cluster["ranks"]
