@@ -242,7 +242,7 @@ def ranks(graph: Graph) -> dict[str, Any]:
     found: dict[str, Any] = {
         "found": len(owners),
         "by_rank": {str(rank): procs[0] for rank, procs in owners.items()},
-        "hosts": dict(Counter(ids.split_host(p[0])[0] for p in owners.values())),
+        "hosts": dict(Counter(ids.split_host(p)[0] for procs in owners.values() for p in procs)),
     }
     duplicates = {str(rank): procs for rank, procs in owners.items() if len(procs) > 1}
     if duplicates:
