@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from . import ids
 from .cpulist import CpuListError, parse_cpulist
 from .graph import Graph
@@ -52,3 +54,46 @@ def cpu_set(cpulist: str | None) -> set[int]:
         return set(parse_cpulist(cpulist))
     except CpuListError:
         return set()
+
+
+def shares(values: dict[str, float] | None) -> dict[int, float]:
+    """Per-node values → shares summing to 1 (empty when there is nothing to share)."""
+    if not values:
+        return {}
+    clean = {int(k): float(v) for k, v in values.items() if v is not None and float(v) > 0}
+    total = sum(clean.values())
+    return {k: v / total for k, v in clean.items()} if total > 0 else {}
+
+
+def cpu_share(graph: Graph, proc: Node) -> dict[int, float]:
+    """Share of a process's CPU time per NUMA node: the collector's shares, else its
+    ``cpu_on`` edges, else its threads' CPU time per node."""
+    found = shares(proc.get("numa_cpu_share")) or shares(_edge_values(graph, proc.id, "cpu_on"))
+    if found:
+        return found
+    per_node: dict[str, float] = defaultdict(float)
+    for thread in graph.successors(proc.id, "has_thread"):
+        for node, seconds in (thread.get("numa_cpu_time") or {}).items():
+            per_node[node] += seconds
+    return shares(per_node)
+
+
+def page_share(graph: Graph, proc: Node) -> dict[int, float]:
+    """Share of a process's resident pages per NUMA node."""
+    return (
+        shares(proc.get("numa_page_share"))
+        or shares(proc.get("numa_pages"))
+        or shares(_edge_values(graph, proc.id, "mem_on"))
+    )
+
+
+def _edge_values(graph: Graph, node_id: str, kind: str) -> dict[str, float]:
+    """NUMA id → ``share`` of a process's cpu_on/mem_on edges."""
+    out: dict[str, float] = {}
+    for edge in graph.out_edges(node_id, kind):
+        target = graph.node(edge.dst)
+        number = target.get("numa_id") if target else None
+        value = edge.get("share")
+        if number is not None and value is not None:
+            out[str(number)] = value
+    return out
