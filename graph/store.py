@@ -67,7 +67,20 @@ _SCHEMA = (
         markdown TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS reports_by_snapshot ON reports(snapshot_id)",
+    # monitor events (`wp-mcp monitor`), read by cursor: seq only grows
+    """CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        created REAL NOT NULL,
+        kind TEXT NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    # named values: the baseline snapshot
+    "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
+# Tables added after the first release: a store that lacks one gets the schema again.
+_ADDED_TABLES = ("events", "settings")
+MAX_EVENTS = 10_000  # events kept; the oldest go first
+BASELINE_KEY = "baseline"
 # Columns added after the first release: (table, column, declaration), added where missing.
 _ADDED_COLUMNS = (("snapshots", "content_sha256", "TEXT"),)
 _ADDED_INDEXES = ("CREATE INDEX IF NOT EXISTS snapshots_by_content ON snapshots(content_sha256)",)
@@ -212,7 +225,6 @@ class Store:
         """
         document = native.dumps(graph)
         content = hashlib.sha256(document).hexdigest()
-        blob = zlib.compress(document, 1)
         with self._transaction("cannot store the snapshot") as db:
             if reuse_same:
                 same = db.execute(
@@ -222,24 +234,48 @@ class Store:
                 ).fetchone()
                 if same is not None:
                     return same[0]
-            snapshot_id = self._new_id(db, "snapshots", "s")
-            db.execute(
-                "INSERT INTO snapshots (id, created, label, origin, hosts, nodes, edges, size, "
-                "data, content_sha256) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    snapshot_id,
-                    time.time(),
-                    label,
-                    graph.meta.origin,
-                    orjson.dumps(graph.meta.hosts).decode(),
-                    len(graph.nodes),
-                    graph.edge_count,
-                    len(blob),
-                    blob,
-                    content,
-                ),  # fmt: skip
-            )
+            snapshot_id = self._insert_snapshot(db, graph, label, document, content)
             self._apply_retention(db)
+        return snapshot_id
+
+    def put_cycle(self, graph: Graph, label: str, report: tuple[str, dict[str, Any], str],
+                  events: list[dict[str, Any]], tiers: Tiers = ()) -> tuple[str, str]:  # fmt: skip
+        """One monitor cycle in one transaction: the snapshot, its report (skill, data,
+        markdown) and its events (each gets ``snapshot`` and ``seq``), then retention —
+        the count limit and, for snapshots with this label, the down-sampling ``tiers``.
+        A process killed at any point leaves all of it or none. Returns (snapshot, report)."""
+        document = native.dumps(graph)
+        content = hashlib.sha256(document).hexdigest()
+        with self._transaction("cannot store the monitor cycle") as db:
+            snapshot_id = self._insert_snapshot(db, graph, label, document, content)
+            report_id = self._insert_report(db, snapshot_id, *report)
+            for event in events:
+                event["snapshot"] = snapshot_id
+                event["seq"] = self._insert_event(db, event)
+            self._thin(db, label, tiers, time.time())
+            self._apply_retention(db)
+        return snapshot_id, report_id
+
+    def _insert_snapshot(self, db: sqlite3.Connection, graph: Graph, label: str | None,
+                         document: bytes, content: str) -> str:  # fmt: skip
+        snapshot_id = self._new_id(db, "snapshots", "s")
+        blob = zlib.compress(document, 1)
+        db.execute(
+            "INSERT INTO snapshots (id, created, label, origin, hosts, nodes, edges, size, "
+            "data, content_sha256) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                snapshot_id,
+                time.time(),
+                label,
+                graph.meta.origin,
+                orjson.dumps(graph.meta.hosts).decode(),
+                len(graph.nodes),
+                graph.edge_count,
+                len(blob),
+                blob,
+                content,
+            ),  # fmt: skip
+        )
         return snapshot_id
 
     def _apply_retention(self, db: sqlite3.Connection) -> None:
@@ -249,7 +285,24 @@ class Store:
             "SELECT id FROM snapshots ORDER BY created DESC, rowid DESC LIMIT -1 OFFSET ?",
             (self.keep,),
         ).fetchall()
-        for (snapshot_id,) in doomed:
+        self._drop(db, [snapshot_id for (snapshot_id,) in doomed])
+
+    def _thin(self, db: sqlite3.Connection, label: str, tiers: Tiers, now: float) -> None:
+        """Down-sample the snapshots with ``label``: see :func:`thinned`."""
+        if not tiers:
+            return
+        rows = db.execute(
+            "SELECT id, created FROM snapshots WHERE label=? ORDER BY created DESC, rowid DESC",
+            (label,),
+        ).fetchall()
+        self._drop(db, thinned(rows, tiers, now))
+
+    def _drop(self, db: sqlite3.Connection, snapshot_ids: list[str]) -> None:
+        """Delete snapshots and their reports; the baseline is never dropped by retention."""
+        baseline = _setting(db, BASELINE_KEY)
+        for snapshot_id in snapshot_ids:
+            if snapshot_id == baseline:
+                continue
             db.execute("DELETE FROM reports WHERE snapshot_id=?", (snapshot_id,))
             db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
             self._forget(snapshot_id)
@@ -337,6 +390,7 @@ class Store:
         with self._transaction("cannot delete the snapshot") as db:
             db.execute("DELETE FROM reports WHERE snapshot_id=?", (snapshot_id,))
             db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
+            db.execute("DELETE FROM settings WHERE key=? AND value=?", (BASELINE_KEY, snapshot_id))
         self._forget(snapshot_id)
         return snapshot_id
 
@@ -348,14 +402,70 @@ class Store:
 
     def put_report(self, snapshot_id: str, skill: str, data: dict[str, Any], markdown: str) -> str:
         snapshot_id = self.resolve(snapshot_id)
-        blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
         with self._transaction("cannot store the report") as db:
-            report_id = self._new_id(db, "reports", "r")
-            db.execute(
-                "INSERT INTO reports VALUES (?,?,?,?,?,?)",
-                (report_id, snapshot_id, skill, time.time(), blob, markdown),
-            )
+            return self._insert_report(db, snapshot_id, skill, data, markdown)
+
+    def _insert_report(self, db: sqlite3.Connection, snapshot_id: str, skill: str,
+                       data: dict[str, Any], markdown: str) -> str:  # fmt: skip
+        blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+        report_id = self._new_id(db, "reports", "r")
+        db.execute(
+            "INSERT INTO reports VALUES (?,?,?,?,?,?)",
+            (report_id, snapshot_id, skill, time.time(), blob, markdown),
+        )
         return report_id
+
+    def latest_report_for_label(self, skill: str, label: str) -> StoredReport | None:
+        """The newest report of ``skill`` on a snapshot labelled ``label`` (the last monitor
+        cycle a restarted monitor compares with)."""
+        row = (
+            self._connect()
+            .execute(
+                "SELECT r.id, r.snapshot_id, r.skill, r.created, r.data, r.markdown FROM reports r "
+                "JOIN snapshots s ON s.id = r.snapshot_id WHERE r.skill=? AND s.label=? "
+                "ORDER BY r.created DESC, r.rowid DESC LIMIT 1",
+                (skill, label),
+            )
+            .fetchone()
+        )
+        return StoredReport(*row[:4], orjson.loads(row[4]), row[5]) if row else None
+
+    # ------------------------------------------------------------------ baseline
+
+    def set_baseline(self, ref: str) -> str:
+        snapshot_id = self.resolve(ref)
+        with self._transaction("cannot set the baseline") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)",
+                (BASELINE_KEY, snapshot_id),
+            )
+        return snapshot_id
+
+    def baseline(self) -> str | None:
+        """The baseline snapshot's id, or None when none is set."""
+        return _setting(self._connect(), BASELINE_KEY)
+
+    # ------------------------------------------------------------------ events
+
+    def _insert_event(self, db: sqlite3.Connection, event: dict[str, Any]) -> int:
+        cursor = db.execute(
+            "INSERT INTO events (created, kind, data) VALUES (?,?,?)",
+            (event.get("time", time.time()), event["kind"], orjson.dumps(event)),
+        )
+        db.execute("DELETE FROM events WHERE seq <= ?", (cursor.lastrowid - MAX_EVENTS,))
+        return int(cursor.lastrowid)
+
+    def events_since(self, cursor: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """Events with a sequence number above ``cursor``, oldest first, each with its
+        ``seq`` (the next cursor is the last one's)."""
+        rows = (
+            self._connect()
+            .execute(
+                "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (cursor, limit)
+            )  # fmt: skip
+            .fetchall()
+        )
+        return [{**orjson.loads(data), "seq": seq} for seq, data in rows]
 
     def get_report(self, ref: str) -> StoredReport:
         db = self._connect()
@@ -390,6 +500,38 @@ class Store:
 
 
 _INFO_COLUMNS = "id, created, label, origin, hosts, nodes, edges, size"
+
+# Down-sampling tiers: (age in seconds up to which the tier applies, spacing in seconds
+# between the snapshots it keeps; 0 keeps all). Older than the last tier: dropped.
+Tiers = tuple[tuple[float, float], ...]
+
+
+def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str]:
+    """The ids to drop from (id, created) rows, newest first, so that each tier keeps the
+    newest snapshot of every ``spacing``-long slot of its age range (slots are aligned to
+    the epoch, so what is kept stays kept as time moves on) and nothing outlives the last
+    tier."""
+    doomed = []
+    slots_seen: set[tuple[int, int]] = set()
+    for snapshot_id, created in rows:
+        age = now - created
+        tier = next((i for i, (limit, _) in enumerate(tiers) if age <= limit), None)
+        if tier is None:
+            doomed.append(snapshot_id)
+            continue
+        spacing = tiers[tier][1]
+        if spacing <= 0:
+            continue
+        slot = (tier, int(created // spacing))
+        if slot in slots_seen:
+            doomed.append(snapshot_id)
+        slots_seen.add(slot)
+    return doomed
+
+
+def _setting(db: sqlite3.Connection, key: str) -> str | None:
+    row = db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+    return row[0] if row else None
 
 
 def _info(row: tuple) -> SnapshotInfo:
@@ -459,7 +601,10 @@ def _open_uri(uri: str) -> sqlite3.Connection:
 
 def _schema_is_current(db: sqlite3.Connection) -> bool:
     """Read-only check, so opening an up-to-date store never waits for a writer."""
-    return all(column in _columns(db, table) for table, column, _ in _ADDED_COLUMNS)
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return all(column in _columns(db, table) for table, column, _ in _ADDED_COLUMNS) and all(
+        table in tables for table in _ADDED_TABLES
+    )
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:

@@ -29,7 +29,9 @@ COMMAND_MODULES = {
     "wp_mcp.server.cli_collect": ("collect",),
     "wp_mcp.server.cli_serve": ("serve",),
     "wp_mcp.server.cli_skills": ("diagnose", "skill", "skills"),
+    "wp_mcp.server.cli_monitor": ("monitor", "baseline", "config"),
 }
+GLOBAL_OPTIONS_WITH_VALUE = ("--store", "--config")
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -38,7 +40,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
     for token in argv:
         if skip_value:
             skip_value = False
-        elif token == "--store":
+        elif token in GLOBAL_OPTIONS_WITH_VALUE:
             skip_value = True
         elif not token.startswith("-"):
             return token
@@ -56,6 +58,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--store",
         metavar="DIR",
         help="snapshot store directory (default: $WP_MCP_STORE or $XDG_DATA_HOME/wp-mcp)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (default: $WP_MCP_CONFIG, ~/.config/wp-mcp/config.toml, "
+        "/etc/wp-mcp/config.toml; see `wp-mcp config show`)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,0 +1,173 @@
+"""`wp-mcp monitor`, `wp-mcp baseline`, `wp-mcp config`: continuous monitoring and its config.
+
+`monitor` runs cycles (``monitor.Monitor``) until SIGTERM/SIGINT; `--once` runs one (for
+cron); `--print-unit` prints a systemd unit. `baseline set ID` marks the snapshot that
+regressions are measured against. `config show` prints the effective config and where each
+value came from; `config init` writes a commented default file. docs/monitoring.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+
+from wp_mcp.graph import UserError
+from wp_mcp.graph.outfile import check_target, shown, write_output
+from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.store import Store
+
+from . import config as config_module
+
+UNIT = """\
+[Unit]
+Description=wp-mcp monitor: topology snapshots, diagnosis and events every interval
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart={command} monitor
+ExecReload=/bin/kill -HUP $MAINPID
+KillSignal=SIGTERM
+TimeoutStopSec=90
+Restart=on-failure
+RestartSec=10
+# root reads every process's /proc and sockets; the store and config stay private (0700/0600)
+Nice=10
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "monitor",
+        help="collect, diagnose and compare every interval; events to stdout, files, webhooks",
+        description="Every --interval: collect this host, run every skill, store the snapshot "
+        "with retention, and emit events (findings appeared/resolved/escalated, metric "
+        "regressions against the baseline). Settings: the config file (`wp-mcp config show`).",
+    )
+    p.add_argument(
+        "--interval", type=float, metavar="S", help="seconds between cycles (default 60)"
+    )
+    p.add_argument("--window", type=float, metavar="S", help="collection window (default 3)")
+    p.add_argument("--ebpf", choices=("auto", "on", "off"), help="eBPF tier (default off)")
+    p.add_argument("--metrics", metavar="HOST:PORT",
+                   help="serve Prometheus /metrics on this loopback address")  # fmt: skip
+    p.add_argument("--events-file", metavar="FILE", help="append events as JSON lines to FILE")
+    p.add_argument("--webhook", action="append", metavar="URL", help="POST events to URL (repeatable)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no events on stdout")
+    p.add_argument("--once", action="store_true", help="run one cycle and exit (for cron)")
+    p.add_argument("--print-unit", action="store_true", help="print a systemd unit and exit")
+    p.set_defaults(handler=cmd_monitor)
+
+    p = sub.add_parser("baseline", help="show or set the snapshot regressions are measured against")
+    p.add_argument("action", choices=("show", "set"), help="show | set ID")
+    p.add_argument("snapshot", nargs="?", metavar="ID", help="snapshot id or 'latest' (for set)")
+    p.set_defaults(handler=cmd_baseline)
+
+    p = sub.add_parser("config", help="show the effective config or write a commented default")
+    p.add_argument("action", choices=("show", "init"), help="show | init [FILE]")
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="for init: where to write (default ~/.config/wp-mcp/config.toml)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="init: replace an existing file")
+    p.set_defaults(handler=cmd_config)
+
+
+def load_config(args: argparse.Namespace) -> config_module.Loaded:
+    """The effective config with this command's flags applied (flags > env > file > defaults)."""
+    loaded = config_module.load(getattr(args, "config", None))
+    loaded.set_flag("store.path", getattr(args, "store", None))
+    flags = {
+        "monitor.interval_s": getattr(args, "interval", None),
+        "monitor.window_s": getattr(args, "window", None),
+        "monitor.ebpf": getattr(args, "ebpf", None),
+        "outputs.events_file.path": getattr(args, "events_file", None),
+        "outputs.webhooks.urls": getattr(args, "webhook", None),
+        "outputs.stdout": False if getattr(args, "quiet", False) else None,
+    }
+    if getattr(args, "metrics", None):
+        flags["outputs.metrics.bind"] = args.metrics
+        flags["outputs.metrics.enabled"] = True
+    for key, value in flags.items():
+        loaded.set_flag(key, value)
+    return loaded
+
+
+def open_configured_store(loaded: config_module.Loaded) -> Store:
+    store = loaded.config.store
+    return Store(store.path, keep=store.keep)
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    if args.print_unit:
+        sys.stdout.write(unit_text(args))
+        return 0
+    from .monitor import Monitor
+    from .monitor_outputs import Outputs
+
+    loaded = load_config(args)
+    store = open_configured_store(loaded)
+    outputs = Outputs(loaded.config)
+    monitor = Monitor(store, loaded.config, outputs, reload=lambda: load_config(args).config)
+    monitor.install_signals()
+    try:
+        return monitor.run(once=args.once)
+    finally:
+        outputs.close()
+
+
+def unit_text(args: argparse.Namespace) -> str:
+    """The unit for this installation: the `wp-mcp` on PATH, with --config if one was given."""
+    command = [shutil.which("wp-mcp") or "/usr/local/bin/wp-mcp"]
+    if getattr(args, "config", None):
+        command += ["--config", args.config]
+    return UNIT.format(command=shlex.join(command))
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    store = open_configured_store(load_config(args))
+    if args.action == "set":
+        if not args.snapshot:
+            raise UserError("baseline set needs a snapshot id (see `wp-mcp snapshots`)")
+        print(store.set_baseline(args.snapshot))
+        return 0
+    baseline = store.baseline()
+    if baseline is None:
+        raise UserError(
+            "no baseline yet: `wp-mcp monitor` sets the first healthy snapshot, "
+            "or mark one with `wp-mcp baseline set ID`"
+        )
+    print(baseline)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.action == "init":
+        return _config_init(args)
+    loaded = load_config(args)
+    print(f"# config file: {shown(loaded.path) if loaded.path else 'none (defaults)'}")
+    for key, value, source in config_module.effective(loaded):
+        shown_value = "(unset)" if value is None else config_module.to_toml(value)
+        print(f"{key} = {escape(shown_value, 400, 'line')}  # {escape(source, 300, 'line')}")
+    return 0
+
+
+def _config_init(args: argparse.Namespace) -> int:
+    target = args.file or str(config_module.search_path()[0])
+    path = check_target(target) if args.file else _in_config_dir(target)
+    if path.exists() and not args.force:
+        raise UserError(f"{shown(path)} exists; --force replaces it")
+    write_output(path, config_module.commented_default().encode())
+    print(path)
+    return 0
+
+
+def _in_config_dir(target: str):
+    from pathlib import Path
+
+    path = Path(target)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # ~/.config/wp-mcp
+    return check_target(path)

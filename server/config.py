@@ -1,0 +1,283 @@
+"""One config file (TOML) for the settings a long-running `wp-mcp` needs.
+
+Where it is read from, first found wins: `wp-mcp --config FILE`, `$WP_MCP_CONFIG`,
+`$XDG_CONFIG_HOME/wp-mcp/config.toml` (default `~/.config/wp-mcp/config.toml`),
+`/etc/wp-mcp/config.toml`. Precedence of each value: command-line flags > environment
+variables > the file > the defaults below. The file is validated by pydantic: an unknown
+key or a wrong type is one line naming the key, the file and its line (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.outfile import shown
+from wp_mcp.graph.rawio import read_bytes
+from wp_mcp.graph.safetext import excerpt
+
+CONFIG_ENV = "WP_MCP_CONFIG"
+MAX_CONFIG_BYTES = 1 << 20
+_BIND = re.compile(r"(?P<host>[0-9.]+|\[[0-9a-fA-F:]+\]|localhost):(?P<port>\d{1,5})\Z")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class StoreConfig(_Section):
+    path: str | None = Field(None, description="snapshot store directory")
+    keep: int = Field(400, ge=0, description="snapshots kept at most (0: no count limit)")
+    # (max age s, spacing s): all of the last hour, one per 10 min for a day, one per hour
+    # for a week; older monitor snapshots are dropped (the baseline is always kept)
+    tiers: list[tuple[float, float]] = Field(
+        default_factory=lambda: [(3600.0, 0.0), (86400.0, 600.0), (604800.0, 3600.0)],
+        description="monitor down-sampling: [max age s, spacing s] per tier",
+    )
+
+
+class MonitorConfig(_Section):
+    interval_s: float = Field(60.0, gt=0, le=86400, description="seconds between cycle starts")
+    window_s: float = Field(3.0, ge=0, le=600, description="collection window of each cycle")
+    ebpf: Literal["auto", "on", "off"] = Field("off", description="eBPF tier of each cycle")
+    noise_pct: float = Field(
+        25.0, gt=0, description="a metric must move this much from the baseline to be an event"
+    )
+    min_change: float = Field(
+        5.0, ge=0, description="and by at least this much in its own unit (cpu %, bytes/s...)"
+    )
+
+
+class MetricsConfig(_Section):
+    enabled: bool = False
+    bind: str = Field("127.0.0.1:9464", description="loopback address:port of /metrics")
+
+    @field_validator("bind")
+    @classmethod
+    def _loopback(cls, value: str) -> str:
+        parse_bind(value)
+        return value
+
+
+class EventsFileConfig(_Section):
+    path: str | None = Field(None, description="JSON-lines events file (none: off)")
+    max_bytes: int = Field(10 << 20, ge=4096, description="rotated beyond this size")
+    backups: int = Field(3, ge=0, le=100, description="rotated files kept (.1, .2...)")
+
+
+class WebhooksConfig(_Section):
+    urls: list[str] = Field(default_factory=list, description="POST each event to these URLs")
+    timeout_s: float = Field(5.0, gt=0, le=120)
+    retries: int = Field(5, ge=0, le=100, description="attempts after the first, backing off")
+    queue: int = Field(1000, ge=1, le=1_000_000, description="events held per URL at most")
+
+    @field_validator("urls")
+    @classmethod
+    def _http(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"not an http(s) URL: {excerpt(url)}")
+        return urls
+
+
+class OutputsConfig(_Section):
+    stdout: bool = Field(True, description="events as JSON lines on stdout")
+    events_file: EventsFileConfig = Field(default_factory=EventsFileConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+
+
+class Config(_Section):
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    outputs: OutputsConfig = Field(default_factory=OutputsConfig)
+
+
+# Environment variables that set a value: (dotted key, variable).
+ENV_KEYS = (("store.path", "WP_MCP_STORE"), ("store.keep", "WP_MCP_KEEP"))
+
+
+class Loaded:
+    """The effective config and where each value came from (default, file, env, flag)."""
+
+    def __init__(self, config: Config, path: Path | None, sources: dict[str, str]) -> None:
+        self.config = config
+        self.path = path
+        self.sources = sources
+
+    def set_flag(self, key: str, value: Any) -> None:
+        """A command-line flag's value (None: not given), which beats every other source."""
+        if value is None:
+            return
+        _assign(self.config, key, value, f"flag for {key}")
+        self.sources[key] = "flag"
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+
+def search_path() -> list[Path]:
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(config_home) / "wp-mcp" / "config.toml", Path("/etc/wp-mcp/config.toml")]
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """The file to read: --config, then $WP_MCP_CONFIG (both must exist), then the search path."""
+    for given, origin in ((explicit, "--config"), (os.environ.get(CONFIG_ENV), CONFIG_ENV)):
+        if given:
+            path = Path(given).expanduser()
+            if not path.is_file():
+                raise UserError(f"{origin}: no config file {shown(path)}")
+            return path
+    return next((path for path in search_path() if path.is_file()), None)
+
+
+def load(explicit: str | None = None) -> Loaded:
+    """The effective config: defaults, then the file, then the environment."""
+    path = find_config(explicit)
+    sources: dict[str, str] = {}
+    config = Config()
+    if path is not None:
+        config = _parse(path)
+        sources.update(dict.fromkeys(_keys(_read_toml(path)), f"file {path}"))
+    for key, variable in ENV_KEYS:
+        value = os.environ.get(variable)
+        if value:
+            _assign(config, key, value, f"${variable}")
+            sources[key] = f"env {variable}"
+    return Loaded(config, path, sources)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = bytes(read_bytes(path, MAX_CONFIG_BYTES)).decode("utf-8")
+        return tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise UserError(f"config {shown(path)}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config {shown(path)}: not valid TOML: {exc}") from None
+
+
+def _parse(path: Path) -> Config:
+    data = _read_toml(path)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+        line = _line_of(path.read_text(errors="replace"), key)
+        where = f"{shown(path)}, line {line}" if line else shown(path)
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        raise UserError(f"config {where}: {excerpt(key)}: {message}") from None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The line that sets dotted ``key``: its table header's section, then `name =`."""
+    *tables, name = key.split(".")
+    table = ".".join(tables)
+    current = ""
+    header = re.compile(r"\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$")
+    for number, line in enumerate(text.splitlines(), 1):
+        found = header.match(line)
+        if found:
+            current = found.group(1).strip('"')
+            if current == key:
+                return number  # the key is a table
+            continue
+        assigned = line.split("=", 1)[0].strip().strip('"') if "=" in line else None
+        if assigned is None:
+            continue
+        if (current == table and assigned == name) or (not current and assigned == key):
+            return number
+    return None
+
+
+def _keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        out += _keys(value, key + ".") if isinstance(value, dict) else [key]
+    return out
+
+
+def _assign(config: Config, key: str, value: Any, origin: str) -> None:
+    *tables, name = key.split(".")
+    section: BaseModel = config
+    for table in tables:
+        section = getattr(section, table)
+    try:
+        setattr(section, name, value)
+    except ValidationError as exc:
+        raise UserError(f"{origin}: {key}: {exc.errors()[0]['msg']}") from None
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """A loopback ``host:port``; anything reachable from elsewhere is refused."""
+    found = _BIND.match(text)
+    host = found.group("host").strip("[]") if found else ""
+    if not found or not (host.startswith("127.") or host in ("::1", "localhost")):
+        raise ValueError(f"expected a loopback address:port such as 127.0.0.1:9464, got {excerpt(text)}")  # fmt: skip
+    port = int(found.group("port"))
+    if not 0 < port < 65536:
+        raise ValueError(f"port out of range in {excerpt(text)}")
+    return host, port
+
+
+def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
+    """(key, value, source) for every leaf of the effective config."""
+    rows: list[tuple[str, Any, str]] = []
+
+    def walk(section: BaseModel, prefix: str) -> None:
+        for name in type(section).model_fields:
+            value = getattr(section, name)
+            key = f"{prefix}{name}"
+            if isinstance(value, BaseModel):
+                walk(value, key + ".")
+            else:
+                rows.append((key, value, loaded.source(key)))
+
+    walk(loaded.config, "")
+    return rows
+
+
+def to_toml(value: Any) -> str:
+    """A value as TOML (the types a config holds: none, bool, number, text, lists)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(to_toml(item) for item in value) + "]"
+    raise TypeError(type(value))
+
+
+def commented_default() -> str:
+    """`config init`'s file: every section and key with its default and what it does."""
+    lines = [
+        "# wp-mcp config (docs/monitoring.md). Precedence: flags > env > this file > defaults."
+    ]
+
+    def walk(model: type[BaseModel], table: str) -> None:
+        nested = []
+        lines.append(f"\n[{table}]" if table else "")
+        default = model()
+        for name, field in model.model_fields.items():
+            value = getattr(default, name)
+            if isinstance(value, BaseModel):
+                nested.append((type(value), f"{table}.{name}" if table else name))
+                continue
+            if field.description:
+                lines.append(f"# {field.description}")
+            lines.append(f'# {name} = ""' if value is None else f"{name} = {to_toml(value)}")
+        for sub, sub_table in nested:
+            walk(sub, sub_table)
+
+    walk(Config, "")
+    return "\n".join(line for line in lines if line is not None).replace("\n\n\n", "\n\n") + "\n"

@@ -1,0 +1,346 @@
+"""`wp-mcp monitor`: collect every interval, diagnose, compare, and say what changed.
+
+Each cycle collects a snapshot, runs every skill on it, compares its findings with the
+previous cycle's and its key metrics with the baseline's, and stores snapshot, report and
+events in one transaction (``Store.put_cycle``: a monitor killed at any point leaves the
+store as it was before the cycle, or with the whole cycle). The events then go to the
+outputs (stdout, a JSON-lines file, webhooks, Prometheus; ``monitor_outputs``).
+
+Events: ``finding.appeared`` / ``finding.resolved`` / ``finding.escalated`` (its priority
+rose), ``metric.regressed`` / ``metric.recovered`` (a key metric moved past the noise
+margin from the baseline's value, or came back within it), ``baseline.set``,
+``cycle.failed`` and ``deadline.missed``. A finding is the same finding from one cycle to the
+next when its rule and subject are (its text may change with the values).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from wp_mcp.collectors import Context, collect_snapshot
+from wp_mcp.graph import Graph, UserError
+from wp_mcp.graph.store import Store
+from wp_mcp.skills import Report, diagnose
+from wp_mcp.skills.analysis import Analysis
+
+from .config import Config
+
+log = logging.getLogger(__name__)
+
+LABEL = "monitor"  # the label of the snapshots the monitor stores (retention tiers apply)
+SKILL = "diagnose"
+_PRIORITY_RANK = {"P0": 0, "P1": 1, "P2": 2}
+_UNHEALTHY = ("P0", "P1")  # a snapshot with neither is healthy enough to be the baseline
+
+
+# ---------------------------------------------------------------------- key metrics
+
+
+@dataclass(frozen=True)
+class Metric:
+    family: str  # rank_cpu_pct, rank_run_delay_pct, rank_numa_locality, flow_bytes_per_s...
+    subject: str  # the graph id (a rank) or "src->dst" (a flow)
+    value: float
+    worse: Literal["higher", "lower"]  # which way is a regression
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}{{{self.subject}}}"
+
+
+# (family, process attribute, worse direction) for each rank
+_RANK_METRICS = (
+    ("rank_cpu_pct", "cpu_pct", "lower"),
+    ("rank_run_delay_pct", "run_delay_pct", "higher"),
+    ("rank_numa_locality", "numa_locality", "lower"),
+)
+# (family, talks_to attribute, worse direction) for each flow between ranks
+_FLOW_METRICS = (
+    ("flow_bytes_per_s", "bytes_per_s", "lower"),
+    ("flow_retrans_total", "retrans_total", "higher"),
+)
+
+
+def key_metrics(graph: Graph) -> dict[str, Metric]:
+    """The metrics a regression is judged on: per rank and per flow between ranks."""
+    ranks = Analysis(graph).ranks
+    out: dict[str, Metric] = {}
+    for rank in sorted(ranks):
+        node = graph.node(rank)
+        for family, attribute, worse in _RANK_METRICS:
+            value = node.get(attribute) if node else None
+            if value is not None:
+                metric = Metric(family, rank, float(value), worse)
+                out[metric.key] = metric
+    for edge in graph.edges("talks_to"):
+        if edge.src in ranks and edge.dst in ranks:
+            for family, attribute, worse in _FLOW_METRICS:
+                value = getattr(edge, attribute, None)
+                if value is not None:
+                    metric = Metric(family, f"{edge.src}->{edge.dst}", float(value), worse)
+                    out[metric.key] = metric
+    return out
+
+
+def regressed(metric: Metric, baseline: Metric, noise_pct: float, min_change: float) -> bool:
+    """Worse than the baseline by more than the noise: ``noise_pct`` of the baseline's value
+    and ``min_change`` in the metric's own unit (a 0 → 1 retransmit is not a regression)."""
+    change = metric.value - baseline.value
+    if metric.worse == "lower":
+        change = -change
+    return change > min_change and change > abs(baseline.value) * noise_pct / 100
+
+
+# ---------------------------------------------------------------------- events
+
+
+def _finding_key(finding: dict[str, Any]) -> str:
+    return f"{finding['rule_id']}|{finding.get('subject') or ''}"
+
+
+def _finding_event(kind: str, finding: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "rule": finding["rule_id"],
+        "layer": finding.get("layer"),
+        "priority": finding["priority"],
+        "subject": finding.get("subject"),
+        "title": finding["title"],
+        "metric": finding.get("metric"),
+        "value": finding.get("value"),
+        **extra,
+    }
+
+
+def finding_events(previous: dict[str, dict], current: dict[str, dict]) -> list[dict[str, Any]]:
+    """Appeared, resolved and escalated findings between two cycles (keyed findings)."""
+    events = []
+    for key, finding in current.items():
+        before = previous.get(key)
+        if before is None:
+            events.append(_finding_event("finding.appeared", finding))
+        elif _PRIORITY_RANK[finding["priority"]] < _PRIORITY_RANK[before["priority"]]:
+            events.append(_finding_event("finding.escalated", finding, was=before["priority"]))
+    events += [
+        _finding_event("finding.resolved", f) for k, f in previous.items() if k not in current
+    ]
+    return events
+
+
+def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> list[dict[str, Any]]:
+    """Regressions that began (``now``: key → (metric, baseline's)) and those that ended."""
+    events = [
+        {
+            "kind": "metric.regressed",
+            "metric": m.family,
+            "subject": m.subject,
+            "value": m.value,
+            "baseline": b.value,
+            "worse": m.worse,
+        }  # fmt: skip
+        for key, (m, b) in sorted(now.items())
+        if key not in before
+    ]
+    for key in sorted(before - set(now)):
+        family, _, subject = key.partition("{")
+        events.append({"kind": "metric.recovered", "metric": family, "subject": subject[:-1]})
+    return events
+
+
+# ---------------------------------------------------------------------- the monitor
+
+
+@dataclass
+class Cycle:
+    """What one stored cycle produced, for the outputs."""
+
+    snapshot_id: str
+    report_id: str
+    graph: Graph
+    report: Report
+    metrics: dict[str, Metric]
+    events: list[dict[str, Any]]
+    finished: float = field(default_factory=time.time)
+
+
+@dataclass
+class _State:
+    """What the next cycle compares with; restored from the store on start."""
+
+    findings: dict[str, dict] = field(default_factory=dict)
+    regressions: set[str] = field(default_factory=set)
+    baseline_id: str | None = None
+    baseline_metrics: dict[str, Metric] = field(default_factory=dict)
+
+
+class Monitor:
+    """Runs cycles on a schedule; ``outputs`` receive every stored cycle and every event."""
+
+    def __init__(self, store: Store, config: Config, outputs: Any = None,
+                 reload: Callable[[], Config] | None = None) -> None:  # fmt: skip
+        self.store = store
+        self.config = config
+        self.outputs = outputs
+        self._reload = reload
+        self.stop = threading.Event()
+        self._reload_requested = threading.Event()
+        self._ctx: Context | None = None
+        self.state = self._restore()
+
+    # -------------------------------------------------------------- one cycle
+
+    def run_cycle(self) -> Cycle | None:
+        """Collect, diagnose, compare, store and publish; None when stopped mid-way."""
+        graph = self._collect()
+        if graph is None:
+            return None
+        report = diagnose(graph)
+        current = {_finding_key(f): f for f in report.to_dict()["findings"]}
+        metrics = key_metrics(graph)
+        self._refresh_baseline()
+        regressions = self._regressions(metrics)
+        events = finding_events(self.state.findings, current)
+        events += metric_events(self.state.regressions, regressions)
+        now = time.time()
+        for event in events:
+            event["time"] = now
+        data = {**report.to_dict(), "monitor": {"regressions": sorted(regressions)}}
+        tiers = tuple(tuple(tier) for tier in self.config.store.tiers)
+        snapshot_id, report_id = self.store.put_cycle(
+            graph, LABEL, (SKILL, data, report.to_markdown()), events, tiers
+        )
+        self.state.findings, self.state.regressions = current, set(regressions)
+        if self.state.baseline_id is None and not any(
+            f["priority"] in _UNHEALTHY for f in current.values()
+        ):
+            events.append(self._set_baseline(snapshot_id, metrics))
+        cycle = Cycle(snapshot_id, report_id, graph, report, metrics, events)
+        self._publish(cycle)
+        return cycle
+
+    def _collect(self) -> Graph | None:
+        cfg = self.config.monitor
+        self._ctx = Context(window_s=cfg.window_s, ebpf=cfg.ebpf)
+        if self.stop.is_set():
+            return None
+        graph = collect_snapshot(self._ctx)
+        if getattr(graph.meta, "cancelled", False) or self.stop.is_set():
+            log.info("cycle abandoned: stopping")
+            return None
+        return graph
+
+    def _regressions(self, metrics: dict[str, Metric]) -> dict[str, tuple[Metric, Metric]]:
+        cfg = self.config.monitor
+        base = self.state.baseline_metrics
+        return {
+            key: (metric, base[key])
+            for key, metric in metrics.items()
+            if key in base and regressed(metric, base[key], cfg.noise_pct, cfg.min_change)
+        }
+
+    def _refresh_baseline(self) -> None:
+        """Follow `wp-mcp baseline set`, which another process may have run meanwhile."""
+        baseline_id = self.store.baseline()
+        if baseline_id != self.state.baseline_id:
+            self.state.baseline_id = baseline_id
+            self.state.baseline_metrics = self._metrics_of(baseline_id)
+
+    def _metrics_of(self, snapshot_id: str | None) -> dict[str, Metric]:
+        if snapshot_id is None:
+            return {}
+        try:
+            return key_metrics(self.store.get(snapshot_id))
+        except UserError as exc:  # deleted meanwhile: no baseline until the next healthy one
+            log.warning("baseline %s unusable: %s", snapshot_id, exc)
+            return {}
+
+    def _set_baseline(self, snapshot_id: str, metrics: dict[str, Metric]) -> dict[str, Any]:
+        self.store.set_baseline(snapshot_id)
+        self.state.baseline_id, self.state.baseline_metrics = snapshot_id, metrics
+        # not a stored event: the baseline itself is stored, and this one is said once
+        return {"kind": "baseline.set", "snapshot": snapshot_id, "time": time.time()}
+
+    def _restore(self) -> _State:
+        state = _State()
+        last = self.store.latest_report_for_label(SKILL, LABEL)
+        if last is not None:
+            state.findings = {_finding_key(f): f for f in last.data.get("findings", [])}
+            state.regressions = set(last.data.get("monitor", {}).get("regressions", []))
+        return state
+
+    def _publish(self, cycle: Cycle) -> None:
+        if self.outputs is not None:
+            self.outputs.cycle(cycle)
+
+    def _note(self, event: dict[str, Any]) -> None:
+        """An event about the monitor itself (not stored with a cycle)."""
+        event.setdefault("time", time.time())
+        log.warning("%s", {k: v for k, v in event.items() if k != "time"})
+        if self.outputs is not None:
+            self.outputs.events([event])
+
+    # -------------------------------------------------------------- the schedule
+
+    def run(self, once: bool = False) -> int:
+        """Cycles until stopped; ``once``: a single cycle (for cron). Returns an exit code."""
+        for _start in self._schedule():
+            if self._reload_requested.is_set():
+                self._apply_reload()
+            try:
+                self.run_cycle()
+            except UserError as exc:
+                self._note({"kind": "cycle.failed", "error": str(exc)})
+                if once:
+                    raise
+            if once:
+                break
+        return 0
+
+    def _schedule(self) -> Iterator[float]:
+        """Cycle start times every interval; a cycle that overran is said, and the missed
+        starts are skipped (never run back to back to catch up)."""
+        next_start = time.monotonic()
+        while not self.stop.is_set():
+            yield next_start
+            interval = self.config.monitor.interval_s
+            next_start += interval
+            now = time.monotonic()
+            if now > next_start:
+                missed = int((now - next_start) // interval) + 1
+                self._note({"kind": "deadline.missed", "missed": missed, "late_s": round(now - next_start, 3)})  # fmt: skip
+                next_start += missed * interval
+            self.stop.wait(max(0.0, next_start - time.monotonic()))
+
+    def request_stop(self, *_: Any) -> None:
+        """SIGTERM/SIGINT: the running collection is cancelled and nothing of it is stored."""
+        self.stop.set()
+        if self._ctx is not None:
+            self._ctx.cancel.set()
+
+    def request_reload(self, *_: Any) -> None:
+        """SIGHUP: the config is read again before the next cycle."""
+        self._reload_requested.set()
+
+    def _apply_reload(self) -> None:
+        self._reload_requested.clear()
+        if self._reload is None:
+            return
+        try:
+            self.config = self._reload()
+        except UserError as exc:  # a broken edit keeps the running config
+            self._note({"kind": "config.rejected", "error": str(exc)})
+            return
+        if self.outputs is not None:
+            self.outputs.reconfigure(self.config)
+        log.warning("config reloaded")
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self.request_reload)
