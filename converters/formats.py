@@ -8,13 +8,18 @@ items are added, so a page never exceeds its budget by construction.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import escape
 
 from .items import Item
+from .picture import Picture
 from .text import MAX_STRING
 
 FORMATS = ("txt", "json", "mermaid", "dot")
@@ -201,3 +206,81 @@ FORMAT_CLASSES = {
     "mermaid": MermaidFormat,
     "dot": DotFormat,
 }
+
+
+# --------------------------------------------------------------------------- the picture
+
+PICTURE_FORMATS = ("html", "svg")
+_PRIORITY_COLOURS = {"P0": "#d7191c", "P1": "#f07c00", "P2": "#2b83ba"}
+
+
+def picture_dot(picture: Picture) -> str:
+    """The picture as Graphviz DOT: hosts, sockets and NUMA nodes as clusters (boxes),
+    devices and processes as nodes inside them, findings' subjects in their colour."""
+    lines = [
+        "digraph wp {",
+        '  compound=true; rankdir=LR; newrank=true; fontname="monospace";',
+        '  node [shape=box, fontname="monospace", fontsize=11, style="rounded,filled", '
+        'fillcolor="#ffffff"];',
+        '  edge [fontname="monospace", fontsize=9];',
+    ]
+    _dot_children(picture, None, lines, "  ")
+    for link in picture.links:
+        colour = _PRIORITY_COLOURS.get(
+            link.priority or "", "#1a9850" if link.kind == "flow" else "#777777"
+        )
+        style = "dashed" if link.kind == "flow" else "solid"
+        lines.append(
+            f'  {diagram_key(link.src)} -> {diagram_key(link.dst)} [label="{_dot_text(link.label)}", '
+            f'color="{colour}", style={style}, penwidth={3 if link.priority else 1}];'
+        )
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _dot_children(picture: Picture, parent: str | None, lines: list[str], indent: str) -> None:
+    for box in picture.children(parent):
+        text = _dot_text(box.label)
+        tooltip = _dot_text(" · ".join(picture.marks[i].title for i in box.marks))
+        colour = _PRIORITY_COLOURS.get(box.priority or "")
+        if picture.children(box.id):
+            lines.append(f"{indent}subgraph cluster_{diagram_key(box.id)} {{")
+            lines.append(
+                f'{indent}  label="{text}"; labeljust=l; style="filled"; '
+                f'fillcolor="{_CLUSTER_FILL.get(box.kind, "#f4f4f4")}";'
+            )
+            _dot_children(picture, box.id, lines, indent + "  ")
+            lines.append(f"{indent}}}")
+            continue
+        fill = "#fde0dd" if box.priority == "P0" else _LEAF_FILL.get(box.kind, "#ffffff")
+        extra = f', color="{colour}", penwidth=3' if colour else ""
+        lines.append(
+            f'{indent}{diagram_key(box.id)} [label="{text}", tooltip="{tooltip}", '
+            f'fillcolor="{fill}"{extra}];'
+        )
+
+
+_CLUSTER_FILL = {"host": "#eef2f7", "socket": "#e4ebf2", "numa": "#f0f7ea"}
+_LEAF_FILL = {"device": "#e8eefc", "folded": "#f2f2f2"}
+
+
+def _dot_text(text: str) -> str:
+    """A host string inside a DOT double-quoted string: quotes and backslashes escaped,
+    line breaks as DOT's \\n, control characters made visible."""
+    parts = [escape(line, 120, "quoted") for line in text.split("\n")]
+    return "\\n".join(parts)
+
+
+def picture_svg(picture: Picture) -> str:
+    """The picture as SVG, laid out by Graphviz ``dot`` (one clear error when it is missing)."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise UserError("--format svg needs Graphviz's dot (Debian: apt-get install graphviz)")
+    result = subprocess.run(
+        [dot, "-Tsvg"], input=picture_dot(picture).encode(), capture_output=True, timeout=120
+    )
+    if result.returncode != 0:
+        raise UserError(
+            f"dot failed: {escape(result.stderr.decode(errors='replace'), 200, 'line')}"
+        )
+    return result.stdout.decode()

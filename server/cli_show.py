@@ -7,13 +7,15 @@ import os
 import sys
 
 from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
+from wp_mcp.converters.formats import PICTURE_FORMATS, picture_svg
 from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.graph.safetext import excerpt
 
 from .errors import UserError
 
-FORMATS = ("txt", "json", "mermaid", "dot")
+FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--entity", help="node id for --view entity (e.g. proc:1234)")
     p.add_argument("--depth", type=int, default=1, choices=(1, 2), help="entity view depth")
     p.add_argument("--search", metavar="QUERY", help="find entities instead of showing a view")
+    p.add_argument(
+        "--out", metavar="FILE", help="write to FILE instead of stdout (html and svg pictures)"
+    )
     p.set_defaults(handler=cmd_show)
 
 
@@ -69,7 +74,11 @@ def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.out:
+        check_target(args.out)  # before any slow work
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
+    if args.fmt in PICTURE_FORMATS:
+        return _show_picture(graph, args.fmt, args.out)
     if args.search is not None:
         page = search(graph, args.search, max_tokens=args.max_tokens)
     else:
@@ -84,5 +93,23 @@ def cmd_show(args: argparse.Namespace) -> int:
             depth=args.depth,
             snapshot_id=snapshot_id,
         )
-    sys.stdout.write(page.text + "\n")
+    _emit(page.text + "\n", args.out)
     return 0
+
+
+def _show_picture(graph: Graph, fmt: str, out: str | None) -> int:
+    """The whole graph as one picture, with every skill's findings marked on it."""
+    from wp_mcp.converters.html import render_html
+    from wp_mcp.converters.picture import build_picture
+    from wp_mcp.skills import diagnose
+
+    picture = build_picture(graph, diagnose(graph).findings)
+    _emit(render_html(picture) if fmt == "html" else picture_svg(picture), out)
+    return 0
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        write_output(out, text.encode())
+    else:
+        sys.stdout.write(text)
