@@ -77,6 +77,29 @@ class Placement:
         return self.dominant_cpu_node != self.device_node
 
 
+@dataclass(frozen=True)
+class Binding:
+    """One rank's part of a fix plan: its own CPUs on its device's node, memory there."""
+
+    process: str
+    pid: int | None
+    device: str
+    node: int
+    cpus: str  # a cpulist, disjoint from every other rank's of the plan
+
+    @property
+    def live(self) -> str | None:
+        """For the running job: every thread moved (-a), then its pages."""
+        if self.pid is None:
+            return None
+        return f"taskset -a -c -p {self.cpus} {self.pid} && migratepages {self.pid} all {self.node}"
+
+    @property
+    def launch(self) -> str:
+        """For the next launch (it lasts): the rank's command wrapped in numactl."""
+        return f"numactl --physcpubind={self.cpus} --membind={self.node} <command>"
+
+
 @dataclass
 class Group:
     """Processes working together: ranks of one job, or a serving engine's workers."""
@@ -200,6 +223,91 @@ class Analysis:
             dominant_cpu_node=max(cpu, key=lambda n: cpu[n]),
             grade=grade(on_node),
         )
+
+    def distance(self, prefix: str, first: int, second: int) -> int | None:
+        """The firmware's NUMA distance (SLIT: 10 local) between two nodes of one host."""
+        found = self.numa_nodes.get(prefix, {}).get(first)
+        distances = found.get("distances") or found.get("distance_to_all_numa") if found else None
+        value = (distances or {}).get(str(second))
+        return int(value) if value is not None else None
+
+    # ------------------------------------------------------------------ threads, affinity
+
+    def threads_of(self, proc: Node) -> list[Node]:
+        """A process's threads: ``has_thread`` edges, else threads naming its pid."""
+        threads = [t for t in self.graph.successors(proc.id, "has_thread") if t.kind == "thread"]
+        if threads:
+            return threads
+        return self._threads_by_pid.get((host_prefix(proc.id), proc.get("pid")), [])
+
+    @cached_property
+    def _threads_by_pid(self) -> dict[tuple[str, int | None], list[Node]]:
+        out: dict[tuple[str, int | None], list[Node]] = defaultdict(list)
+        for thread in self.graph.of_kind("thread"):
+            if thread.get("pid") is not None:
+                out[(host_prefix(thread.id), thread.get("pid"))].append(thread)
+        return out
+
+    def foreign_threads(self, proc: Node) -> dict[str, set[int]]:
+        """Threads whose affinity differs from their process's: thread id → its CPUs."""
+        own = cpu_set(proc.get("cpus_allowed"))
+        return {
+            t.id: allowed
+            for t in self.threads_of(proc)
+            if (allowed := cpu_set(t.get("cpus_allowed"))) and allowed != own
+        }
+
+    def affinity(self, proc: Node) -> set[int]:
+        """Every CPU the process or any of its threads may run on (threads can be pinned one
+        by one, away from what the process's main thread shows)."""
+        cpus = cpu_set(proc.get("cpus_allowed"))
+        for allowed in self.foreign_threads(proc).values():
+            cpus |= allowed
+        return cpus
+
+    # ------------------------------------------------------------------ the binding plan
+
+    @cached_property
+    def bindings(self) -> dict[str, Binding]:
+        """One plan for the ranks that share a device node: disjoint CPU slices of the node
+        and memory on it, for every rank of a node where one is misplaced or two overlap.
+
+        Binding each misplaced rank to the whole node would put two ranks of one node on the
+        same CPUs; slicing the node gives every rank its own.
+        """
+        by_node: dict[tuple[str, int], list[Placement]] = defaultdict(list)
+        single = [p for p in self.placements if self._placed_once(p.process)]
+        for place in single:
+            by_node[(host_prefix(place.process), place.device_node)].append(place)
+        out: dict[str, Binding] = {}
+        for (prefix, node), places in sorted(by_node.items()):
+            if not self._needs_plan(places):
+                continue
+            cpus = sorted(cpu_set(self.numa_cpulist(prefix, node)))
+            places = sorted(places, key=lambda p: _natural(p.device))
+            if len(cpus) < len(places):
+                continue  # fewer CPUs than ranks: no disjoint plan exists on this node
+            size = len(cpus) // len(places)
+            for index, place in enumerate(places):
+                end = len(cpus) if index == len(places) - 1 else (index + 1) * size
+                proc = self.graph.node(place.process)
+                out[place.process] = Binding(
+                    process=place.process,
+                    pid=proc.get("pid") if proc else None,
+                    device=place.device,
+                    node=node,
+                    cpus=format_cpulist(cpus[index * size : end]),
+                )
+        return out
+
+    def _placed_once(self, proc_id: str) -> bool:
+        return sum(1 for p in self.placements if p.process == proc_id) == 1
+
+    def _needs_plan(self, places: list[Placement]) -> bool:
+        if any(p.grade != "good" for p in places):
+            return True
+        sets = [self.affinity(self.graph.node(p.process)) for p in places]
+        return any(a & b for i, a in enumerate(sets) for b in sets[i + 1 :])
 
     def bind_commands(self, proc: Node, node: int) -> tuple[str, str | None]:
         """(``numactl`` for the next launch, ``taskset``+``migratepages`` for the running one)."""
@@ -403,6 +511,11 @@ def _program(proc: Node) -> str:
     # rank of "python3 train.py --rank 3", "python3 job.py loader" apart from "… job.py rank"
     program = [w for w in words if not w.startswith("-") and not w.isdigit()][:3]
     return " ".join(program) or (proc.get("name") or "")
+
+
+def _natural(text: str) -> tuple:
+    """``npu:2`` before ``npu:10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def confidence(graph: Graph, base: float = 0.9, *, certain: bool = True) -> tuple[float, list[str]]:

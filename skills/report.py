@@ -93,6 +93,7 @@ class Finding:
     command: str | None = None
     impact: str | None = None
     subject: str | None = None  # the graph id the finding is about
+    verified: str | None = None  # how its fix was checked (re-diagnosis of a planned copy)
 
     def to_markdown(self) -> str:
         lines = [
@@ -100,13 +101,15 @@ class Finding:
             f"- finding {code(self.id)} · rule {code(self.rule_id)} · "
             f"confidence {self.confidence:.2f}",
             f"- {self.metric} = **{_fmt(self.value)}** (threshold {self.threshold}; "
-            f"{self.threshold_kind}: {self.threshold_source})",
+            f"{_source(self.threshold_kind, self.threshold_source)})",
         ]
         if self.impact:
             lines.append(f"- impact: {self.impact}")
         lines.append("- evidence:")
         lines.extend(f"  - {ev.to_markdown()}" for ev in self.evidence)
         lines.append(f"- action: {self.action}")
+        if self.verified:
+            lines.append(f"- {self.verified}")
         if self.command:
             # a fence longer than any backtick run in the command, so none can close it
             fence = "`" * max(3, _longest_backtick_run(self.command) + 1)
@@ -242,7 +245,7 @@ class Report:
             lines += ["", "Clean (checked, nothing found):"]
             lines.extend(_line(f"- {item}") for item in section.clean)
         if section.not_evaluable:
-            lines += ["", "Not evaluable (data missing):"]
+            lines += ["", "Not evaluated, and why:"]
             lines.extend(
                 _line(f"- {code(item['rule_id'])} {item['title']}: {item['reason']}")
                 for item in section.not_evaluable
@@ -271,6 +274,11 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int | bool | None):
         return str(value)
     return safe(value)  # strings and anything else may carry host text
+
+
+def _source(kind: str, source: str) -> str:
+    """``proposed: …`` once, not ``proposed: proposed by wp-mcp``."""
+    return source if source.lower().startswith(kind) else f"{kind}: {source}"
 
 
 def _longest_backtick_run(text: str) -> int:

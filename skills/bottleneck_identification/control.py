@@ -140,11 +140,11 @@ def psi_cpu(ctx: RuleContext) -> list[Finding]:
 
 
 def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
-    """CPUs each rank may run on (its affinity), when it is narrower than the whole host."""
+    """CPUs each rank or any of its threads may run on, when narrower than the whole host."""
     out = {}
     for rank in ctx.analysis.ranks:
         node = ctx.graph.node(rank)
-        allowed = cpu_set(node.get("cpus_allowed") if node else None)
+        allowed = ctx.analysis.affinity(node) if node else set()
         total = ctx.host_cpus(rank)
         if allowed and (total is None or len(allowed) < total):
             out[rank] = allowed
@@ -260,8 +260,8 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
     "L6.ranks-share-cpus",
     6,
     "Pinned ranks overlap on CPUs",
-    "intersection of ranks' CPU affinity",
-    "non-empty between two pinned ranks",
+    "intersection of ranks' CPU affinity (process and every thread)",
+    "non-empty between two pinned ranks (P2 when their threads' run delay is measured < 5 %)",
 )
 def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.ranks:
@@ -275,23 +275,51 @@ def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
         for second in ordered[i + 1 :]:
             shared = rank_cpus[first] & rank_cpus[second]
             if shared:
-                out.append(
-                    ctx.finding(
-                        subject=f"{first}+{second}",
-                        value=format_cpulist(shared),
-                        priority="P1",
-                        title=f"{first} and {second} are both pinned to CPUs {format_cpulist(shared)}",
-                        evidence=[
-                            Evidence(
-                                "aggregate",
-                                [first, second],
-                                {
-                                    first: format_cpulist(rank_cpus[first]),
-                                    second: format_cpulist(rank_cpus[second]),
-                                },
-                            )
-                        ],
-                        action="Give each rank its own CPUs (a disjoint slice of its device's NUMA node).",
-                    )
-                )
+                out.append(_overlap_finding(ctx, first, second, shared, rank_cpus))
     return out
+
+
+def _overlap_finding(
+    ctx: RuleContext, first: str, second: str, shared: set[int], rank_cpus: dict[str, set[int]]
+) -> Finding:
+    pair = [ctx.graph.node(first), ctx.graph.node(second)]
+    delay = _worst_run_delay(ctx, pair)
+    via = sorted(t for proc in pair for t in ctx.analysis.foreign_threads(proc))
+    threads = f" (through threads {', '.join(via[:4])})" if via else ""
+    plan = [ctx.analysis.bindings.get(r) for r in (first, second)]
+    if delay is None:
+        impact = "contention not measured (no run-queue delay in this snapshot): the overlap "
+        impact += "is a risk the scheduler may or may not realise"
+    else:
+        impact = f"their threads waited up to {delay:.1f} % of the window for a CPU"
+    return ctx.finding(
+        subject=f"{first}+{second}",
+        value=format_cpulist(shared),
+        priority="P2" if delay is not None and delay < 5 else "P1",
+        title=f"{first} and {second} may both run on CPUs {format_cpulist(shared)}{threads}",
+        evidence=[
+            Evidence(
+                "aggregate",
+                [first, second] + via[:6],
+                {
+                    first: format_cpulist(rank_cpus[first]),
+                    second: format_cpulist(rank_cpus[second]),
+                },
+                note="affinity of each process and its threads",
+            )
+        ],
+        impact=impact,
+        action="Give each rank its own CPUs (a disjoint slice of its device's NUMA node)"
+        + (": the fix plan does, for every thread (taskset -a)." if all(plan) else "."),
+        command=" && ".join(b.live for b in plan if b and b.live) or None,
+    )
+
+
+def _worst_run_delay(ctx: RuleContext, procs: list) -> float | None:
+    delays = [
+        t.get("run_delay_pct")
+        for proc in procs
+        for t in ctx.analysis.threads_of(proc)
+        if t.get("run_delay_pct") is not None
+    ]
+    return max(delays) if delays else None

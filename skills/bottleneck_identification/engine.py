@@ -3,33 +3,41 @@
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
 from ..report import Finding, Report, Section, code
-from . import compute, control, data, interconnect, memory, network, storage  # noqa: F401 (register rules)
+from . import compute, control, data, interconnect, memory, network, plan, storage  # noqa: F401 (register rules)
 from .rulebook import LAYERS, RULES, SKILL, NotEvaluable, Rule, RuleContext
 
 log = logging.getLogger(__name__)
+
+
+class Outcome(NamedTuple):
+    """One rule's result: its findings or why it could not run, and whom it did not judge."""
+
+    rule: Rule
+    result: list[Finding] | str
+    skipped: dict[str, list[str]]  # reason -> subjects
 
 
 def layer_title(layer: int) -> str:
     return f"Layer {layer} — {LAYERS[layer]}"
 
 
-def evaluate(
-    graph: Graph, analysis: Analysis | None = None
-) -> list[tuple[Rule, list[Finding] | str]]:
+def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
     """Each rule with its findings, or the reason it could not be evaluated."""
     analysis = analysis or Analysis(graph)
-    results: list[tuple[Rule, list[Finding] | str]] = []
+    results: list[Outcome] = []
     for item in RULES:
+        ctx = RuleContext(graph, analysis, item)
         try:
-            results.append((item, item.check(RuleContext(graph, analysis, item))))
+            results.append(Outcome(item, item.check(ctx), ctx.skipped))
         except NotEvaluable as exc:
-            results.append((item, str(exc)))
+            results.append(Outcome(item, str(exc), {}))
     return results
 
 
@@ -37,38 +45,93 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
     wanted = set(layers or LAYERS)
     if not wanted <= set(LAYERS):
         raise UserError(f"no layer {sorted(wanted - set(LAYERS))}; layers are 1-7")
-    results = [(r, out) for r, out in evaluate(graph, analysis) if r.layer in wanted]
+    analysis = analysis or Analysis(graph)
+    outcomes = evaluate(graph, analysis)
+    every = [f for o in outcomes if not isinstance(o.result, str) for f in o.result]
+    results = [o for o in outcomes if o.rule.layer in wanted]
     report = Report(skill=SKILL, title="Bottleneck identification (7 layers)")
     for layer in sorted(wanted):
-        section = Section(name=layer_title(layer), status="clean")
-        evaluated = False
-        for item, outcome in (x for x in results if x[0].layer == layer):
-            if isinstance(outcome, str):
-                section.not_evaluable.append(
-                    {"rule_id": item.id, "title": item.title, "reason": outcome}
-                )
-                continue
-            evaluated = True
-            if outcome:
-                report.findings.extend(outcome)
-                section.finding_ids.extend(f.id for f in outcome)
-            else:
-                section.clean.append(
-                    f"{code(item.id)} {item.title} ({item.metric} {item.threshold})"
-                )
-        section.status = (
-            "findings" if section.finding_ids else "clean" if evaluated else "not evaluable"
-        )
-        report.sections.append(section)
+        report.sections.append(_layer_section(report, layer, results))
+    check = plan.check(graph, analysis, every)
+    if check.bindings:
+        annotate(report.findings, check)
+        report.sections.append(plan_section(check))
     report.data["rules"] = [
         {
-            "rule_id": r.id,
-            "layer": r.layer,
-            "outcome": "not evaluable" if isinstance(out, str) else "fired" if out else "clean",
-            "reason": out if isinstance(out, str) else None,
+            "rule_id": o.rule.id,
+            "layer": o.rule.layer,
+            "outcome": _outcome_word(o),
+            "reason": o.result if isinstance(o.result, str) else None,
+            "not_evaluated": o.skipped or None,
         }
-        for r, out in results
+        for o in results
     ]
     _, caveats = confidence(graph, 1.0, certain=True)
     report.notes.extend(f"confidence lowered: {c}" for c in caveats)
     return report
+
+
+def _layer_section(report: Report, layer: int, results: list[Outcome]) -> Section:
+    section = Section(name=layer_title(layer), status="clean")
+    evaluated = False
+    for item, outcome, skipped in (o for o in results if o.rule.layer == layer):
+        if isinstance(outcome, str):
+            section.not_evaluable.append(
+                {"rule_id": item.id, "title": item.title, "reason": outcome}
+            )
+            continue
+        evaluated = True
+        report.findings.extend(outcome)
+        section.finding_ids.extend(f.id for f in outcome)
+        for reason, subjects in skipped.items():
+            shown = ", ".join(subjects[:6]) + (
+                f" and {len(subjects) - 6} more" if len(subjects) > 6 else ""
+            )
+            section.not_evaluable.append(
+                {
+                    "rule_id": item.id,
+                    "title": item.title,
+                    "reason": f"not evaluated for {shown}: {reason}",
+                }
+            )
+        if not outcome and not skipped:
+            section.clean.append(f"{code(item.id)} {item.title} ({item.metric} {item.threshold})")
+    section.status = (
+        "findings" if section.finding_ids else "clean" if evaluated else "not evaluable"
+    )
+    return section
+
+
+def _outcome_word(outcome: Outcome) -> str:
+    if isinstance(outcome.result, str):
+        return "not evaluable"
+    if outcome.result:
+        return "fired"
+    return "partly evaluated" if outcome.skipped else "clean"
+
+
+def annotate(findings: list[Finding], check: plan.PlanCheck) -> None:
+    """Findings the plan addresses say how it was checked; an unverified plan is withdrawn."""
+    planned = set(check.bindings)
+    for finding in findings:
+        subjects = set((finding.subject or "").split("+"))
+        if not subjects & planned:
+            continue
+        finding.verified = check.verdict()
+        if not check.offered:
+            finding.command = None
+
+
+def plan_section(check: plan.PlanCheck) -> Section:
+    """The whole plan in one place: each rank, its CPUs, both commands and the check."""
+    rows = [
+        "| rank | device | NUMA node | CPUs | running job | next launch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in check.bindings.values():
+        live = f"`{b.live}`" if b.live and check.offered else "-"
+        rows.append(
+            f"| {code(b.process)} | {code(b.device)} | {b.node} | {b.cpus} | {live} | `{b.launch}` |"
+        )
+    body = "\n".join([check.verdict() + ".", "", *rows])
+    return Section("Fix plan", "info", body)

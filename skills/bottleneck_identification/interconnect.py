@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from wp_mcp.graph.cpulist import format_cpulist
+
 from ..analysis import Placement, cpu_set, host_prefix
 from ..report import Evidence, Finding
 from .rulebook import NotEvaluable, RuleContext, rule
 
 VENDOR_AFFINITY = (
-    "proposed grading; vendors bind each rank to its device's NUMA node "
+    "proposed grading: vendors bind each rank to its device's NUMA node "
     "(nvidia-smi topo -m and npu-smi info -t topo print that CPU affinity)"
 )
 BIG_PAGES = 65536  # 256 MiB of 4 KiB pages: below this remote memory costs little
@@ -17,14 +19,12 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
     """The headline Layer 3 finding; the topology skill reports the same fact the same way."""
     proc = ctx.graph.node(place.process)
     node = place.device_node
+    binding = ctx.analysis.bindings.get(place.process)
     launch, live = ctx.analysis.bind_commands(proc, node)
+    if binding is not None:
+        launch, live = binding.launch, binding.live
     cpulist = ctx.analysis.numa_cpulist(host_prefix(proc.id), node)
     away = place.dominant_cpu_node
-    pages = (
-        f"; {place.pages_on_device_node:.0%} of its pages on node {node}"
-        if place.pages_on_device_node is not None
-        else ""
-    )
     return ctx.finding(
         subject=place.process,
         value=round(place.cpu_on_device_node, 3),
@@ -50,15 +50,84 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
                 ctx.window_s,
             ),
             Evidence("edge", [place.process, place.device], {"uses_device": 1}),
+            *_thread_evidence(ctx, proc),
         ],
-        impact=f"{1 - place.cpu_on_device_node:.0%} of its CPU work crosses the inter-socket "
-        f"link to reach {place.device}{pages}",
-        action=f"Bind {place.process} to NUMA {node} (the node of {place.device}): launch it with "
-        f"`{launch}`, or move the running process with the command below.",
+        impact=placement_impact(ctx, place),
+        action=_placement_action(ctx, place, launch),
         command=live or launch,
         certain=place.device_node_certain,
         threshold="≥ 0.5 of CPU time on the device's node (grade good ≥ 0.8)",
     )
+
+
+# SLIT distances: 10 is local; a node of the same socket is closer than 2x that.
+CROSS_SOCKET_DISTANCE = 20
+
+
+def placement_impact(ctx: RuleContext, place: Placement) -> str:
+    """Where the CPU time runs, measured against the device's node by the distance matrix."""
+    prefix = host_prefix(place.process)
+    node = place.device_node
+    near, far, unknown = [], [], []
+    for other, share in sorted(place.cpu_share.items(), key=lambda kv: -kv[1]):
+        if other == node or share < 0.005:
+            continue
+        distance = ctx.analysis.distance(prefix, node, other)
+        part = f"{share:.0%} on node {other}" + (f" (distance {distance})" if distance else "")
+        if distance is None:
+            unknown.append((share, part))
+        else:
+            (far if distance >= CROSS_SOCKET_DISTANCE else near).append((share, part))
+    parts = []
+    if far:
+        parts.append(f"{sum(s for s, _ in far):.0%} of its CPU time crosses sockets to reach "
+                     f"{place.device} ({', '.join(p for _, p in far)})")  # fmt: skip
+    if near:
+        parts.append(f"{sum(s for s, _ in near):.0%} runs on a same-socket neighbour of node "
+                     f"{node} ({', '.join(p for _, p in near)})")  # fmt: skip
+    if unknown:
+        parts.append(f"{sum(s for s, _ in unknown):.0%} runs off node {node} at an unknown "
+                     f"distance ({', '.join(p for _, p in unknown)})")  # fmt: skip
+    if place.pages_on_device_node is not None:
+        parts.append(f"{1 - place.pages_on_device_node:.0%} of its pages are off node {node}")
+    return "; ".join(parts) or f"its CPU time is {place.cpu_on_device_node:.0%} on node {node}"
+
+
+def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:
+    binding = ctx.analysis.bindings.get(place.process)
+    if binding is None:
+        return (
+            f"Bind {place.process} to NUMA {place.device_node} (the node of {place.device}): "
+            f"launch it with `{launch}`, or move the running process with the command below."
+        )
+    peers = [
+        f"{b.process} → CPUs {b.cpus}"
+        for b in ctx.analysis.bindings.values()
+        if b.node == binding.node and b.process != place.process
+    ]
+    shared = f" (the node's other ranks get their own: {'; '.join(peers)})" if peers else ""
+    return (
+        f"Give {place.process} CPUs {binding.cpus} of NUMA {binding.node} (the node of "
+        f"{place.device}) and its memory there{shared}: the command below moves the running "
+        f"process and all its threads; to make it last, start this rank with `{launch}`."
+    )
+
+
+def _thread_evidence(ctx: RuleContext, proc) -> list[Evidence]:
+    """Threads pinned elsewhere than their process: the process's affinity hides them."""
+    foreign = ctx.analysis.foreign_threads(proc)
+    if not foreign:
+        return []
+    shown = dict(sorted(foreign.items())[:6])
+    return [
+        Evidence(
+            "aggregate",
+            list(shown),
+            {t: format_cpulist(cpus) for t, cpus in shown.items()},
+            note=f"{len(foreign)} threads allowed other CPUs than the process's "
+            f"{proc.get('cpus_allowed')}",
+        )
+    ]
 
 
 @rule(
@@ -99,7 +168,10 @@ def remote_memory(ctx: RuleContext) -> list[Finding]:
     misplaced = {p.process for p in ctx.analysis.placements if p.grade != "good"}
     out = []
     for proc, locality in measured:
-        if locality >= 0.5 or _resident_pages(ctx, proc) < BIG_PAGES or proc.id in misplaced:
+        if proc.id in misplaced:
+            ctx.skip(proc.id, "judged by L3.device-numa-mismatch, whose plan moves its pages")
+            continue
+        if locality >= 0.5 or _resident_pages(ctx, proc) < BIG_PAGES:
             continue
         if len(ctx.analysis.numa_nodes.get(host_prefix(proc.id), {})) == 1:
             continue  # one NUMA node: every page is local

@@ -73,6 +73,11 @@ class RuleContext:
         self.analysis = analysis
         self.rule = current
         self.window_s = graph.meta.window_s
+        self.skipped: dict[str, list[str]] = {}  # reason -> subjects the rule did not judge
+
+    def skip(self, subject: str, reason: str) -> None:
+        """Say that one subject was not judged, and why: the rule then cannot report clean."""
+        self.skipped.setdefault(reason, []).append(subject)
 
     # ------------------------------------------------------------------ data access
 

@@ -426,7 +426,7 @@ NEEDS_PMU_OR_TRACE = {
 
 
 def outcome(graph: Graph, rule_id: str):
-    return next(out for rule, out in evaluate(graph) if rule.id == rule_id)
+    return next(o.result for o in evaluate(graph) if o.rule.id == rule_id)
 
 
 def test_every_rule_has_a_firing_and_a_quiet_case():
@@ -484,7 +484,7 @@ def test_device_from_the_wrong_node_is_p0_and_mildly_off_is_p1():
     (mild,) = outcome(placement(0.6)(), "L3.device-numa-mismatch")
     assert (wrong.priority, mild.priority) == ("P0", "P1")
     assert wrong.command == "taskset -a -c -p 0-3 200 && migratepages 200 all 0"
-    assert "numactl --cpunodebind=0 --membind=0" in wrong.action
+    assert "numactl --physcpubind=0-3 --membind=0" in wrong.action
 
 
 def test_firmware_numa_minus_one_lowers_confidence():

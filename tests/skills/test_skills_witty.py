@@ -3,9 +3,14 @@ restore its layout and flag each worker that runs away from its NPU's NUMA node.
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from wp_mcp.graph.query import cpu_set
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.skills import diagnose, run_skill
+from wp_mcp.skills.analysis import Analysis, Binding
+from wp_mcp.skills.bottleneck_identification.plan import applied
 
 NPU_NUMA = {"npu:0": 6, "npu:1": 6, "npu:2": 4, "npu:3": 4, "npu:4": 0, "npu:5": 0,
             "npu:6": 2, "npu:7": 2}  # fmt: skip
@@ -14,7 +19,10 @@ WORKERS = {"proc:1895087": "npu:0", "proc:1895088": "npu:1", "proc:1895089": "np
 # worker → (its NPU's node, where most of its CPU time runs in the file, that share)
 AWAY = {"proc:1895087": (6, 7, 0.69), "proc:1895088": (6, 1, 0.60),
         "proc:1895089": (4, 6, 0.58), "proc:1895090": (4, 7, 0.94)}  # fmt: skip
-NODE_CPUS = {6: "144-167", 4: "96-119"}
+# the fix plan: the two ranks of each device node split its CPUs (node 6: 144-167, 4: 96-119)
+PLAN = {"proc:1895087": "144-155", "proc:1895088": "156-167", "proc:1895089": "96-107",
+        "proc:1895090": "108-119"}  # fmt: skip
+PRINTED_COMMAND = re.compile(r"taskset -a -c -p (\S+) (\d+) && migratepages \d+ all (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +58,10 @@ def test_topology_flags_every_worker_away_from_its_npu_with_numbers_and_command(
         assert finding.priority == "P0"
         assert f"runs {share:.0%} of its CPU time on NUMA {cpu_node}" in finding.title
         assert f"(NUMA {device_node})" in finding.title
-        assert f"numactl --cpunodebind={device_node} --membind={device_node}" in finding.action
+        cpus = PLAN[worker]
+        assert f"numactl --physcpubind={cpus} --membind={device_node}" in finding.action
         assert finding.command == (
-            f"taskset -a -c -p {NODE_CPUS[device_node]} {pid} "
-            f"&& migratepages {pid} all {device_node}"
+            f"taskset -a -c -p {cpus} {pid} && migratepages {pid} all {device_node}"
         )
         shares = finding.evidence[1].values["cpu_share"]
         assert shares[str(cpu_node)] == pytest.approx(share, abs=0.01)
@@ -71,15 +79,15 @@ def test_bottleneck_report_has_seven_layers_and_the_placement_finding_in_layer_3
     assert names == [
         "Layer 1 — Compute", "Layer 2 — Memory", "Layer 3 — Interconnect",
         "Layer 4 — Network", "Layer 5 — Storage", "Layer 6 — Control plane",
-        "Layer 7 — Data plane",
+        "Layer 7 — Data plane", "Fix plan",
     ]  # fmt: skip
     layer3 = report.sections[2]
     mismatch = [report.finding(i) for i in layer3.finding_ids if "device-numa" in i]
     assert {f.subject for f in mismatch} == set(WORKERS)
     assert all(f.priority in ("P0", "P1") and f.layer == 3 for f in mismatch)
     markdown = report.to_markdown()
-    assert "taskset -a -c -p 144-167 1895087 && migratepages 1895087 all 6" in markdown
-    assert "numactl --cpunodebind=6 --membind=6" in markdown
+    assert "taskset -a -c -p 144-155 1895087 && migratepages 1895087 all 6" in markdown
+    assert "numactl --physcpubind=144-155 --membind=6" in markdown
 
 
 def test_what_the_import_lacks_is_not_evaluable_not_clean(graph):
@@ -97,3 +105,68 @@ def test_diagnose_merges_the_skills_without_repeating_a_finding(graph):
     markdown = report.to_markdown()
     assert markdown.count("#### P0 · proc:1895087") == 1
     assert "## Roadmap" in markdown and "## Executive summary" in markdown
+
+
+def test_the_printed_plan_applied_to_a_copy_leaves_no_p0_or_p1(graph):
+    """The commands as a person reads them, applied to a copy and diagnosed again."""
+    markdown = diagnose(graph).to_markdown()
+    printed = {
+        f"proc:{pid}": Binding(f"proc:{pid}", int(pid), WORKERS[f"proc:{pid}"], int(node), cpus)
+        for cpus, pid, node in PRINTED_COMMAND.findall(markdown)
+    }
+    assert {p: b.cpus for p, b in printed.items()} == PLAN
+    fixed = diagnose(applied(graph, Analysis(graph), printed))
+    assert fixed.counts()["P0"] == 0 and fixed.counts()["P1"] == 0, fixed.brief()
+    # the copy was re-read, not the capture changed
+    assert diagnose(graph).counts()["P0"] == 4
+
+
+def test_every_planned_finding_says_how_the_plan_was_checked(graph):
+    report = diagnose(graph)
+    planned = [f for f in report.findings if f.subject and f.subject.split("+")[0] in WORKERS]
+    assert len(planned) >= 4
+    assert all(f.verified.startswith("verified: re-diagnosis") for f in planned)
+    assert "## Fix plan" in report.to_markdown()
+
+
+def test_two_ranks_of_one_node_never_get_the_same_cpus(graph):
+    """Binding each misplaced rank to its whole node would recreate the overlap."""
+    commands = [f.command for f in diagnose(graph).findings if f.rule_id.startswith("L3.device")]
+    slices = [set(cpu_set(m[0])) for c in commands for m in PRINTED_COMMAND.findall(c)]
+    assert len(slices) == 4
+    assert all(not a & b for i, a in enumerate(slices) for b in slices[i + 1 :])
+
+
+def test_impact_follows_the_distance_matrix(graph):
+    """proc:1895087 runs on node 7, distance 11 from node 6: a same-socket neighbour, not
+    across the inter-socket link; node 5 (distance 25) is across it."""
+    finding = diagnose(graph).finding("L3.device-numa-mismatch@proc:1895087")
+    assert "69% runs on a same-socket neighbour of node 6 (69% on node 7 (distance 11))" in (
+        finding.impact
+    )
+    assert "31% of its CPU time crosses sockets" in finding.impact
+    assert "30% on node 5 (distance 25)" in finding.impact
+    far = diagnose(graph).finding("L3.device-numa-mismatch@proc:1895090")
+    assert "on node 7 (distance 25)" in far.impact  # node 4's CPUs are a socket away
+
+
+def test_threads_pinned_away_from_their_process_are_shown_and_counted(graph):
+    report = diagnose(graph)
+    finding = report.finding("L3.device-numa-mismatch@proc:1895087")
+    threads = next(ev for ev in finding.evidence if "thr:1896010" in ev.ids)
+    assert threads.values["thr:1896010"] == "0-23"
+    # the main threads of 1895087 (168-191) and 1895089 (144-167) do not overlap; their
+    # acl/release threads on 120-143 do
+    overlap = report.finding("L6.ranks-share-cpus@proc:1895087+proc:1895089")
+    assert overlap.value == "120-143"
+    assert "contention not measured" in overlap.impact
+
+
+def test_a_rule_that_skipped_subjects_is_not_listed_as_clean(graph):
+    report = run_skill("bottleneck-identification", graph)
+    layer3 = report.sections[2]
+    assert not any("L3.remote-memory" in item for item in layer3.clean)
+    (skipped,) = [i for i in layer3.not_evaluable if i["rule_id"] == "L3.remote-memory"]
+    assert skipped["reason"].startswith("not evaluated for proc:1895087, proc:1895088")
+    rules = {r["rule_id"]: r for r in report.data["rules"]}
+    assert rules["L3.remote-memory"]["outcome"] == "partly evaluated"

@@ -1,0 +1,122 @@
+"""Fix plans checked before they are printed.
+
+A plan (``Analysis.bindings``: disjoint CPUs per rank on its device's node, memory there) is
+applied to a copy of the graph — affinity of the process and every thread, CPU time and
+pages moved to the node — and every rule of the engine runs again on the copy. A plan that
+leaves a P0/P1 finding on its ranks, or creates any finding, is not offered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wp_mcp.graph import Graph, native
+from wp_mcp.graph import ids as graph_ids
+
+from ..analysis import Analysis, Binding, host_prefix
+from ..report import Finding
+
+_MEMO = "_plan_check"  # the check is cached on the Analysis: diagnose asks twice
+
+
+@dataclass
+class PlanCheck:
+    """What re-diagnosis of the planned copy found."""
+
+    bindings: dict[str, Binding]
+    resolved: list[str] = field(default_factory=list)  # finding ids gone on the copy
+    remaining: list[str] = field(default_factory=list)  # P0/P1 findings still on the copy
+    created: list[str] = field(default_factory=list)  # findings only the copy has
+
+    @property
+    def offered(self) -> bool:
+        return bool(self.bindings) and not self.remaining and not self.created
+
+    def verdict(self) -> str:
+        if self.offered:
+            return (
+                f"verified: re-diagnosis of a copy with the plan applied is clean "
+                f"(0 P0/P1; {len(self.resolved)} findings resolved, none created)"
+            )
+        left = ", ".join((self.remaining + self.created)[:4])
+        return f"not offered: re-diagnosis of a copy with the plan applied still finds {left}"
+
+
+def check(graph: Graph, analysis: Analysis, before: list[Finding]) -> PlanCheck:
+    """Apply the plan to a copy, re-run every rule, compare with ``before``."""
+    cached = getattr(analysis, _MEMO, None)
+    if cached is not None:
+        return cached
+    from .engine import evaluate  # the engine imports this module
+
+    result = PlanCheck(dict(analysis.bindings))
+    if result.bindings:
+        copy = applied(graph, analysis, result.bindings)
+        after = [f for o in evaluate(copy) if not isinstance(o.result, str) for f in o.result]
+        after_ids = {f.id for f in after}
+        before_ids = {f.id for f in before}
+        planned = set(result.bindings)
+        result.resolved = sorted(before_ids - after_ids)
+        result.created = sorted(after_ids - before_ids)
+        result.remaining = sorted(
+            f.id for f in after if f.priority != "P2" and _touches(f, planned)
+        )
+    setattr(analysis, _MEMO, result)
+    return result
+
+
+def applied(graph: Graph, analysis: Analysis, bindings: dict[str, Binding]) -> Graph:
+    """A copy of ``graph`` as it would be once every binding has run."""
+    copy = native.loads(native.dumps(graph), origin="fix plan")
+    for binding in bindings.values():
+        proc = copy.node(binding.process)
+        if proc is None:
+            continue
+        _bind_cpus(copy, analysis, proc, binding)
+        _move_memory(copy, proc, binding.node)
+    return copy
+
+
+def _bind_cpus(copy: Graph, analysis: Analysis, proc, binding: Binding) -> None:
+    """taskset -a: the process and every thread on the binding's CPUs; their CPU time there."""
+    node = str(binding.node)
+    proc.cpus_allowed = binding.cpus
+    proc.numa_cpu_share = {node: 1.0}
+    for thread in Analysis(copy).threads_of(proc):
+        thread.cpus_allowed = binding.cpus
+        if thread.get("cpus_used"):
+            del thread.cpus_used  # where it will run within the slice is not known yet
+        if thread.get("numa_cpu_time"):
+            thread.numa_cpu_time = {node: sum(thread.numa_cpu_time.values())}
+    _reshare(copy, proc.id, "cpu_on", binding.node)
+
+
+def _move_memory(copy: Graph, proc, node: int) -> None:
+    """migratepages … all N: every page on the node, locality 1."""
+    key = str(node)
+    if proc.get("numa_pages"):
+        proc.numa_pages = {key: sum(proc.numa_pages.values())}
+    if proc.get("numa_page_share"):
+        proc.numa_page_share = {key: 1.0}
+    if proc.get("numa_locality") is not None:
+        proc.numa_locality = 1.0
+    if proc.get("numa_locality_cosine") is not None:
+        proc.numa_locality_cosine = 1.0
+    _reshare(copy, proc.id, "mem_on", node)
+
+
+def _reshare(copy: Graph, proc_id: str, kind: str, node: int) -> None:
+    """Edges that carry per-node shares: all of it on ``node``, none elsewhere."""
+    edges = copy.out_edges(proc_id, kind)
+    if not edges:
+        return
+    target = graph_ids.with_host(host_prefix(proc_id), graph_ids.numa(node))
+    for edge in edges:
+        edge.share = 1.0 if edge.dst == target else 0.0
+    if target in copy and not any(e.dst == target for e in edges):
+        copy.link(kind, proc_id, target, share=1.0)
+
+
+def _touches(finding: Finding, processes: set[str]) -> bool:
+    ids = {finding.subject or ""} | {i for ev in finding.evidence for i in ev.ids}
+    return bool(ids & processes) or any(p in (finding.subject or "") for p in processes)
