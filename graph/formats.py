@@ -1,10 +1,11 @@
-"""Reading any graph file we understand: native `wp-graph` or witty-profiler (bare/wrapped)."""
+"""Reading any graph file we understand: native `wp-graph`, witty-profiler (bare/wrapped), or
+a PyTorch profiler trace (a snapshot of its own, graph/trace.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import native, witty
+from . import native, trace, witty
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
@@ -27,7 +28,10 @@ def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True
     its command lines and metadata are redacted, as a collection would have (``redact``)."""
     origin = str(path)
     with cyclic_gc_paused():
-        graph = _load_doc(read_json_file(path, max_bytes), origin)
+        if trace.looks_like_trace(path):  # streamed: a trace may be a GB of events
+            graph = trace.load_traces([path], max_bytes)
+        else:
+            graph = _load_doc(read_json_file(path, max_bytes), origin)
         if redact:
             # files come from other hosts and tools, which may not have redacted anything
             redact_graph(graph)

@@ -274,6 +274,21 @@ class ProcessNode(Node):
     cpu_throttled_pct: float | None = None  # share of the window its CPU cgroup was throttled
     major_faults_per_s: float | None = None
     devices: list[str] | None = None  # device files held open (/dev/nvidia0, /dev/davinci3…)
+    # from an imported PyTorch profiler trace (graph/trace.py; docs/traces.md)
+    trace_rank: Id | None = None
+    trace_world_size: Id | None = None
+    trace_backend: str | None = None
+    trace_steps: Id | None = None
+    trace_step_ms: Seconds | None = None  # median ProfilerStep duration
+    trace_step_max_ms: Seconds | None = None
+    trace_input_wait_pct: float | None = None  # step time in DataLoader __next__
+    trace_step_input_wait_pct: list[float] | None = None  # per step, the first 64
+    trace_cpu_comm_pct: float | None = None  # step time in CPU-side collective spans
+    trace_collectives: dict[str, dict[str, float]] | None = None  # kind -> count, p50_us…
+    trace_waited_ms: Seconds | None = None  # collective time beyond the fastest rank's
+    trace_straggler: bool | None = None
+    trace_skew_pct: float | None = None  # others' extra wait as a share of step time
+    trace_threads_matched: Id | None = None
 
 
 class ThreadNode(Node):
@@ -365,6 +380,15 @@ class _Accelerator(Node):
     link_width: int | None = None
     link_max_speed_gts: float | None = None
     link_max_width: int | None = None
+    # from an imported PyTorch profiler trace: shares of the device's active span
+    trace_rank: Id | None = None
+    trace_span_ms: Seconds | None = None
+    trace_compute_pct: float | None = None
+    trace_comm_pct: float | None = None  # communication not hidden under compute
+    trace_memcpy_pct: float | None = None  # memory copy/set not hidden under the above
+    trace_idle_pct: float | None = None
+    trace_overlap_pct: float | None = None  # share of communication time compute ran
+    trace_launch_gap_pct: float | None = None  # idle with an empty kernel queue
 
 
 class GpuNode(_Accelerator):

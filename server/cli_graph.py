@@ -7,7 +7,8 @@ import sys
 import time
 
 import orjson
-from wp_mcp.graph import formats, native, witty
+from wp_mcp.graph import Graph, formats, native, trace, witty
+from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import escape, excerpt
 from wp_mcp.graph.store import Store
 
@@ -19,9 +20,16 @@ def open_store(args: argparse.Namespace) -> Store:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "import", help="import a wp-graph or witty-profiler file; prints the snapshot id"
+        "import",
+        help="import a wp-graph or witty-profiler file, or PyTorch profiler traces; "
+        "prints the snapshot id",
     )
-    p.add_argument("file", help="graph file (.json or .json.gz)")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="graph file (.json or .json.gz), or trace files / folders of them, "
+                   "one file per rank")  # fmt: skip
+    p.add_argument("--to", metavar="SNAPSHOT",
+                   help="traces: join them to this snapshot's processes and devices "
+                   "(stored as a new snapshot)")  # fmt: skip
     p.add_argument("--label", help="a note to show in `snapshots`")
     p.add_argument("--no-redact", action="store_true",
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
@@ -45,15 +53,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     # validates fully before anything is stored
-    graph = formats.load_any(args.file, redact=not args.no_redact)
-    snapshot_id = open_store(args).put(graph, label=args.label)
+    store = open_store(args)
+    graph = _imported_graph(args, store)
+    snapshot_id = store.put(graph, label=args.label)
     print(snapshot_id)
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(graph.kinds().items()))
+    names = excerpt(" ".join(args.files), quoted=False)
     print(
-        f"imported {excerpt(args.file, quoted=False)}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
+        f"imported {names}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
         file=sys.stderr,
     )
     return 0
+
+
+def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
+    """One graph file as it is; trace files as a snapshot of their own, or joined (--to) to a
+    stored snapshot, which stays as it was: the join is stored as a new one."""
+    if args.to:
+        return trace.join(
+            native.loads(native.dumps(store.get(args.to))), trace.read_ranks(args.files)
+        )
+    if len(args.files) == 1:
+        return formats.load_any(args.files[0], redact=not args.no_redact)
+    if not all(trace.looks_like_trace(path) for path in args.files):
+        raise UserError("several files are imported together only as traces (one per rank)")
+    return trace.load_traces(args.files)
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
