@@ -550,7 +550,8 @@ def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
     summary: dict[str, Any] = {"ranks": sorted({r.rank for r in ranks if r.rank is not None})}
     if len(known) < 2 or len({r.rank for r in known}) < len(known):
         return summary
-    waited = _waits(known)
+    waited, fastest = _waits(known)
+    summary["latency_p50_us"] = {k: round(percentile(v, 50), 3) for k, v in fastest.items()}
     step_total = (
         median(sum(e - s for s, e in r.steps) for r in known if r.steps)
         if all(r.steps for r in known)
@@ -568,19 +569,21 @@ def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
     return summary
 
 
-def _waits(ranks: list[RankTrace]) -> dict[int, float]:
-    """Per rank, ms spent in collectives beyond the shortest rank's time for the same call."""
+def _waits(ranks: list[RankTrace]) -> tuple[dict[int, float], dict[str, list[float]]]:
+    """Per rank, ms spent in collectives beyond the fastest rank's time for the same call;
+    and per kind, the fastest rank's time of each call (the call's latency without waits)."""
     by_rank = {r.rank: _by_kind(r.collectives) for r in ranks}
     waited = {rank: 0.0 for rank in by_rank}
-    kinds = set.intersection(*(set(k) for k in by_rank.values()))
-    for kind in kinds:
+    fastest_by_kind: dict[str, list[float]] = {}
+    for kind in sorted(set.intersection(*(set(k) for k in by_rank.values()))):
         calls = min(len(by_rank[r][kind]) for r in by_rank)
         for i in range(calls):
             durations = {r: by_rank[r][kind][i] for r in by_rank}
             fastest = min(durations.values())
+            fastest_by_kind.setdefault(kind, []).append(fastest)
             for r, dur in durations.items():
                 waited[r] += (dur - fastest) / 1000
-    return waited
+    return waited, fastest_by_kind
 
 
 def _by_kind(calls: list[Collective]) -> dict[str, list[float]]:

@@ -178,16 +178,3 @@ def ipc_low(ctx: RuleContext) -> list[Finding]:
         "needs hardware PMU counters (cycles, instructions); "
         + ("this host has none" if not pmu else "no collector records them yet")
     )
-
-
-@rule(
-    "L1.kernel-launch-gaps",
-    1,
-    "Gaps between device kernels",
-    "device idle time between kernels",
-    "> 10 % of step time",
-)
-def kernel_launch_gaps(ctx: RuleContext) -> list[Finding]:
-    raise NotEvaluable(
-        "needs a device trace (PyTorch profiler / Kineto, nsys, msprof); none imported"
-    )

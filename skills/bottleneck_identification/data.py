@@ -225,14 +225,3 @@ def data_path_cross_numa(ctx: RuleContext) -> list[Finding]:
 def _home(ctx: RuleContext, proc_id: str) -> int | None:
     share = ctx.analysis.cpu_share(ctx.graph.node(proc_id))
     return max(share, key=lambda n: share[n]) if share else None
-
-
-@rule(
-    "L7.input-wait-trace",
-    7,
-    "Step time spent waiting for input",
-    "data-wait share of step time",
-    "> 10 %",
-)
-def input_wait_trace(ctx: RuleContext) -> list[Finding]:
-    raise NotEvaluable("needs a training trace (PyTorch profiler / Kineto); none imported")
