@@ -507,13 +507,13 @@ Tiers = tuple[tuple[float, float], ...]
 
 
 def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str]:
-    """The ids to drop from (id, created) rows, newest first, so that each tier keeps the
-    newest snapshot of every ``spacing``-long slot of its age range (slots are aligned to
-    the epoch, so what is kept stays kept as time moves on) and nothing outlives the last
-    tier."""
+    """The ids to drop from (id, created) rows so that each tier keeps the oldest snapshot
+    of every ``spacing``-long slot of its age range and nothing outlives the last tier.
+    Slots are aligned to the epoch and the oldest is kept, so a snapshot a tier kept stays
+    kept as time moves on: newer ones reaching its slot are the ones dropped."""
     doomed = []
     slots_seen: set[tuple[int, int]] = set()
-    for snapshot_id, created in rows:
+    for snapshot_id, created in sorted(rows, key=lambda row: row[1]):
         age = now - created
         tier = next((i for i, (limit, _) in enumerate(tiers) if age <= limit), None)
         if tier is None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.outfile import shown
-from wp_mcp.graph.rawio import read_bytes
+from wp_mcp.graph.outfile import describe_os_error, shown
 from wp_mcp.graph.safetext import excerpt
 
 CONFIG_ENV = "WP_MCP_CONFIG"
@@ -155,12 +155,27 @@ def load(explicit: str | None = None) -> Loaded:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        text = bytes(read_bytes(path, MAX_CONFIG_BYTES)).decode("utf-8")
-        return tomllib.loads(text)
+        return tomllib.loads(_read_text(path))
     except UnicodeDecodeError:
         raise UserError(f"config {shown(path)}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config {shown(path)}: not valid TOML: {exc}") from None
+
+
+def _read_text(path: Path) -> str:
+    """A config file: a regular file of at most MAX_CONFIG_BYTES (graph/rawio's readers
+    sniff for JSON, so the limits are applied here: stat before open, as they do, so a FIFO
+    never blocks)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise UserError(f"config {shown(path)}: not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"config {shown(path)}: cannot read: {describe_os_error(exc)}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UserError(f"config {shown(path)}: over the {MAX_CONFIG_BYTES >> 10} KiB limit")
+    return data.decode("utf-8")
 
 
 def _parse(path: Path) -> Config:
@@ -170,10 +185,10 @@ def _parse(path: Path) -> Config:
     except ValidationError as exc:
         error = exc.errors()[0]
         key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
-        line = _line_of(path.read_text(errors="replace"), key)
+        line = _line_of(_read_text(path), key)
         where = f"{shown(path)}, line {line}" if line else shown(path)
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        raise UserError(f"config {where}: {excerpt(key)}: {message}") from None
+        raise UserError(f"config {where}: {excerpt(key, quoted=False)}: {message}") from None
 
 
 def _line_of(text: str, key: str) -> int | None:

@@ -1,0 +1,139 @@
+"""The config file: where it is found, what beats what, and how a mistake is said.
+
+Precedence is flags > environment > file > defaults; a wrong key or type is one line that
+names the key, the file and the line, with exit code 2 (never a traceback).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from wp_mcp.server import config
+from wp_mcp.server.cli import main
+
+GOOD = """\
+# a comment
+[monitor]
+interval_s = 10
+window_s = 0.5
+
+[outputs.metrics]
+enabled = true
+bind = "127.0.0.1:9999"
+"""
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No config of this machine's user or /etc leaks in: the search path is in tmp."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
+    monkeypatch.delenv("WP_MCP_KEEP", raising=False)
+    monkeypatch.setattr(config, "search_path", lambda: [tmp_path / "xdg/wp-mcp/config.toml"])
+
+
+def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wp_mcp.server.cli", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_defaults_without_a_file() -> None:
+    loaded = config.load()
+    assert loaded.path is None
+    assert loaded.config.monitor.interval_s == 60
+    assert loaded.source("monitor.interval_s") == "default"
+
+
+def test_file_values_and_their_source(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    loaded = config.load(str(path))
+    assert loaded.config.monitor.interval_s == 10
+    assert loaded.config.outputs.metrics.bind == "127.0.0.1:9999"
+    assert loaded.source("monitor.window_s") == f"file {path}"
+    assert loaded.source("monitor.ebpf") == "default"
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path, '[store]\nkeep = 7\npath = "/from/file"\n')
+    monkeypatch.setenv("WP_MCP_CONFIG", str(path))
+    monkeypatch.setenv("WP_MCP_KEEP", "9")
+    loaded = config.load()
+    assert loaded.path == path
+    assert (loaded.config.store.keep, loaded.source("store.keep")) == (9, "env WP_MCP_KEEP")
+    assert loaded.source("store.path") == f"file {path}"
+    loaded.set_flag("store.path", str(tmp_path / "flag"))
+    assert loaded.config.store.path == str(tmp_path / "flag")
+    assert loaded.source("store.path") == "flag"
+
+
+def test_search_path_finds_the_user_file(tmp_path: Path) -> None:
+    user_file = tmp_path / "xdg/wp-mcp/config.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text("[monitor]\ninterval_s = 5\n")
+    assert config.load().config.monitor.interval_s == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "says"),
+    [
+        ("[monitor]\nintervl_s = 5\n", "monitor.intervl_s", 2, "unknown key"),
+        ("[monitor]\nwindow_s = 1\n\ninterval_s = 'soon'\n", "monitor.interval_s", 4, "number"),
+        ('[outputs.metrics]\nbind = "0.0.0.0:9100"\n', "outputs.metrics.bind", 2, "loopback"),
+        ('[outputs.webhooks]\nurls = ["ftp://x"]\n', "outputs.webhooks.urls", 2, "http"),
+        ("colour = 1\n", "colour", 1, "unknown key"),
+    ],
+)
+def test_a_mistake_names_key_file_and_line(tmp_path, capsys, text, key, line, says) -> None:
+    path = write(tmp_path, text)
+    assert main(["--config", str(path), "config", "show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert f"{path}, line {line}: {key}:" in err and says in err
+
+
+def test_bad_toml_and_missing_file_are_one_line(tmp_path: Path, capsys) -> None:
+    broken = write(tmp_path, "[monitor\n")
+    assert main(["--config", str(broken), "config", "show"]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "absent.toml"), "config", "show"]) == 2
+    assert "no config file" in capsys.readouterr().err
+
+
+def test_monitor_exits_2_naming_the_key(tmp_path: Path) -> None:
+    """The daemon refuses a broken config before it collects anything."""
+    path = write(tmp_path, "[monitor]\ninterval_s = -1\n")
+    done = cli("--config", str(path), "--store", str(tmp_path / "s"), "monitor", "--once")
+    assert done.returncode == 2
+    assert "monitor.interval_s" in done.stderr and "line 2" in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_show_prints_values_and_sources(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = write(tmp_path, GOOD)
+    monkeypatch.setenv("WP_MCP_STORE", str(tmp_path / "store"))
+    assert main(["--config", str(path), "config", "show"]) == 0
+    out = capsys.readouterr().out
+    assert f"monitor.interval_s = 10.0  # file {path}" in out
+    assert 'monitor.ebpf = "off"  # default' in out
+    assert f'store.path = "{tmp_path / "store"}"  # env WP_MCP_STORE' in out
+
+
+def test_init_writes_a_commented_default_that_loads_back(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "new.toml"
+    assert main(["config", "init", str(target)]) == 0
+    text = target.read_text()
+    assert "[outputs.webhooks]" in text and "# seconds between cycle starts" in text
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert config.Config.model_validate(tomllib.loads(text)) == config.Config()
+    assert main(["config", "init", str(target)]) == 2  # never replaced without --force
+    assert "--force" in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""The monitor's parts: down-sampling, the baseline, one-transaction cycles, events by cursor,
+what counts as a change of finding or a regression, and the schedule (a cycle that overruns
+its interval is said, never piled up)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from wp_mcp.graph.store import Store, thinned
+from wp_mcp.graph.witty import load_witty
+from wp_mcp.server.config import Config
+from wp_mcp.server.monitor import (
+    LABEL,
+    Metric,
+    Monitor,
+    finding_events,
+    metric_events,
+    regressed,
+)
+from wp_testdata import WITTY_GRAPH
+
+HOUR, DAY, WEEK = 3600.0, 86400.0, 604800.0
+TIERS = ((HOUR, 0.0), (DAY, 600.0), (WEEK, HOUR))
+
+
+def ages_kept(ages_s: list[float]) -> list[float]:
+    now = 10 * WEEK  # slots are aligned to the epoch: any `now` far from 0 will do
+    rows = [(f"s{age}", now - age) for age in sorted(ages_s)]
+    doomed = set(thinned(rows, TIERS, now))
+    return [age for age in sorted(ages_s) if f"s{age}" not in doomed]
+
+
+def test_the_last_hour_is_kept_whole() -> None:
+    ages = [i * 60.0 for i in range(60)]
+    assert ages_kept(ages) == ages
+
+
+def test_a_day_keeps_one_per_ten_minutes_and_a_week_one_per_hour() -> None:
+    every_minute_for_a_week = [i * 60.0 for i in range(int(WEEK // 60))]
+    kept = ages_kept(every_minute_for_a_week)
+    in_day = [a for a in kept if HOUR < a <= DAY]
+    in_week = [a for a in kept if DAY < a <= WEEK]
+    assert len([a for a in kept if a <= HOUR]) == 61
+    assert 23 * 6 <= len(in_day) <= 23 * 6 + 1
+    assert 6 * 24 <= len(in_week) <= 6 * 24 + 1
+    # bounded: what a minute interval stores for ever
+    assert len(kept) < 61 + 140 + 146
+
+
+def test_nothing_outlives_the_last_tier() -> None:
+    assert ages_kept([WEEK + 1, 2 * WEEK]) == []
+
+
+def test_thinning_as_time_moves_on_never_drops_what_an_older_tier_kept() -> None:
+    """A monitor storing every 5 minutes for two days: a snapshot that survived into the
+    hourly tier stays until the week is over, and the store stays bounded."""
+    rows: list[tuple[str, float]] = []  # newest first, as the store passes them
+    in_hourly_tier: set[str] = set()
+    for step in range(2 * 24 * 12):
+        now = WEEK + step * 300.0
+        rows.insert(0, (f"s{step}", now))
+        doomed = set(thinned(rows, TIERS, now))
+        assert not doomed & in_hourly_tier
+        rows = [row for row in rows if row[0] not in doomed]
+        in_hourly_tier = {sid for sid, created in rows if now - created > DAY}
+    assert len(rows) <= 13 + 24 * 6 + 24
+
+
+@pytest.fixture
+def witty():
+    return load_witty(WITTY_GRAPH)
+
+
+def put_cycle(store: Store, graph, events=(), tiers=()) -> tuple[str, str]:
+    return store.put_cycle(graph, LABEL, ("diagnose", {"findings": []}, "# ok"),
+                           [dict(e) for e in events], tiers)  # fmt: skip
+
+
+def test_a_cycle_is_stored_whole_with_its_events_readable_by_cursor(store_dir, witty) -> None:
+    store = Store(store_dir)
+    snapshot, report = put_cycle(store, witty, [{"kind": "finding.appeared"}, {"kind": "x"}])
+    assert store.get_report(report).snapshot_id == snapshot
+    events = store.events_since(0)
+    assert [e["kind"] for e in events] == ["finding.appeared", "x"]
+    assert {e["snapshot"] for e in events} == {snapshot}
+    assert store.events_since(events[0]["seq"]) == events[1:]
+    assert store.events_since(events[-1]["seq"]) == []
+
+
+def test_a_failed_cycle_leaves_nothing_behind(store_dir, witty) -> None:
+    store = Store(store_dir)
+    with pytest.raises(TypeError):  # an event that cannot be serialised fails the transaction
+        put_cycle(store, witty, [{"kind": "bad", "value": object()}])
+    assert store.list() == [] and store.events_since(0) == []
+
+
+def test_the_baseline_survives_retention_and_goes_with_delete(store_dir, witty) -> None:
+    store = Store(store_dir, keep=2)
+    first, _ = put_cycle(store, witty)
+    assert store.set_baseline(first[:4]) == first
+    for _ in range(3):
+        put_cycle(store, witty)
+    assert first in [s.id for s in store.list()] and len(store.list()) == 3
+    store.delete(first)
+    assert store.baseline() is None
+
+
+def finding(rule: str, priority: str, subject: str = "proc:1") -> dict:
+    return {"rule_id": rule, "priority": priority, "subject": subject, "title": rule, "layer": 6}
+
+
+def test_findings_appear_escalate_and_resolve() -> None:
+    before = {"a|proc:1": finding("a", "P2"), "b|proc:1": finding("b", "P1")}
+    now = {"a|proc:1": finding("a", "P0"), "c|proc:2": finding("c", "P2", "proc:2")}
+    events = {(e["kind"], e["rule"]) for e in finding_events(before, now)}
+    assert events == {("finding.escalated", "a"), ("finding.resolved", "b"),
+                      ("finding.appeared", "c")}  # fmt: skip
+    # a finding that calms down (P0 -> P2) is still there: no event
+    assert finding_events({"a|proc:1": finding("a", "P0")}, {"a|proc:1": finding("a", "P2")}) == []
+
+
+def test_a_regression_must_beat_the_noise_both_ways() -> None:
+    base = Metric("rank_cpu_pct", "proc:1", 100.0, "lower")
+    assert regressed(Metric("rank_cpu_pct", "proc:1", 60.0, "lower"), base, 25, 5)
+    assert not regressed(Metric("rank_cpu_pct", "proc:1", 80.0, "lower"), base, 25, 5)
+    assert not regressed(Metric("rank_cpu_pct", "proc:1", 160.0, "lower"), base, 25, 5)
+    zero = Metric("flow_retrans_total", "a->b", 0.0, "higher")
+    assert not regressed(Metric("flow_retrans_total", "a->b", 3.0, "higher"), zero, 25, 5)
+    assert regressed(Metric("flow_retrans_total", "a->b", 30.0, "higher"), zero, 25, 5)
+
+
+def test_a_regression_is_said_when_it_begins_and_when_it_ends() -> None:
+    metric = Metric("rank_cpu_pct", "proc:1", 10.0, "lower")
+    base = Metric("rank_cpu_pct", "proc:1", 90.0, "lower")
+    began = metric_events(set(), {metric.key: (metric, base)})
+    assert [(e["kind"], e["subject"], e["baseline"]) for e in began] == [
+        ("metric.regressed", "proc:1", 90.0)
+    ]
+    assert metric_events({metric.key}, {metric.key: (metric, base)}) == []
+    ended = metric_events({metric.key}, {})
+    assert [(e["kind"], e["metric"], e["subject"]) for e in ended] == [
+        ("metric.recovered", "rank_cpu_pct", "proc:1")
+    ]
+
+
+@pytest.mark.slow
+def test_an_overrunning_cycle_is_logged_and_skipped_not_piled_up(store_dir: Path) -> None:
+    """Window 0.4 s, interval 0.1 s: every start is missed; cycles still run one at a time."""
+    config = Config()
+    config.monitor.window_s, config.monitor.interval_s = 0.4, 0.1
+    seen: list[dict] = []
+
+    class Outputs:
+        def cycle(self, cycle) -> None:
+            seen.append({"kind": "stored"})
+            if sum(e["kind"] == "stored" for e in seen) >= 2:
+                monitor.request_stop()
+
+        def events(self, events) -> None:
+            seen.extend(events)
+
+    monitor = Monitor(Store(store_dir), config, Outputs())
+    runner = threading.Thread(target=monitor.run)
+    runner.start()
+    runner.join(120)
+    assert not runner.is_alive()
+    kinds = [e["kind"] for e in seen]
+    assert kinds.count("stored") == 2
+    missed = [e for e in seen if e["kind"] == "deadline.missed"]
+    assert missed and all(e["missed"] >= 1 for e in missed)
+    assert len(Store(store_dir).list()) == 2
