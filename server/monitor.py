@@ -9,7 +9,7 @@ outputs (stdout, a JSON-lines file, webhooks, Prometheus; ``monitor_outputs``).
 Events: ``finding.appeared`` / ``finding.resolved`` / ``finding.escalated`` (its priority
 rose), ``metric.regressed`` / ``metric.recovered`` (a key metric moved past the noise
 margin from the baseline's value, or came back within it), ``baseline.set``,
-``cycle.failed`` and ``deadline.missed``. A finding is the same finding from one cycle to the
+``cycle.failed``, ``deadline.missed``, ``config.reloaded`` and ``config.rejected``. A finding is the same finding from one cycle to the
 next when its rule and subject are (its text may change with the values).
 """
 
@@ -338,7 +338,7 @@ class Monitor:
             return
         if self.outputs is not None:
             self.outputs.reconfigure(self.config)
-        log.warning("config reloaded")
+        self._note({"kind": "config.reloaded"})
 
     def install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
