@@ -34,6 +34,8 @@ from .safetext import excerpt
 # Events are parsed this many bytes at a time: large enough that orjson's per-call cost
 # vanishes, small enough that the Python objects of one batch stay a few tens of MiB.
 BATCH_BYTES = 4 << 20
+# Candidate boundaries tried per batch before waiting for more text (each try is a parse).
+BOUNDARY_TRIES = 4
 # One event (or a run of text with no event boundary) longer than this is not a trace.
 MAX_UNSPLIT_BYTES = 64 << 20
 # The keys around the events (distributedInfo, deviceProperties, INFO lines) are small.
@@ -85,19 +87,20 @@ def read_events(path: str | Path, on_batch: Any, max_bytes: int | None = None) -
                 continue
             prefix, consumed = bytes(buf[: found.end() - 1]), found.end()
             del buf[: found.end()]
-        if len(buf) >= retry_at:
-            cut = _parse_batch(buf, consumed, origin, on_batch)
+        while len(buf) >= retry_at:
+            cut = _parse_batch(buf, retry_at, on_batch)
             if cut:
                 consumed += cut
                 del buf[:cut]
                 retry_at = BATCH_BYTES
-            else:  # no boundary parsed yet (a huge event?): wait for twice the text
-                retry_at = len(buf) * 2
-                if len(buf) > MAX_UNSPLIT_BYTES:
-                    raise FormatError(
-                        f"{origin}: not valid JSON near byte {consumed} (no event ends "
-                        f"within {MAX_UNSPLIT_BYTES >> 20} MiB)"
-                    )
+                continue
+            # no boundary parsed (a huge event, or one cut inside a string): twice the text
+            retry_at = len(buf) * 2
+            if len(buf) > MAX_UNSPLIT_BYTES:
+                raise FormatError(
+                    f"{origin}: not valid JSON near byte {consumed} (no event ends "
+                    f"within {MAX_UNSPLIT_BYTES >> 20} MiB)"
+                )
     if prefix is None:
         raise FormatError(_missing_events(origin, buf))
     return _finish(prefix, buf, consumed, origin, on_batch)
@@ -109,26 +112,22 @@ def _missing_events(origin: str, buf: bytearray) -> str:
     return f"{origin}: not a PyTorch profiler trace (no traceEvents array)"
 
 
-def _parse_batch(buf: bytearray, consumed: int, origin: str, on_batch: Any) -> int:
-    """Parse the events up to the last boundary in ``buf``; how many bytes were used (0 when
-    the boundary was not one, e.g. inside a string, or what precedes it is not JSON)."""
-    last = _last_boundary(buf, max(0, len(buf) - (1 << 16))) or _last_boundary(buf, 0)
-    if last is None:
-        return 0
-    end = last.start() + 1
-    try:
-        events = orjson.loads(b"[" + buf[:end] + b"]")
-    except orjson.JSONDecodeError:
-        return 0
-    on_batch(events)
-    return end + _LEADING.match(buf, end).end() - end
-
-
-def _last_boundary(buf: bytearray, start: int) -> re.Match[bytes] | None:
-    found = None
-    for found in _BOUNDARY.finditer(buf, start):  # noqa: B007 (the last one is wanted)
-        pass
-    return found
+def _parse_batch(buf: bytearray, size: int, on_batch: Any) -> int:
+    """Parse the events up to the last boundary in the first ``size`` bytes of ``buf`` that
+    is one (a '},{' inside a string is not: the text before it does not parse); how many
+    bytes were used, 0 when no boundary among the last few tried was one."""
+    window = list(_BOUNDARY.finditer(buf, max(0, size - (1 << 16)), size))
+    if not window:
+        window = list(_BOUNDARY.finditer(buf, 0, size))[-BOUNDARY_TRIES:]
+    for boundary in reversed(window[-BOUNDARY_TRIES:]):
+        end = boundary.start() + 1
+        try:
+            events = orjson.loads(b"[" + buf[:end] + b"]")
+        except orjson.JSONDecodeError:
+            continue
+        on_batch(events)
+        return _LEADING.match(buf, end).end()
+    return 0
 
 
 def _finish(prefix: bytes, buf: bytearray, consumed: int, origin: str, on_batch: Any) -> dict:
