@@ -131,32 +131,41 @@ def render_diff(
     after_id: str,
     max_tokens: int = 4000,
     cursor: str | None = None,
+    lead: list[str] | None = None,
 ) -> DiffPage:
-    """Compact text of a diff, one page within ``max_tokens`` (cursor for the next page)."""
+    """Compact text of a diff, one page within ``max_tokens`` (cursor for the next page).
+
+    ``lead`` lines (the findings resolved, new and unchanged, composed by the caller that
+    ran the skills) come before the attribute changes, so the first page answers "did the
+    change work?" and the raw detail follows behind the cursor.
+    """
     from wp_mcp.converters.tokens import count_tokens, take_lines
 
-    lines = _body_lines(diff)
-    start = _decode_cursor(cursor, len(lines))
+    body = _body_lines(diff)
     counts = diff.counts()
     header = (
         f"# diff {before_id} → {after_id} · appeared {counts['appeared']} · "
         f"vanished {counts['vanished']} · changed {counts['changed']} (beyond noise: "
         f"pct ±{PCT_NOISE_POINTS:g} pts, rates/sizes ±{REL_NOISE:.0%}, shares ±{SHARE_NOISE:g})"
     )
-    legend = "legend: ~ changed entity attr before→after · + appeared · - vanished"
-    if len(diff.changed) > AGGREGATE_OVER:
-        legend += "\n" + _most_changed(diff.changed)
-    if not lines:
-        text = f"{header}\nno difference beyond noise: the two snapshots match on every compared attribute"
+    if not body:
+        same = "no difference beyond noise: the two snapshots match on every compared attribute"
+        text = "\n".join([header, *(lead or []), same])
         return DiffPage(text, count_tokens(text), None, 1, 1, counts)
-
-    budget = max_tokens - count_tokens(header) - count_tokens(legend) - 40  # footer room
+    legend = ["legend: ~ changed entity attr before→after · + appeared · - vanished"]
+    if len(diff.changed) > AGGREGATE_OVER:
+        legend.append(_most_changed(diff.changed))
+    if lead:
+        legend.insert(0, "## what changed in the graph")
+    lines = [*(lead or []), *legend, *body]
+    start = _decode_cursor(cursor, len(lines))
+    budget = max_tokens - count_tokens(header) - 40  # footer room
     taken = take_lines(lines, start, budget)
     end = start + len(taken)
     per_page = max(1, len(taken))
     page = start // per_page + 1
     pages = max(page, page + -(-(len(lines) - end) // per_page))
-    parts = [f"{header} · page {page}/{pages}", legend, *taken]
+    parts = [f"{header} · page {page}/{pages}", *taken]
     next_cursor = None
     if end < len(lines):
         next_cursor = _encode_cursor(end)

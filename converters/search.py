@@ -55,7 +55,13 @@ def _rank(node: Node, query: str, haystack: str) -> int | None:
     return None
 
 
-def search(graph: Graph, query: str, limit: int = 20, max_tokens: int = DEFAULT_MAX_TOKENS) -> Page:
+def search(
+    graph: Graph,
+    query: str,
+    limit: int = 20,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    snapshot_id: str | None = None,  # printed as snap= so it can be passed back
+) -> Page:
     """Entities matching ``query`` (case-insensitive substring of id, name, cmdline, address)."""
     budget, _note = clamp_budget(max_tokens)
     needle = str(query).strip().lower()[:200]
@@ -68,9 +74,8 @@ def search(graph: Graph, query: str, limit: int = 20, max_tokens: int = DEFAULT_
             if rank is not None:
                 found.append((rank, node.id, node))
     found.sort(key=lambda t: (t[0], t[1]))
-    header = (
-        f"#wp search {quote(query, 60)} snap={snapshot_label(index, None)} matches {len(found)}"
-    )
+    snap = snapshot_label(index, snapshot_id)
+    header = f"#wp search {quote(query, 60)} snap={snap} matches {len(found)}"
     legend = '#legend id "name" kind detail; open one with the entity view (entity=<id>)'
     lines = [header, legend]
     used = count_tokens(header) + count_tokens(legend) + 40

@@ -80,7 +80,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.fmt in PICTURE_FORMATS:
         return _show_picture(graph, args.fmt, args.out)
     if args.search is not None:
-        page = search(graph, args.search, max_tokens=args.max_tokens)
+        page = search(graph, args.search, max_tokens=args.max_tokens, snapshot_id=snapshot_id)
     else:
         page = render_view(
             graph,

@@ -26,10 +26,12 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Completion, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import Field, ValidationError
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import error_line, excerpt
 
@@ -44,6 +46,7 @@ DEFAULT_MAX_TOKENS = 4000  # mirror the converters' budgets (a test checks they 
 HARD_MAX_TOKENS = 8000
 MIN_MAX_TOKENS = 300
 OVERVIEW_TOKENS = 600  # the summary that follows wp_collect / wp_open
+DIFF_MAX_TOKENS = 2000  # findings first; the raw attribute changes page behind the cursor
 CANCEL_GRACE_S = 30.0  # how long a cancelled collection may take to close its collectors
 
 # The skills, as the skills package names them; kept here too so building the server (and
@@ -83,7 +86,29 @@ class WpServer(MCPServer):
                     f"{name}: unknown argument(s) {shown}; valid arguments: "
                     f"{', '.join(valid) or '(none)'}"
                 )
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(_argument_error(name, exc.__cause__)) from None
+            raise
+
+    async def get_prompt(self, name: str, arguments: Any = None, context: Any = None) -> Any:
+        if not self._prompt_manager.get_prompt(name):
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(INVALID_PARAMS, f"unknown prompt {excerpt(name, 40)}; prompts: {known}")
+        return await super().get_prompt(name, arguments, context)
+
+
+def _argument_error(tool: str, exc: ValidationError) -> str:
+    """Pydantic's report as one line per argument: which, what was wrong, what was given."""
+    parts = []
+    for error in exc.errors()[:4]:
+        where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+        value = error.get("input")
+        given = f"{type(value).__name__} {excerpt(str(value), 30)}"
+        parts.append(f"{where}: {error.get('msg', 'invalid').lower()} (got {given})")
+    return f"{tool}: bad argument {'; '.join(parts)}; tools/list gives each argument's schema"
 
 
 def _result(text: str, **structured: Any) -> CallToolResult:
@@ -480,6 +505,11 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
             Field(description='e.g. {"kind": "thread", "min_cpu": 50}'),
         ] = None,
     ) -> CallToolResult:
+        if view.strip().lower() in ("entity", "summary"):
+            raise UserError(
+                f"{view.strip().lower()} is not a layer but a tool of its own: call "
+                + ("wp_entity id=<id> (ids from wp_search)" if "entity" in view else "wp_summary")
+            )
         page, sid = _render(
             state, snapshot, view, fmt=fmt, cursor=cursor, max_tokens=max_tokens, filters=filters
         )
@@ -529,7 +559,8 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
 
         sid = state.resolve_snapshot(snapshot)
         page = state.cached(
-            (sid, "search", query, limit), lambda: search(state.graph(sid), query, limit=limit)
+            (sid, "search", query, limit),
+            lambda: search(state.graph(sid), query, limit=limit, snapshot_id=sid),
         )
         return _page_result(
             page, sid, "no match; try a shorter query, a pid, a process name or an address"
@@ -540,8 +571,9 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         title="Compare two snapshots",
         annotations=READ_ONLY,
         description=(
-            "What appeared, vanished or changed beyond noise between two snapshots (e.g. "
-            "before and after an optimisation)."
+            "Verify a change between two snapshots (before/after an optimisation): first the "
+            "findings resolved, new and unchanged (every skill re-run on both), then what "
+            "appeared, vanished or changed beyond noise; the rest pages with cursor."
         ),
     )
     @_user_errors
@@ -549,9 +581,10 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         before: Snapshot,
         after: Snapshot = "latest",
         cursor: Cursor = None,
-        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        max_tokens: MaxTokens = DIFF_MAX_TOKENS,
     ) -> CallToolResult:
         from wp_mcp.converters.diff import diff_graphs, render_diff
+        from wp_mcp.skills.compare import compare_findings
 
         old, new = state.resolve_snapshot(before), state.resolve_snapshot(after)
         if old == new:
@@ -562,11 +595,25 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         diff = state.cached(
             (old, new, "diff"), lambda: diff_graphs(state.graph(old), state.graph(new))
         )
-        page = render_diff(diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor)
-        return _result(
-            page.text, before=old, after=new, **page.counts, page=page.page,
-            pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
+        findings = state.cached(
+            (old, new, "findings"),
+            lambda: compare_findings(_diagnosis(state, old), _diagnosis(state, new)),
+        )
+        page = render_diff(
+            diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor,
+            lead=findings.lines(),
         )  # fmt: skip
+        return _result(
+            page.text, before=old, after=new, **findings.counts(), **page.counts,
+            page=page.page, pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
+        )  # fmt: skip
+
+
+def _diagnosis(state: ServerState, snapshot_id: str) -> Any:
+    """Every skill on a stored snapshot (cached: stored snapshots never change)."""
+    from wp_mcp.skills import diagnose
+
+    return state.cached((snapshot_id, "diagnose"), lambda: diagnose(state.graph(snapshot_id)))
 
 
 # --------------------------------------------------------------------------- skill tools
@@ -595,6 +642,7 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
         ] = None,
         max_tokens: Annotated[int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS)] = 1500,
     ) -> CallToolResult:
+        from wp_mcp.converters import count_tokens
         from wp_mcp.skills import diagnose, run_skill
 
         sid = state.resolve_snapshot(snapshot)
@@ -609,10 +657,12 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
             sid, report.skill, report.to_dict(), report.to_markdown()
         )
         by_priority = Counter(f.priority for f in report.findings)
+        sections = " | ".join(report.contents())
         text = (
             f"report {report_id} ({report.skill} on snapshot {sid})\n"
-            f"{report.brief(max_tokens=max_tokens - 100)}\n"
-            f"next: wp_report report={report_id} finding=<id> or section=<name>"
+            f"{report.brief(max_tokens=max_tokens - 100 - count_tokens(sections))}\n"
+            f"next: wp_report report={report_id} finding=<id above> or section=<one of: "
+            f"{sections}>"
         )
         return _result(
             text, report_id=report_id, snapshot_id=sid, skill=report.skill,
@@ -631,7 +681,10 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
     @_user_errors
     def wp_report(
         report: Annotated[str, Field(description="report id, prefix, or 'latest'")] = "latest",
-        section: Annotated[str | None, Field(description="section name")] = None,
+        section: Annotated[
+            str | None,
+            Field(description="a heading as wp_run_skill lists it (any dash, unique start)"),
+        ] = None,
         finding: Annotated[str | None, Field(description="finding id")] = None,
         fmt: Literal["md", "json"] = "md",
         cursor: Cursor = None,
@@ -702,16 +755,16 @@ def _report_text(
         if fmt == "json":
             return orjson.dumps(asdict(found), option=orjson.OPT_INDENT_2).decode()
         return found.to_markdown()
+    name = report.section_name(section)  # UserError listing the sections
     if fmt == "md":
-        return report.to_markdown(section=section)  # UserError listing the sections
-    sections = {s.name: s for s in report.sections}
-    if section not in sections:
-        raise UserError(
-            f"no section {excerpt(section)} in report {report_id}; sections: {', '.join(sections)}"
-        )
-    wanted = set(sections[section].finding_ids)
+        return report.to_markdown(section=name)
+    found = next((s for s in report.sections if s.name == name), None)
+    if found is None:  # the executive summary or the roadmap: composed text
+        return orjson.dumps({"section": name, "markdown": report.to_markdown(section=name)},
+                            option=orjson.OPT_INDENT_2).decode()  # fmt: skip
+    wanted = set(found.finding_ids)
     chosen = [asdict(f) for f in report.findings if f.id in wanted]
-    return orjson.dumps({"section": asdict(sections[section]), "findings": chosen},
+    return orjson.dumps({"section": asdict(found), "findings": chosen},
                         option=orjson.OPT_INDENT_2).decode()  # fmt: skip
 
 
@@ -750,8 +803,8 @@ def _resource_errors(fn: Callable[..., str]) -> Callable[..., str]:
     def wrapper(*args: Any, **kwargs: Any) -> str:
         try:
             return fn(*args, **kwargs)
-        except UserError as exc:
-            raise ResourceError(error_line(exc)) from None
+        except UserError as exc:  # an unknown id or name: the caller's, -32602
+            raise ResourceNotFoundError(error_line(exc)) from None
 
     return wrapper
 

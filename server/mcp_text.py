@@ -23,7 +23,8 @@ topology, flows), wp_entity for one id with its neighbours, wp_search to find id
 hotspot-thread-discovery or all. It stores a report and returns its id with the findings in \
 brief.
 4. Report: wp_report reads one section or one finding (evidence, action); after a change, \
-collect again and wp_diff the two snapshots to verify it.
+collect again and wp_diff the two snapshots: it leads with findings resolved, new and \
+unchanged.
 
 Every answer is compact text within a token budget (max_tokens, default 4000, at most \
 8000). When an answer is cut it says so: call again with its next_cursor. Errors say which \
@@ -32,13 +33,18 @@ tool to call instead. wp_skill_docs has each skill's method and references.
 
 DIAGNOSE_PROMPT = """\
 Diagnose the host in snapshot {snapshot} with the wp-mcp tools, in four steps:
-1. Call wp_summary (snapshot={snapshot}). If no snapshot exists, call wp_collect first.
-2. From the summary's top signals pick the layers to inspect; call wp_layer for each one, \
-and wp_entity for any process, thread or device that stands out.
-3. Call wp_run_skill with skill="all" (or one skill) to get prioritised findings.
-4. For every P0/P1 finding, call wp_report with its finding id; explain the evidence (graph \
-ids and raw values) and give the concrete, host-specific action. Finish with a short report \
-ordered by priority, and say which checks could not be evaluated and why.
+1. Data: if no snapshot exists yet, call wp_open with a graph file's path (wp-graph or \
+witty-profiler) or wp_collect to snapshot this host; both answer with the summary, so go on \
+to step 2. Otherwise call wp_summary (snapshot={snapshot}).
+2. From the summary's top signals pick the layer to inspect (wp_layer view=<layer>); call \
+wp_entity id=<id> for a process, thread or device that stands out.
+3. Call wp_run_skill skill="all": it stores a report and lists the findings with their ids \
+and the report's section names.
+4. For each P0/P1 finding call wp_report finding=<id>: explain the evidence (graph ids, \
+raw values), give its command and say whether its fix was verified (its "verified:" line). \
+The section "Fix plan" holds every command at once. Finish with a short report by \
+priority, and say which checks could not be evaluated and why. After the fix, collect \
+again and call wp_diff before=<old id> to see which findings were resolved.
 """
 
 SKILL_PROMPT = """\

@@ -23,6 +23,11 @@ PRIORITY_MEANING = {
     "P2": "hint worth checking",
 }
 
+# Report headings besides the sections: what section= also answers to.
+EXECUTIVE_SUMMARY = "Executive summary"
+ROADMAP = "Roadmap"
+_DASHES = re.compile(r"\s*[-‐‑‒–—―]+\s*")
+
 # Host strings (process names, command lines, paths, ids) can hold anything; in Markdown they
 # must never forge a heading, a table row or a code block, nor carry a control character.
 _MAX_HOST_STRING = 120
@@ -149,6 +154,10 @@ class Report:
     def section_names(self) -> list[str]:
         return [s.name for s in self.sections]
 
+    def contents(self) -> list[str]:
+        """Every heading ``to_markdown(section=…)`` answers to, in the report's order."""
+        return [EXECUTIVE_SUMMARY, *self.section_names(), ROADMAP]
+
     def finding(self, finding_id: str) -> Finding:
         for item in self.findings:
             if item.id == finding_id:
@@ -170,7 +179,12 @@ class Report:
 
     def to_markdown(self, section: str | None = None) -> str:
         if section is not None:
-            return self._section_markdown(self._section(section))
+            name = self.section_name(section)
+            if name == EXECUTIVE_SUMMARY:
+                return self._executive_summary()
+            if name == ROADMAP:
+                return self._roadmap()
+            return self._section_markdown(self._section(name))
         parts = [_line(f"# {self.title}"), "", self._executive_summary()]
         shown: set[str] = set()  # a finding shared by two sections is written out once
         parts.extend(self._section_markdown(s, shown) for s in self.sections)
@@ -205,17 +219,25 @@ class Report:
 
     # ------------------------------------------------------------------ helpers
 
-    def _section(self, name: str) -> Section:
-        wanted = name.strip().lower()
-        for item in self.sections:
-            if item.name.lower() == wanted or item.name.lower().startswith(wanted):
-                return item
-        names = ", ".join(escape(n, 60, "line") for n in self.section_names())
+    def section_name(self, name: str) -> str:
+        """The heading ``name`` means: any case, any dash for the em dash, or a unique start
+        (``layer 3`` for ``Layer 3 — Interconnect``)."""
+        wanted = _heading_key(name)
+        headings = self.contents()
+        exact = [h for h in headings if _heading_key(h) == wanted]
+        starts = [h for h in headings if _heading_key(h).startswith(wanted)] if wanted else []
+        if exact or len(starts) == 1:
+            return (exact or starts)[0]
+        names = ", ".join(escape(n, 60, "line") for n in headings)
         raise UserError(f"no section {excerpt(name)}; sections: {names}")
+
+    def _section(self, name: str) -> Section:
+        wanted = self.section_name(name)
+        return next(s for s in self.sections if s.name == wanted)
 
     def _executive_summary(self) -> str:
         counts = self.counts()
-        lines = ["## Executive summary", ""]
+        lines = [f"## {EXECUTIVE_SUMMARY}", ""]
         lines.append(
             f"{len(self.findings)} findings: "
             + ", ".join(f"**{counts[p]} {p}** ({PRIORITY_MEANING[p]})" for p in PRIORITIES)
@@ -255,13 +277,18 @@ class Report:
     def _roadmap(self) -> str:
         ranked = self.ranked()
         if not ranked:
-            return "## Roadmap\n\nNothing to fix in what this snapshot covers."
-        lines = ["## Roadmap", ""]
+            return f"## {ROADMAP}\n\nNothing to fix in what this snapshot covers."
+        lines = [f"## {ROADMAP}", ""]
         for step, item in enumerate(ranked, 1):
             where = f"layer {item.layer}" if item.layer else item.skill
             command = f" — {_code_span(item.command)}" if item.command else ""
             lines.append(_line(f"{step}. **{item.priority}** ({where}) {item.action}{command}"))
         return "\n".join(lines)
+
+
+def _heading_key(name: str) -> str:
+    """``Layer 3 - interconnect`` and ``Layer 3 — Interconnect`` compare equal."""
+    return _DASHES.sub(" - ", " ".join(str(name).lower().split())).strip()
 
 
 def _fmt(value: Any) -> str:

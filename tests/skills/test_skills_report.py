@@ -32,8 +32,22 @@ def test_sections_and_findings_are_addressable():
     assert layer3.startswith("## Layer 3 — Interconnect") and "P0" in layer3
     finding = report.finding("L3.device-numa-mismatch@proc:200")
     assert finding.layer == 3
-    with pytest.raises(UserError, match="sections: Layer 1"):
+    with pytest.raises(UserError, match="sections: Executive summary, Layer 1"):
         report.to_markdown(section="Layer 9")
+
+
+def test_every_heading_of_the_report_is_a_section_name():
+    """What the table of contents lists, and the headings the Markdown prints, work as
+    section names, written with any dash and any case."""
+    report = run_skill("bottleneck-identification", misplaced_graph())
+    headings = [line[3:] for line in report.to_markdown().splitlines() if line.startswith("## ")]
+    assert headings == report.contents()
+    for heading in headings:
+        assert report.to_markdown(section=heading).startswith(f"## {heading}")
+    assert report.to_markdown(section="layer 3 - interconnect").startswith("## Layer 3 — ")
+    assert report.to_markdown(section="ROADMAP").startswith("## Roadmap")
+    with pytest.raises(UserError, match="no section 'Layer'"):
+        report.to_markdown(section="Layer")  # seven headings start so: not a guess
     with pytest.raises(UserError, match="no finding 'nope'"):
         report.finding("nope")
 
