@@ -96,10 +96,11 @@ class Webhook:
         self.url = url
         self.config = config
         self.queue: collections.deque[bytes] = collections.deque(maxlen=config.queue)
-        self.dropped = 0
+        self.dropped = 0  # events lost: pushed out of a full queue, or refused `retries` times
         self.sent = 0
+        self.failures = 0  # attempts that failed (down, slow, or an HTTP error)
         self._wake = threading.Condition()
-        self._closed = False
+        self._stopped = threading.Event()  # the back-off sleeps on it, not on new events
         self._thread = threading.Thread(target=self._run, name="wp-mcp-webhook", daemon=True)
         self._thread.start()
 
@@ -112,44 +113,48 @@ class Webhook:
 
     def close(self) -> None:
         with self._wake:
-            self._closed = True
+            self._stopped.set()
             self._wake.notify()
 
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self.queue and not self._closed:
+                while not self.queue and not self._stopped.is_set():
                     self._wake.wait()
-                if self._closed:
+                if self._stopped.is_set():
                     return
                 body = self.queue[0]
-            if self._deliver(body):
-                with self._wake:
-                    if self.queue and self.queue[0] is body:
-                        self.queue.popleft()
-                    self.sent += 1
+            delivered = self._deliver(body)
+            with self._wake:
+                if self.queue and self.queue[0] is body:
+                    self.queue.popleft()
+                self.sent += delivered
 
     def _deliver(self, body: bytes) -> bool:
-        """True once delivered, or once the receiver refused it ``retries`` more times (an
-        HTTP error: the next event goes on). A receiver that is down or too slow is waited
+        """True once delivered; False once the receiver refused it ``retries`` more times
+        (an HTTP error: the next event goes on) or it was pushed out of the queue. A receiver that is down or too slow is waited
         for with back-off as long as it takes: the bounded queue is what limits memory."""
         refused = attempt = 0
-        while not self._closed:
+        while not self._stopped.is_set():
             try:
                 self._post(body)
                 return True
             except urllib.error.HTTPError as exc:
+                self.failures += 1
                 refused += 1
                 if refused > self.config.retries:
                     log.warning("webhook %s: gave up on one event: HTTP %s", self.url, exc.code)
                     with self._wake:
                         self.dropped += 1
-                    return True
+                    return False
             except (OSError, urllib.error.URLError) as exc:
+                self.failures += 1
                 log.info("webhook %s: unreachable: %s", self.url, exc)
-            with self._wake:
-                self._wake.wait(min(_BACKOFF_CAP_S, 0.2 * 2**attempt))
+            self._stopped.wait(min(_BACKOFF_CAP_S, 0.2 * 2**attempt))
             attempt = min(attempt + 1, 10)
+            with self._wake:
+                if not self.queue or self.queue[0] is not body:
+                    return False  # pushed out of the full queue meanwhile (and counted)
         return False
 
     def _post(self, body: bytes) -> None:
