@@ -17,6 +17,7 @@ from collections.abc import Callable
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.outfile import check_target
+from wp_mcp.graph.safetext import escape
 
 from .cli_graph import open_store
 
@@ -40,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", help="a note to show in `snapshots`")
     p.add_argument("--no-redact", action="store_true",
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
+    p.add_argument("--cluster", metavar="ray[:ADDRESS]",
+                   help="collect every alive node of a Ray cluster into one cluster graph "
+                   "(needs pip install 'wp-mcp[ray]'; docs/clusters.md)")  # fmt: skip
+    p.add_argument("--node-timeout", type=float, default=60.0, metavar="S",
+                   help="with --cluster: seconds past the window a node may take (default 60)")  # fmt: skip
     p.set_defaults(handler=cmd_collect)
 
 
@@ -47,7 +53,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if args.out:
         check_target(args.out)  # a refused --out is said before the window, not after it
-    graph = _run(ctx, interactive=sys.stderr.isatty())
+    graph = _run(ctx, interactive=sys.stderr.isatty(), collect=_collector(args))
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
@@ -68,13 +74,29 @@ def _context(args: argparse.Namespace) -> Context:
                    redact=not args.no_redact)  # fmt: skip
 
 
-def _run(ctx: Context, interactive: bool) -> Graph:
+def _collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
+    """This host's collection, or with --cluster every node's, merged."""
+    if not args.cluster:
+        return collect_snapshot
+    from wp_mcp.collectors.cluster.on_ray import collect_ray, import_ray, parse_cluster
+
+    if args.pid:
+        raise UserError("--pid selects processes of one host: it cannot go with --cluster")
+    if not 0 < args.node_timeout <= MAX_DURATION_S:
+        raise UserError(f"--node-timeout must be between 0 and {MAX_DURATION_S:g} seconds")
+    address = parse_cluster(args.cluster)
+    import_ray()  # a missing Ray is said before anything starts
+    return lambda ctx: collect_ray(address, ctx, node_timeout_s=args.node_timeout)
+
+
+def _run(ctx: Context, interactive: bool,
+         collect: Callable[[Context], Graph] = collect_snapshot) -> Graph:  # fmt: skip
     """Collect in a worker thread so Ctrl-C in the main thread can cancel it."""
     result: dict[str, object] = {}
 
     def work() -> None:
         try:
-            result["graph"] = collect_snapshot(ctx)
+            result["graph"] = collect(ctx)
         except BaseException as exc:  # handed to the main thread, raised there
             result["error"] = exc
 
@@ -123,5 +145,7 @@ def _progress_updater(bar, task, state: dict) -> Callable[[str, str, str], None]
             bar.update(task, description=f"measuring for {detail}")
         elif phase == "collect":
             bar.update(task, description=f"reading {collector}")
+        elif collector == "cluster":  # per node: "<node> done" / "<node> failed: why"
+            bar.update(task, description=escape(f"{phase} {detail}", 80, "line"))
 
     return update

@@ -36,6 +36,7 @@ from ..sockets import RawSocket, inet_peers, pair_key
 MAX_HOST_LABEL = 63  # one DNS label
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SOURCE = "cluster-merge"
+_PAIRING = ("proto", "local_addr", "local_port", "remote_addr", "remote_port", "state")
 
 
 def host_label(name: str) -> str:
@@ -180,16 +181,16 @@ def join_cross_host_flows(graph: Graph) -> dict[str, int]:
 
 
 def _inet_sockets(graph: Graph) -> list[RawSocket]:
-    """Connected TCP/UDP sockets as the sockets collector's pairing reads them, the host
-    label standing in for the namespace (so loopback pairs stay within one host)."""
+    """TCP/UDP sockets (listeners tell which end serves) as the sockets collector's pairing
+    reads them, the host label standing in for the namespace (so loopback pairs stay within
+    one host)."""
     found = []
     for index, node in enumerate(graph.of_kind("socket")):
-        if node.get("proto") not in ("tcp", "udp") or node.get("remote_port") is None:
+        if node.get("proto") not in ("tcp", "udp") or node.get("local_port") is None:
             continue
-        if node.get("local_addr") is None or node.get("remote_addr") is None:
+        attrs = {name: node.get(name) for name in _PAIRING if node.get(name) is not None}
+        if "remote_port" in attrs and "remote_addr" not in attrs:
             continue
-        attrs = {name: node.get(name) for name in ("proto", "local_addr", "local_port",
-                                                    "remote_addr", "remote_port", "state")}  # fmt: skip
         attrs["netns"] = ids.split_host(node.id)[0]
         attrs["node_id"] = node.id
         found.append(RawSocket(inode=index, attrs=attrs))

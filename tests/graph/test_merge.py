@@ -62,12 +62,13 @@ def test_inputs_are_left_untouched():
 
 
 def test_a_connection_is_joined_from_the_end_that_connected_to_the_listener():
-    listener = tcp("10.0.0.2", 80, "0.0.0.0", 0) | {"state": "LISTEN"}
-    a = host_graph("a", [tcp("10.0.0.1", 4000, "10.0.0.2", 80, bytes_sent=700, retrans_total=3)])
-    b = host_graph("b", [tcp("10.0.0.2", 80, "10.0.0.1", 4000, bytes_received=650), listener])
+    # the server's host comes first: without its listener the pair's order would be a guess
+    listener = {"local_addr": "10.0.0.2", "local_port": 80, "state": "LISTEN"}
+    a = host_graph("a", [tcp("10.0.0.2", 80, "10.0.0.1", 4000, bytes_received=650), listener])
+    b = host_graph("b", [tcp("10.0.0.1", 4000, "10.0.0.2", 80, bytes_sent=700, retrans_total=3)])
     merged = merge_hosts({"a": a, "b": b})
     (link,) = merged.edges("talks_to")
-    assert (link.src, link.dst) == ("a/proc:100", "b/proc:100")
+    assert (link.src, link.dst) == ("b/proc:100", "a/proc:100")
     assert (link.src_bytes_sent, link.dst_bytes_received, link.src_retrans_total) == (700, 650, 3)
     assert merged.meta.cluster["flows"] == {
         "cross_host_peers": 1, "cross_host_talks_to": 1, "ambiguous_sockets": 0,

@@ -1,0 +1,211 @@
+"""Collect every alive node of a Ray cluster and merge them into one cluster graph.
+
+``collect_ray(address, ctx)`` connects to the cluster as a driver, starts one collection
+task per alive node (node-affinity scheduling, ``soft=False``: a task never runs on another
+node than the one it names), all with the same window start, and waits for them with a
+deadline per node. Each task returns its graph as gzip-compressed native JSON, so what
+crosses the object store is the compressed document (a tenth of the JSON or less), never a
+pickled graph. While tasks run, each node's clock is read a few times through tiny tasks
+(``node.clock_offset``). A node that fails, times out or is gone is listed in the cluster
+graph's ``meta.cluster["missing"]`` with the reason; cancelling (``ctx.cancel``) cancels
+the task on every node.
+
+Ray is an optional dependency (``pip install 'wp-mcp[ray]'``); without it the collection
+stops with one line saying so. The nodes need wp-mcp installed where their workers run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from wp_mcp.graph import Graph, UserError, native
+from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
+from wp_mcp.graph.safetext import excerpt
+
+from ..base import Context
+from .merge import merge_hosts
+from .node import clock_offset, collect_node, netns_inode, own_netns_inode
+
+INSTALL_HINT = "Ray is not installed here: pip install 'wp-mcp[ray]'"
+START_LEAD_S = 2.0  # the shared window start: time enough for every task to be scheduled
+NODE_TIMEOUT_S = 60.0  # per node, past the window
+CANCEL_GRACE_S = 5.0  # a cancelled task may close its collectors before it is killed
+POLL_S = 0.2
+CLOCK_SAMPLES = 3
+
+
+@dataclass
+class RayNode:
+    node_id: str
+    label: str
+    address: str
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return ray
+
+
+def parse_cluster(spec: str) -> str | None:
+    """``ray`` → None (the cluster Ray finds: RAY_ADDRESS or the local one); ``ray:ADDR`` →
+    ADDR. Only Ray is supported."""
+    engine, _, address = spec.partition(":")
+    if engine != "ray":
+        raise UserError(f"--cluster {excerpt(spec)}: only ray[:ADDRESS] is supported")
+    if _ and not address:
+        raise UserError("--cluster ray: needs an address after the colon (ray:HOST:PORT)")
+    return address or None
+
+
+def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_TIMEOUT_S,
+                nodes_wanted: int | None = None) -> Graph:  # fmt: skip
+    """The cluster graph of every alive node (see the module docstring)."""
+    ray = import_ray()
+    try:
+        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False,
+                 configure_logging=False)  # fmt: skip
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(f"cannot reach the Ray cluster at {excerpt(address or 'auto')}: "
+                        f"{excerpt(exc)}") from None  # fmt: skip
+    try:
+        nodes = alive_nodes(ray)
+        ctx.report("cluster", "nodes", f"{len(nodes)} alive Ray nodes")
+        graphs, missing = _run_on_nodes(ray, nodes, ctx, node_timeout_s)
+    finally:
+        ray.shutdown()
+    if not graphs:
+        reasons = "; ".join(f"{name}: {why}" for name, why in list(missing.items())[:3])
+        raise UserError(f"no Ray node returned a graph ({excerpt(reasons, 240)})")
+    merged = merge_hosts(graphs, missing)
+    merged.meta.origin = f"ray cluster of {len(nodes)} nodes"
+    if getattr(ctx.cancel, "is_set", lambda: False)():
+        merged.meta.cancelled = True  # type: ignore[attr-defined]
+    return merged
+
+
+def alive_nodes(ray: Any) -> list[RayNode]:
+    """Alive nodes, each labelled by host name — with its address, or its node id, where
+    several nodes share a host name (several nodes on one machine)."""
+    found = [n for n in ray.nodes() if n.get("Alive")]
+    names = Counter(n.get("NodeManagerHostname") or "node" for n in found)
+    pairs = Counter((n.get("NodeManagerHostname"), n.get("NodeManagerAddress")) for n in found)
+    nodes = []
+    for n in found:
+        name, addr = n.get("NodeManagerHostname") or "node", n.get("NodeManagerAddress") or "?"
+        label = name
+        if names[name] > 1:
+            label = f"{name}-{addr}" if pairs[(name, addr)] == 1 else f"{name}-{n['NodeID'][:8]}"
+        nodes.append(RayNode(n["NodeID"], label, addr))
+    return nodes
+
+
+# --------------------------------------------------------------------------- driving
+
+
+def _run_on_nodes(ray: Any, nodes: list[RayNode], ctx: Context, node_timeout_s: float
+                  ) -> tuple[dict[str, Graph], dict[str, str]]:  # fmt: skip
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    collect = ray.remote(num_cpus=0, max_retries=0)(node_task)
+    clock = ray.remote(num_cpus=0, max_retries=0)(node_clock)
+    start_at = time.time() + START_LEAD_S
+    params = {"window_s": ctx.window_s, "ebpf": ctx.ebpf, "redact": ctx.redact,
+              "start_at": start_at}  # fmt: skip
+    pending: dict[Any, RayNode] = {}
+    for node in nodes:
+        on_node = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
+        pending[collect.options(scheduling_strategy=on_node).remote(params)] = node
+    clocks = {n.label: _read_clock(ray, clock, n, NodeAffinitySchedulingStrategy) for n in nodes}
+    deadline = start_at + ctx.window_s + node_timeout_s
+    graphs, missing = _gather(ray, pending, ctx, deadline)
+    for label, graph in graphs.items():
+        if clocks.get(label) is not None:
+            graph.meta.clock = clocks[label]  # type: ignore[attr-defined]
+    return graphs, missing
+
+
+def _read_clock(ray: Any, clock: Any, node: RayNode, strategy: type) -> dict | None:
+    on_node = clock.options(scheduling_strategy=strategy(node_id=node.node_id, soft=False))
+    try:
+        return clock_offset(lambda: ray.get(on_node.remote(), timeout=10), CLOCK_SAMPLES)
+    except Exception:  # a node gone mid-way: its collection task says why
+        return None
+
+
+def _gather(ray: Any, pending: dict[Any, RayNode], ctx: Context, deadline: float
+            ) -> tuple[dict[str, Graph], dict[str, str]]:  # fmt: skip
+    graphs: dict[str, Graph] = {}
+    missing: dict[str, str] = {}
+    while pending:
+        if ctx.cancel.is_set():
+            _cancel(ray, pending, missing, "collection was cancelled")
+            break
+        if time.time() > deadline:
+            _cancel(ray, pending, missing, "timed out")
+            break
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        for ref in done:
+            node = pending.pop(ref)
+            try:
+                graphs[node.label] = load_compressed(ray.get(ref), node.label)
+                ctx.report("cluster", node.label, "done")
+            except Exception as exc:  # the node's failure, said in one line
+                missing[node.label] = _failure(exc)
+                ctx.report("cluster", node.label, f"failed: {missing[node.label]}")
+    return graphs, missing
+
+
+def _cancel(ray: Any, pending: dict[Any, RayNode], missing: dict[str, str], why: str) -> None:
+    for ref in pending:
+        ray.cancel(ref)  # KeyboardInterrupt in the task: its collectors close
+    _, stuck = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
+    for ref in stuck:
+        ray.cancel(ref, force=True)
+    for node in pending.values():
+        missing[node.label] = why
+    pending.clear()
+
+
+def _failure(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip().splitlines()
+    return excerpt(f"{type(cause).__name__}: {text[-1] if text else ''}", 160, quoted=False)
+
+
+def load_compressed(data: bytes, label: str) -> Graph:
+    """A node's gzip-compressed graph, decompressed within the graph-file size limit."""
+    inflater = zlib.decompressobj(wbits=31)
+    raw = inflater.decompress(data, DEFAULT_MAX_BYTES)
+    if inflater.unconsumed_tail:
+        raise UserError(f"the graph of {excerpt(label)} is over the size limit for graph files")
+    return native.loads(raw, origin=f"ray node {label}")
+
+
+# --------------------------------------------------------------------------- on each node
+
+
+def node_clock() -> float:
+    """This node's epoch time (``time.time`` itself is a builtin Ray cannot wrap)."""
+    return time.time()
+
+
+def node_task(params: dict[str, Any]) -> bytes:
+    """Runs on one node: collect it and return its graph, gzip-compressed.
+
+    Nodes that share a machine but not a network namespace (a namespace or a container per
+    node) see each other's processes; a node whose namespace differs from pid 1's keeps only
+    the processes of its own namespace.
+    """
+    ctx = Context(window_s=params["window_s"], ebpf=params["ebpf"], redact=params["redact"])
+    netns = own_netns_inode()
+    scope = netns if netns != netns_inode("/proc/1/ns/net") else None
+    graph = collect_node(ctx, start_at=params["start_at"], netns=scope)
+    return gzip.compress(native.dumps(graph), compresslevel=6)
