@@ -65,22 +65,24 @@ def collect_node(ctx: Context, start_at: float | None = None, netns: int | None 
 # --------------------------------------------------------------------------- netns scope
 
 
-def own_netns_inode() -> int:
-    link = os.readlink("/proc/thread-self/ns/net")
+def netns_inode(ns_path: str) -> int | None:
+    """The inode of the network namespace ``ns_path`` (``/proc/PID/ns/net``) names."""
+    try:
+        link = os.readlink(ns_path)
+    except OSError:  # exited, or a kernel thread we may not inspect
+        return None
     return int(link[link.index("[") + 1 : -1])
+
+
+def own_netns_inode() -> int | None:
+    return netns_inode("/proc/thread-self/ns/net")
 
 
 def netns_pids(proc_root: Path, netns: int) -> set[int]:
     """Pids of the processes in network namespace ``netns`` (inode)."""
     found = set()
     for entry in os.scandir(proc_root):
-        if not entry.name.isdigit():
-            continue
-        try:
-            link = os.readlink(f"{proc_root}/{entry.name}/ns/net")
-        except OSError:  # exited, or a kernel thread we may not inspect
-            continue
-        if int(link[link.index("[") + 1 : -1]) == netns:
+        if entry.name.isdigit() and netns_inode(f"{proc_root}/{entry.name}/ns/net") == netns:
             found.add(int(entry.name))
     return found
 
