@@ -274,13 +274,17 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
             list[int] | None, Field(description="only these processes and their families")
         ] = None,
         label: Annotated[str | None, Field(max_length=200)] = None,
+        cluster: Annotated[
+            str | None,
+            Field(max_length=300, description="ray[:ADDRESS]: every node of a Ray cluster"),
+        ] = None,
     ) -> CallToolResult:
-        key = (window_s, ebpf, tuple(sorted(set(pids))) if pids else None, label)
+        key = (window_s, ebpf, tuple(sorted(set(pids))) if pids else None, label, cluster)
         if key in running:
             return await _join(running[key], ctx)
         shared = running[key] = _SharedCollection(time.time())
         try:
-            shared.result = await _collect(state, ctx, window_s, ebpf, pids, label)
+            shared.result = await _collect(state, ctx, window_s, ebpf, pids, label, cluster)
             return shared.result
         except BaseException as exc:
             shared.error = exc
@@ -407,6 +411,7 @@ async def _collect(
     ebpf: str,
     pids: list[int] | None,
     label: str | None,
+    cluster: str | None = None,
 ) -> CallToolResult:
     """Collect in a worker thread; forward progress; on cancellation stop the collectors.
 
@@ -414,8 +419,16 @@ async def _collect(
     client cancels, ``cancel`` is set and we wait (shielded) until the orchestrator has
     closed every collector, so no thread or BPF program outlives the request.
     """
+    from wp_mcp.collectors import collect_snapshot
     from wp_mcp.collectors.base import Context as CollectContext
 
+    collect = collect_snapshot
+    if cluster:  # every node of a cluster, merged (docs/clusters.md)
+        from wp_mcp.collectors.cluster.on_ray import cluster_collector
+
+        if pids:
+            raise UserError("pids select processes of one host: leave them out with cluster")
+        collect = cluster_collector(cluster)
     missing = sorted(pid for pid in pids or () if not os.path.exists(f"/proc/{pid}"))
     if missing:
         raise UserError(
@@ -441,9 +454,7 @@ async def _collect(
 
     def work() -> tuple[str, Any]:
         try:
-            from wp_mcp.collectors import collect_snapshot
-
-            graph = collect_snapshot(cctx)
+            graph = collect(cctx)
             if cctx.cancel.is_set() or getattr(graph.meta, "cancelled", False):
                 return "", graph
             return state.store.put(graph, label=label), graph
