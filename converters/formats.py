@@ -210,7 +210,7 @@ FORMAT_CLASSES = {
 
 # --------------------------------------------------------------------------- the picture
 
-PICTURE_FORMATS = ("html", "svg")
+PICTURE_FORMATS = ("html", "svg")  # always the picture; mermaid and dot with --picture
 _PRIORITY_COLOURS = {"P0": "#d7191c", "P1": "#f07c00", "P2": "#2b83ba"}
 
 
@@ -284,3 +284,77 @@ def picture_svg(picture: Picture) -> str:
             f"dot failed: {escape(result.stderr.decode(errors='replace'), 200, 'line')}"
         )
     return result.stdout.decode()
+
+
+# Levels of detail a Mermaid picture steps down through until it fits its token budget:
+# everything; without line labels; only the processes a finding names or that use a device;
+# hosts as single boxes.
+_MERMAID_LEVELS = ("full", "no-link-labels", "key-processes", "hosts")
+_MERMAID_SAFE = re.compile(r"[^A-Za-z0-9 _.:/@()=%,+\-×→·…\[\]]")
+
+
+def picture_mermaid(picture: Picture, max_tokens: int) -> str:
+    """The picture as one Mermaid flowchart, a subgraph per host and NUMA node, nodes named
+    by what they are (``python3 pid 1895087``, ``NPU 0``); simplified, never paged, until
+    it fits ``max_tokens``."""
+    from .tokens import count_tokens
+
+    text = ""
+    for level in _MERMAID_LEVELS:
+        text = _mermaid_picture(picture, level)
+        if count_tokens(text) <= max_tokens:
+            return text
+    return text  # hosts as single boxes: a line per host, the least a picture can say
+
+
+def _mermaid_picture(picture: Picture, level: str) -> str:
+    keep = _mermaid_kept(picture, level)
+    lines = [f"%% {_mermaid_text(picture.title)} · detail: {level}", "flowchart LR"]
+    _mermaid_children(picture, None, keep, lines, "  ")
+    for link in picture.links:
+        if link.src in keep and link.dst in keep:
+            arrow = "-.->" if link.kind == "flow" else "-->"
+            text = f'|"{_mermaid_text(link.label)}"|' if link.label and level == "full" else ""
+            lines.append(f"  {diagram_key(link.src)} {arrow}{text} {diagram_key(link.dst)}")
+    for priority, colour in _PRIORITY_COLOURS.items():
+        marked = [
+            diagram_key(b.id) for b in picture.boxes if b.priority == priority and b.id in keep
+        ]
+        if marked:
+            lines.append(f"  classDef {priority} stroke:{colour},stroke-width:3px,fill:#fff3f0")
+            lines.append(f"  class {','.join(marked)} {priority}")
+    for mark in picture.marks:
+        lines.append(f"  %% {mark.priority} {_mermaid_text(mark.title)}")
+    return "\n".join(lines)
+
+
+def _mermaid_kept(picture: Picture, level: str) -> set[str]:
+    if level == "hosts":
+        return {b.id for b in picture.boxes if b.parent is None}
+    if level != "key-processes":
+        return {b.id for b in picture.boxes}
+    used = {x.src for x in picture.links if x.kind == "uses"}
+    return {b.id for b in picture.boxes if b.kind != "process" or b.priority or b.id in used}
+
+
+def _mermaid_children(
+    picture: Picture, parent: str | None, keep: set[str], lines: list[str], indent: str
+) -> None:
+    for box in picture.children(parent):
+        if box.id not in keep:
+            continue
+        text = _mermaid_text(box.label.replace("\n", " · "))
+        inner = [c for c in picture.children(box.id) if c.id in keep]
+        if inner:
+            lines.append(f'{indent}subgraph {diagram_key(box.id)}["{text}"]')
+            _mermaid_children(picture, box.id, keep, lines, indent + "  ")
+            lines.append(f"{indent}end")
+        else:
+            lines.append(f'{indent}{diagram_key(box.id)}["{text}"]')
+
+
+def _mermaid_text(text: str, limit: int = 100) -> str:
+    """A host string in a Mermaid label: anything but plain characters as an entity code
+    (``#34;`` for a quote), so a name shows as it is and cannot end the label."""
+    text = escape(text, limit, "line")
+    return _MERMAID_SAFE.sub(lambda m: f"#{ord(m.group())};", text)

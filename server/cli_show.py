@@ -7,7 +7,7 @@ import os
 import sys
 
 from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
-from wp_mcp.converters.formats import PICTURE_FORMATS, picture_svg
+from wp_mcp.converters.formats import PICTURE_FORMATS, picture_dot, picture_mermaid, picture_svg
 from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.outfile import check_target, write_output
@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--depth", type=int, default=1, choices=(1, 2), help="entity view depth")
     p.add_argument("--search", metavar="QUERY", help="find entities instead of showing a view")
     p.add_argument(
+        "--picture",
+        action="store_true",
+        help="mermaid/dot: the whole graph as one picture (NUMA boxes, findings marked) "
+        "within --max-tokens, instead of a page of a view",
+    )
+    p.add_argument(
         "--out", metavar="FILE", help="write to FILE instead of stdout (html and svg pictures)"
     )
     p.set_defaults(handler=cmd_show)
@@ -77,8 +83,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         check_target(args.out)  # before any slow work
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
-    if args.fmt in PICTURE_FORMATS:
-        return _show_picture(graph, args.fmt, args.out)
+    if args.fmt in PICTURE_FORMATS or (args.picture and args.fmt in ("mermaid", "dot")):
+        return _show_picture(graph, args.fmt, args.out, args.max_tokens)
+    if args.picture:
+        raise UserError("--picture draws mermaid or dot (html and svg are always pictures)")
     if args.search is not None:
         page = search(graph, args.search, max_tokens=args.max_tokens, snapshot_id=snapshot_id)
     else:
@@ -97,14 +105,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_picture(graph: Graph, fmt: str, out: str | None) -> int:
+def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> int:
     """The whole graph as one picture, with every skill's findings marked on it."""
     from wp_mcp.converters.html import render_html
     from wp_mcp.converters.picture import build_picture
     from wp_mcp.skills import diagnose
 
     picture = build_picture(graph, diagnose(graph).findings)
-    _emit(render_html(picture) if fmt == "html" else picture_svg(picture), out)
+    draw = {
+        "html": render_html,
+        "svg": picture_svg,
+        "dot": picture_dot,
+        "mermaid": lambda p: picture_mermaid(p, min(max_tokens, HARD_MAX_TOKENS)),
+    }[fmt]
+    _emit(draw(picture) + "\n", out)
     return 0
 
 
