@@ -132,6 +132,7 @@ def render_diff(
     max_tokens: int = 4000,
     cursor: str | None = None,
     lead: list[str] | None = None,
+    again: str = "call wp_diff again with cursor={cursor!r}",
 ) -> DiffPage:
     """Compact text of a diff, one page within ``max_tokens`` (cursor for the next page).
 
@@ -169,9 +170,7 @@ def render_diff(
     next_cursor = None
     if end < len(lines):
         next_cursor = _encode_cursor(end)
-        parts.append(
-            f"(cut: {len(lines) - end} more lines; call wp_diff again with cursor={next_cursor!r})"
-        )
+        parts.append(f"(cut: {len(lines) - end} more lines; {again.format(cursor=next_cursor)})")
     text = "\n".join(parts)
     return DiffPage(text, count_tokens(text), next_cursor, page, pages, counts)
 

@@ -29,6 +29,8 @@ COMMAND_MODULES = {
     "wp_mcp.server.cli_collect": ("collect",),
     "wp_mcp.server.cli_serve": ("serve",),
     "wp_mcp.server.cli_skills": ("diagnose", "skill", "skills"),
+    "wp_mcp.server.cli_report": ("report", "diff"),
+    "wp_mcp.server.cli_completion": ("completion",),
     "wp_mcp.server.cli_monitor": ("monitor", "baseline", "config"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--store", "--config")

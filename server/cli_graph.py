@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_import)
 
     p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the older spelling
     p.add_argument("--limit", type=int, default=None)
     p.set_defaults(handler=cmd_snapshots)
 
@@ -82,7 +83,7 @@ def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
     infos = open_store(args).list(limit=args.limit)
-    if args.json:
+    if args.json or args.format == "json":
         sys.stdout.buffer.write(orjson.dumps([info.__dict__ for info in infos]) + b"\n")
         return 0
     if not infos:

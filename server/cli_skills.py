@@ -30,6 +30,7 @@ from wp_mcp.skills import (
 from .cli_collect import MAX_DURATION_S
 from .cli_collect import _run as collect_live
 from .cli_graph import open_store
+from .cli_report import FAIL_ON_STATUS, add_fail_on, failed
 
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
 
@@ -78,6 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("md", "json"), default="md", help="report format")
     p.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+    add_fail_on(p, "the report has findings")
 
 
 def _usage(parser: argparse.ArgumentParser):
@@ -103,8 +105,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         graph = _collect(args)
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
-    _emit(store, snapshot_id, report, args)
-    return 0
+    return _emit(store, snapshot_id, report, args)
 
 
 def cmd_skill_run(args: argparse.Namespace) -> int:
@@ -123,8 +124,7 @@ def cmd_skill_run(args: argparse.Namespace) -> int:
         check_target(args.out)  # refused before anything is stored
     store = open_store(args)
     graph, snapshot_id = _load(store, args.source)
-    _emit(store, snapshot_id, run_skill(args.name, graph, **options), args)
-    return 0
+    return _emit(store, snapshot_id, run_skill(args.name, graph, **options), args)
 
 
 def cmd_skills_list(args: argparse.Namespace) -> int:
@@ -179,7 +179,8 @@ def _collect(args: argparse.Namespace) -> Graph:
     return graph
 
 
-def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> None:
+def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> int:
+    """Store and print the report; the exit status --fail-on asks for."""
     markdown = report.to_markdown()
     if args.format == "json":
         body = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
@@ -196,3 +197,5 @@ def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> 
         + ", ".join(f"{counts[p]} {p}" for p in counts),
         file=sys.stderr,
     )
+    priorities = [f.priority for f in report.findings]
+    return FAIL_ON_STATUS if failed(priorities, args.fail_on) else 0

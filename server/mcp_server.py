@@ -39,6 +39,7 @@ from wp_mcp import __version__
 
 from .mcp_state import ServerState
 from .mcp_text import DIAGNOSE_PROMPT, INSTRUCTIONS, SKILL_PROMPT, page_text
+from .mcp_watch import register_monitoring
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ def build_server(state: ServerState | None = None) -> WpServer:
     _register_resources(server, state)
     _register_prompts(server)
     _register_completions(server, state)
+    register_monitoring(server, state)  # subscriptions, wp://findings, wp_events (mcp_watch)
     return server
 
 
@@ -749,34 +751,10 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
 def _report_text(
     state: ServerState, report_id: str, section: str | None, finding: str | None, fmt: str
 ) -> str:
-    """A stored report, whole or one section or one finding, as Markdown or JSON."""
-    from dataclasses import asdict
-
-    import orjson
-    from wp_mcp.skills import Report
+    from wp_mcp.skills.report import stored_report_text
 
     stored = state.store.get_report(report_id)
-    if section is None and finding is None:
-        if fmt == "json":
-            return orjson.dumps(stored.data, option=orjson.OPT_INDENT_2).decode()
-        return stored.markdown
-    report = Report.from_dict(stored.data)
-    if finding is not None:
-        found = report.finding(finding)  # UserError listing the findings when unknown
-        if fmt == "json":
-            return orjson.dumps(asdict(found), option=orjson.OPT_INDENT_2).decode()
-        return found.to_markdown()
-    name = report.section_name(section)  # UserError listing the sections
-    if fmt == "md":
-        return report.to_markdown(section=name)
-    found = next((s for s in report.sections if s.name == name), None)
-    if found is None:  # the executive summary or the roadmap: composed text
-        return orjson.dumps({"section": name, "markdown": report.to_markdown(section=name)},
-                            option=orjson.OPT_INDENT_2).decode()  # fmt: skip
-    wanted = set(found.finding_ids)
-    chosen = [asdict(f) for f in report.findings if f.id in wanted]
-    return orjson.dumps({"section": asdict(found), "findings": chosen},
-                        option=orjson.OPT_INDENT_2).decode()  # fmt: skip
+    return stored_report_text(stored.data, stored.markdown, section, finding, fmt)
 
 
 def _skill_listing() -> str:

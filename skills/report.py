@@ -286,6 +286,33 @@ class Report:
         return "\n".join(lines)
 
 
+def stored_report_text(
+    data: dict[str, Any], markdown: str, section: str | None, finding: str | None, fmt: str
+) -> str:
+    """A stored report, whole or one section or one finding, as Markdown (``md``) or JSON:
+    what ``wp_report`` and ``wp-mcp report`` print."""
+    import orjson
+
+    def dumps(value: Any) -> str:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+    if section is None and finding is None:
+        return dumps(data) if fmt == "json" else markdown
+    report = Report.from_dict(data)
+    if finding is not None:
+        found = report.finding(finding)  # UserError listing the findings when unknown
+        return dumps(asdict(found)) if fmt == "json" else found.to_markdown()
+    name = report.section_name(section or "")  # UserError listing the sections
+    if fmt == "md":
+        return report.to_markdown(section=name)
+    part = next((s for s in report.sections if s.name == name), None)
+    if part is None:  # the executive summary or the roadmap: composed text
+        return dumps({"section": name, "markdown": report.to_markdown(section=name)})
+    wanted = set(part.finding_ids)
+    chosen = [asdict(f) for f in report.findings if f.id in wanted]
+    return dumps({"section": asdict(part), "findings": chosen})
+
+
 def _heading_key(name: str) -> str:
     """``Layer 3 - interconnect`` and ``Layer 3 — Interconnect`` compare equal."""
     return _DASHES.sub(" - ", " ".join(str(name).lower().split())).strip()
