@@ -54,7 +54,7 @@ def test_mcp_inspector_cli(store_dir: Path, allowed: Path, witty_id: str) -> Non
         store_dir, allowed, "--method", "prompts/get", "--prompt-name", "diagnose",
         "--prompt-args", f"snapshot={witty_id}",
     )  # fmt: skip
-    assert len(listed["tools"]) == 11
+    assert len(listed["tools"]) == 12
     assert all("annotations" in tool for tool in listed["tools"])
     assert not opened.get("isError") and opened["structuredContent"]["snapshot_id"]
     assert not layer.get("isError") and "npu" in first_text(layer)

@@ -59,7 +59,7 @@ async def test_client_with_the_token_lists_tools(http_server: int) -> None:
     ):
         tools = await client.list_tools()
         snapshots = await client.call_tool("wp_snapshots", {})
-    assert len(tools.tools) == 11
+    assert len(tools.tools) == 12
     assert not snapshots.is_error
 
 

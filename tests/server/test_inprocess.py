@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 TOOLS = {
     "wp_collect", "wp_open", "wp_snapshots", "wp_summary", "wp_layer", "wp_entity",
-    "wp_search", "wp_run_skill", "wp_report", "wp_diff", "wp_skill_docs",
+    "wp_search", "wp_run_skill", "wp_report", "wp_diff", "wp_skill_docs", "wp_events",
 }  # fmt: skip
 WRITERS = {"wp_collect", "wp_open", "wp_run_skill"}
 LAYERS = ("compute", "memory", "interconnect", "network", "storage", "control", "data")

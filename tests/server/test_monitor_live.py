@@ -5,7 +5,8 @@ The ranks (tests/skills/live_job.py) talk over loopback, each pinned to one CPU.
 pinned onto rank 0's CPU is the injected fault: the events must say the hog finding
 appeared, Prometheus must hold its `wp_finding` series, and once the hog is killed the
 events must say it resolved. SIGHUP reloads the config (an events file switched on), SIGTERM
-ends the daemon cleanly, and `kill -9` in the middle of cycles leaves a consistent store.
+ends the daemon cleanly, and `kill -9` in the middle of cycles leaves a consistent store. An
+MCP client listening over stdio to `wp-mcp serve` on the same store hears of a new cycle.
 Everything started here is stopped by pid (process groups this test created).
 """
 
@@ -26,9 +27,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
-from server_helpers import free_port
+from mcp import Client, StdioServerParameters
+from server_helpers import free_port, serve_command, server_env
 from wp_mcp.graph.store import Store
+from wp_mcp.server.mcp_watch import FINDINGS_URI, LATEST_URI
 from wp_mcp.server.monitor import LABEL
 from wp_require import unavailable
 
@@ -252,3 +256,44 @@ def assert_consistent(store_dir: Path) -> None:
     # an event's snapshot may have been thinned away since, never half-written: each event
     # came with a snapshot id from the same transaction
     assert all(e["snapshot"].startswith("s") for e in events)
+
+
+@pytest.mark.anyio
+async def test_a_subscribed_stdio_client_hears_of_the_new_cycle(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    """`wp-mcp serve` on the store a `wp-mcp monitor --once` then writes: the listening client
+    gets notifications/resources/updated for the latest snapshot and the findings, reads them,
+    and wp_events lists what the cycle said."""
+    command = serve_command(store_dir)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=server_env())
+    config = tmp_path / "config.toml"
+    config.write_text('[monitor]\nwindow_s = 0.3\nebpf = "off"\n')
+    hog = spawn([sys.executable, JOB, "hog"])  # a hot thread: a finding for the cycle to report
+    try:
+        async with Client(params) as client:
+            await _listen_through_a_cycle(client, store_dir, config)
+    finally:
+        stop(hog)
+
+
+async def _listen_through_a_cycle(client, store_dir: Path, config: Path) -> None:
+    async with client.listen(resource_subscriptions=[LATEST_URI, FINDINGS_URI]) as sub:
+        once = [sys.executable, "-m", "wp_mcp.server.cli", "--config", str(config),
+                "--store", str(store_dir), "monitor", "--once", "--quiet"]  # fmt: skip
+        done = await anyio.run_process(once, check=False)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        heard: set[str] = set()
+        with anyio.fail_after(WAIT_S):
+            async for event in sub:
+                heard.add(str(event.uri))
+                if heard >= {LATEST_URI, FINDINGS_URI}:
+                    break
+    latest = await client.read_resource(LATEST_URI)
+    findings = await client.read_resource(FINDINGS_URI)
+    events = await client.call_tool("wp_events", {"cursor": 0})
+    snapshot_id = Store(store_dir).resolve("latest")
+    assert latest.contents[0].text.startswith(f"snapshot {snapshot_id}")
+    assert f"of snapshot {snapshot_id}" in findings.contents[0].text
+    assert "finding.appeared" in events.content[0].text
+    assert events.structured_content["next_cursor"] >= events.structured_content["count"]

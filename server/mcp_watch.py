@@ -1,0 +1,195 @@
+"""MCP for monitoring: subscriptions to `wp://snapshots/latest` and `wp://findings`, and the
+`wp_events` tool.
+
+`wp-mcp serve` attached to the store a `wp-mcp monitor` writes learns of each new cycle by
+watching the store (one thread, a cheap query every second, started by the first
+subscription). When a snapshot is stored it sends `notifications/resources/updated` for
+`wp://snapshots/latest`; when a finding appeared, resolved or escalated, for
+`wp://findings`. Both eras of the protocol are served: `subscriptions/listen` streams
+(2026-07-28, through the SDK's subscription bus) and `resources/subscribe` (earlier
+versions, per session).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Annotated, Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from mcp import types
+from mcp.shared.subscriptions import ResourceUpdated
+from pydantic import Field
+from wp_mcp.graph.safetext import escape
+
+log = logging.getLogger(__name__)
+
+LATEST_URI = "wp://snapshots/latest"
+FINDINGS_URI = "wp://findings"
+WATCH_INTERVAL_S = 1.0
+MAX_EVENTS_PER_CALL = 200
+_FINDING_EVENTS = ("finding.appeared", "finding.resolved", "finding.escalated")
+
+
+class StoreWatch:
+    """Notices new snapshots and finding events in the store; notifies subscribers."""
+
+    def __init__(self, server: Any, state: Any) -> None:
+        self.server = server
+        self.state = state
+        self._sessions: dict[int, tuple[Any, set[str]]] = {}  # resources/subscribe, by session
+        self._lock = threading.Lock()
+        self._token: Any = None
+        self._latest: str | None = None
+        self._cursor = 0
+
+    def ensure_running(self) -> None:
+        """Start the watching thread once, bound to the server's event loop."""
+        with self._lock:
+            if self._token is not None:
+                return
+            self._token = anyio.lowlevel.current_token()
+            self.changed_uris()  # what is there now is the starting point
+        threading.Thread(target=self._run, name="wp-mcp-store-watch", daemon=True).start()
+
+    def changed_uris(self) -> list[str]:
+        """What changed since the last look (and remember this look)."""
+        store = self.state.store
+        newest = store.list(limit=1)
+        latest = newest[0].id if newest else None
+        events = store.events_since(self._cursor, limit=1_000_000)
+        uris = [LATEST_URI] if latest != self._latest else []
+        if any(event["kind"] in _FINDING_EVENTS for event in events):
+            uris.append(FINDINGS_URI)
+        self._latest = latest
+        self._cursor = events[-1]["seq"] if events else self._cursor
+        return uris
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(WATCH_INTERVAL_S)
+            try:
+                uris = self.changed_uris()
+            except Exception:  # a store being rewritten: look again next time
+                log.exception("store watch")
+                continue
+            if not uris:
+                continue
+            try:
+                anyio.from_thread.run(self._notify, uris, token=self._token)
+            except RuntimeError:  # the event loop has ended: the server is shutting down
+                return
+
+    async def _notify(self, uris: list[str]) -> None:
+        for uri in uris:
+            await self.server._subscriptions.publish(ResourceUpdated(uri=uri))
+            for key, (session, subscribed) in list(self._sessions.items()):
+                if uri not in subscribed:
+                    continue
+                try:
+                    await session.send_resource_updated(uri)
+                except Exception:  # the session is gone
+                    self._sessions.pop(key, None)
+
+    # ------------------------------------------------------------------ handlers
+
+    async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        self.ensure_running()
+        session = ctx.session
+        self._sessions.setdefault(id(session), (session, set()))[1].add(str(params.uri))
+        return types.EmptyResult()
+
+    async def unsubscribe(
+        self, ctx: Any, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        entry = self._sessions.get(id(ctx.session))
+        if entry is not None:
+            entry[1].discard(str(params.uri))
+        return types.EmptyResult()
+
+
+def register_monitoring(server: Any, state: Any) -> None:
+    """The subscription handlers, the two watched resources and the wp_events tool."""
+    watch = StoreWatch(server, state)
+    lowlevel = server._lowlevel_server
+    listen = lowlevel._request_handlers.get("subscriptions/listen")
+    if listen is not None:
+
+        async def listen_and_watch(ctx: Any, params: Any) -> Any:
+            watch.ensure_running()
+            return await listen.handler(ctx, params)
+
+        lowlevel.add_request_handler("subscriptions/listen", listen.params_type, listen_and_watch)
+    lowlevel.add_request_handler(
+        "resources/subscribe", types.SubscribeRequestParams, watch.subscribe
+    )
+    lowlevel.add_request_handler(
+        "resources/unsubscribe", types.UnsubscribeRequestParams, watch.unsubscribe
+    )
+    _register_resources(server, state)
+    _register_events_tool(server, state)
+
+
+def _register_resources(server: Any, state: Any) -> None:
+    from .mcp_server import _render, _resource_errors
+
+    @server.resource(LATEST_URI, name="latest-snapshot", mime_type="text/plain",
+                     description="Summary of the newest snapshot; subscribe to hear of new ones")  # fmt: skip
+    @_resource_errors
+    def latest() -> str:
+        snapshot_id = state.store.resolve("latest")
+        return f"snapshot {snapshot_id}\n" + _render(state, snapshot_id, "summary")[0].text
+
+    @server.resource(FINDINGS_URI, name="findings", mime_type="text/plain",
+                     description="Findings of the newest report; subscribe to hear of changes")  # fmt: skip
+    @_resource_errors
+    def findings() -> str:
+        return findings_text(state.store)
+
+
+def findings_text(store: Any) -> str:
+    """One line per finding of the newest report, most urgent first."""
+    report = store.get_report("latest")
+    rows = sorted(report.data.get("findings", []), key=lambda f: f["priority"])
+    lines = [f"report {report.id} of snapshot {report.snapshot_id}: {len(rows)} finding(s)"]
+    for f in rows[:MAX_EVENTS_PER_CALL]:
+        subject = f" on {f['subject']}" if f.get("subject") else ""
+        lines.append(escape(f"{f['priority']} {f['rule_id']}{subject}: {f['title']}", 300, "line"))
+    return "\n".join(lines)
+
+
+def event_text(event: dict[str, Any]) -> str:
+    """One event as one line: seq, kind, then its fields (host strings escaped)."""
+    fields = " ".join(
+        f"{key}={event[key]}"
+        for key in ("priority", "rule", "subject", "metric", "value", "baseline", "snapshot")
+        if event.get(key) is not None
+    )
+    title = f" — {event['title']}" if event.get("title") else ""
+    stamp = time.strftime("%H:%M:%S", time.gmtime(event.get("time", 0)))
+    return escape(f"#{event['seq']} {stamp} {event['kind']} {fields}{title}", 400, "line")
+
+
+def _register_events_tool(server: Any, state: Any) -> None:
+    from .mcp_server import READ_ONLY, _result, _user_errors
+
+    @server.tool(
+        annotations=READ_ONLY,
+        description="Monitor events since a cursor (findings appeared/resolved/escalated, "
+        "metric regressions vs the baseline), oldest first; pass next_cursor to continue.",
+    )
+    @_user_errors
+    def wp_events(
+        cursor: Annotated[int, Field(ge=0, description="seq of the last event seen; 0: all")] = 0,
+        limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_PER_CALL)] = 50,
+    ) -> Any:
+        events = state.store.events_since(cursor, limit)
+        next_cursor = events[-1]["seq"] if events else cursor
+        if not events:
+            text = f"no events after #{cursor} (`wp-mcp monitor` writes them)"
+        else:
+            text = "\n".join(event_text(event) for event in events)
+        return _result(text, count=len(events), next_cursor=next_cursor)
