@@ -544,45 +544,64 @@ def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
     """Across ranks: how long each waited in collectives for the slowest (the i-th call of
     each kind matched across ranks; the rank that arrives last waits least), the skew as a
     share of step time, and the straggler: the rank that waited least, named only when it
-    stands apart from the others (msprof-analyze's outlier-by-spread idea)."""
+    stands apart from the others (msprof-analyze's outlier-by-spread idea).
+
+    The skew is the median over calls of how much longer the others took than the
+    straggler, times the calls: one call delayed by a hiccup on any rank moves a median of
+    several calls nowhere, a rank that is late to every call moves it by its lateness. A
+    straggler is named only when its lateness is consistent across calls."""
     known = [r for r in ranks if r.rank is not None and r.collectives]
     summary: dict[str, Any] = {"ranks": sorted({r.rank for r in ranks if r.rank is not None})}
     if len(known) < 2 or len({r.rank for r in known}) < len(known):
         return summary
-    waited, fastest = _waits(known)
-    summary["latency_p50_us"] = {k: round(percentile(v, 50), 3) for k, v in fastest.items()}
-    step_total = (
-        median(sum(e - s for s, e in r.steps) for r in known if r.steps)
-        if all(r.steps for r in known)
-        else None
-    )
+    calls = _matched_calls(known)
+    if not calls:
+        return summary
+    waited = {r.rank: 0.0 for r in known}
+    fastest_by_kind: dict[str, list[float]] = {}
+    for kind, durations in calls:
+        fastest = min(durations.values())
+        fastest_by_kind.setdefault(kind, []).append(fastest)
+        for rank, dur in durations.items():
+            waited[rank] += (dur - fastest) / 1000
+    summary["latency_p50_us"] = {
+        kind: round(percentile(values, 50), 3) for kind, values in fastest_by_kind.items()
+    }
     summary["waited_ms"] = {str(rank): round(ms, 3) for rank, ms in sorted(waited.items())}
     least = min(waited, key=waited.get)
-    others = sorted(v for k, v in waited.items() if k != least)
-    skew_ms = sum(others) / len(others) - waited[least]
+    margins = [
+        sum(d for r, d in durations.items() if r != least) / (len(durations) - 1) - durations[least]
+        for _, durations in calls
+    ]
+    skew_ms = max(median(margins), 0.0) * len(margins) / 1000
     summary["skew_ms"] = round(skew_ms, 3)
-    if step_total:
+    if all(r.steps for r in known):
+        step_total = median(sum(e - s for s, e in r.steps) for r in known)
         summary["skew_pct"] = _pct(skew_ms * 1000, step_total)
-    if _stands_apart(waited[least], others):
+    others = [v for k, v in waited.items() if k != least]
+    if _consistent(margins) and _stands_apart(waited[least], others):
         summary["straggler_rank"] = least
     return summary
 
 
-def _waits(ranks: list[RankTrace]) -> tuple[dict[int, float], dict[str, list[float]]]:
-    """Per rank, ms spent in collectives beyond the fastest rank's time for the same call;
-    and per kind, the fastest rank's time of each call (the call's latency without waits)."""
+def _consistent(margins: list[float]) -> bool:
+    """The straggler is late to the calls by more than three median absolute deviations of
+    its lateness: late every time, not by the hiccups a loaded host gives any rank."""
+    centre = median(margins)
+    if len(margins) < 3:
+        return centre > 0
+    return centre > 3 * median(abs(m - centre) for m in margins)
+
+
+def _matched_calls(ranks: list[RankTrace]) -> list[tuple[str, dict[int, float]]]:
+    """The collective calls every rank made, matched by kind and order: (kind, rank ->
+    duration in µs) for each."""
     by_rank = {r.rank: _by_kind(r.collectives) for r in ranks}
-    waited = {rank: 0.0 for rank in by_rank}
-    fastest_by_kind: dict[str, list[float]] = {}
+    matched = []
     for kind in sorted(set.intersection(*(set(k) for k in by_rank.values()))):
-        calls = min(len(by_rank[r][kind]) for r in by_rank)
-        for i in range(calls):
-            durations = {r: by_rank[r][kind][i] for r in by_rank}
-            fastest = min(durations.values())
-            fastest_by_kind.setdefault(kind, []).append(fastest)
-            for r, dur in durations.items():
-                waited[r] += (dur - fastest) / 1000
-    return waited, fastest_by_kind
+        for i in range(min(len(by_rank[r][kind]) for r in by_rank)):
+            matched.append((kind, {r: by_rank[r][kind][i] for r in by_rank}))
+    return matched
 
 
 def _by_kind(calls: list[Collective]) -> dict[str, list[float]]:

@@ -119,28 +119,31 @@ def memcpy_heavy(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-def _collective_latency(ctx: RuleContext, kind: str) -> tuple[float, str] | None:
-    """The call latency of ``kind``: the fastest rank's time per matched call (waits for
-    slower ranks excluded) from the job summary, else this trace's own p50."""
+def _latency_subjects(ctx: RuleContext) -> list[tuple[Node, float, str]]:
+    """(process, all_reduce latency, how it was measured): one for the job when several
+    ranks' calls were matched (the fastest rank's time per call, waits excluded), else one
+    per traced rank (its own p50, waits included)."""
+    ranks = [
+        p for p in _traced(ctx, "process", "trace_collectives")
+        if p.get("trace_collectives").get("all_reduce")
+    ]  # fmt: skip
+    if not ranks:
+        return []
     summary = getattr(ctx.graph.meta, "trace", None) or {}
-    across = (summary.get("latency_p50_us") or {}).get(kind)
+    across = (summary.get("latency_p50_us") or {}).get("all_reduce")
     if across is not None:
-        return across, "p50 over calls of the fastest rank's duration"
-    return None
+        first = min(ranks, key=lambda p: p.get("trace_rank", 0))
+        return [(first, across, "p50 over calls of the fastest rank's duration (all ranks)")]
+    return [
+        (p, p.get("trace_collectives")["all_reduce"]["p50_us"], "p50 of this rank") for p in ranks
+    ]
 
 
 @rule("L4.collective-latency", 4, "Collective calls slow", "all_reduce latency p50 (fastest rank "
       "per call)", "> 200 µs", "proposed by wp-mcp (the 7-layer method's All-Reduce > 200 µs)")  # fmt: skip
 def collective_latency(ctx: RuleContext) -> list[Finding]:
     out = []
-    for proc in _traced(ctx, "process", "trace_collectives"):
-        calls = proc.get("trace_collectives").get("all_reduce")
-        if not calls:
-            continue
-        latency, how = _collective_latency(ctx, "all_reduce") or (
-            calls["p50_us"],
-            "p50 of this rank",
-        )
+    for proc, latency, how in _latency_subjects(ctx):
         if latency <= 200:
             continue
         backend = proc.get("trace_backend") or "?"
@@ -150,14 +153,14 @@ def collective_latency(ctx: RuleContext) -> list[Finding]:
                 subject=proc.id,
                 value=round(latency, 1),
                 priority="P2" if host_stack else "P1",
-                title=f"rank {proc.get('trace_rank', '?')} all_reduce takes {latency:.0f} µs "
-                f"({backend})",
+                title=f"all_reduce takes {latency:.0f} µs ({backend}; rank "
+                f"{proc.get('trace_rank', '?')} and its peers)",
                 evidence=[
                     ctx.entity(proc, "trace_rank", "trace_backend", "trace_collectives", note=how)
                 ],  # fmt: skip
                 action="Check the ranks' path (NCCL_DEBUG=INFO: ring/tree, NET/IB vs socket), "
-                "that NCCL uses NVLink/RDMA (L3 path rules), bucket sizes (DDP bucket_cap_mb) "
-                + ("and, for gloo, move the job to NCCL/HCCL on devices." if host_stack else "."),
+                "that NCCL uses NVLink/RDMA (L3 path rules), bucket sizes (DDP bucket_cap_mb)"
+                + ("; for gloo, move the job to NCCL/HCCL on devices." if host_stack else "."),
             )
         )
     return out

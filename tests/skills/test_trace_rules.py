@@ -1,0 +1,154 @@
+"""The trace rules (skills/bottleneck_identification/trace.py): each fires on its problem with
+evidence, threshold provenance and a fix, is quiet without it, and says "not evaluable" with
+the reason when the trace lacks what it reads. Real traces: the published 2-rank GPU job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from wp_mcp.graph import Graph, trace
+from wp_mcp.skills.bottleneck_identification import evaluate
+from wp_mcp.skills.bottleneck_identification.trace import TRACE_RULE_IDS
+
+from .builders import two_node_host
+
+TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+HEALTHY_RANK = {
+    "trace_backend": "nccl",
+    "trace_steps": 4,
+    "trace_step_ms": 100.0,
+    "trace_input_wait_pct": 1.0,
+    "trace_step_input_wait_pct": [1.0] * 4,
+    "trace_collectives": {"all_reduce": {"count": 8, "p50_us": 90, "p99_us": 120, "total_ms": 1}},
+}
+HEALTHY_DEVICE = {
+    "trace_span_ms": 400.0,
+    "trace_compute_pct": 85.0,
+    "trace_comm_pct": 4.0,
+    "trace_memcpy_pct": 1.0,
+    "trace_idle_pct": 10.0,
+    "trace_overlap_pct": 80.0,
+    "trace_launch_gap_pct": 1.0,
+}
+HEALTHY_JOB = {
+    "ranks": [0, 1],
+    "latency_p50_us": {"all_reduce": 90.0},
+    "waited_ms": {"0": 1.0, "1": 0.8},
+    "skew_ms": 0.2,
+    "skew_pct": 0.05,
+}
+
+
+def traced_job(device: dict | None = None, rank: dict | None = None, job: dict | None = None):
+    """A host with two traced ranks on gpu:0 and gpu:1; ``device``/``rank`` override rank 1's
+    device and process facts, ``job`` the job summary."""
+
+    def build() -> Graph:
+        graph = two_node_host()
+        for i in (0, 1):
+            proc = f"proc:{200 + i}"
+            proc_facts = dict(HEALTHY_RANK, trace_rank=i, **((rank or {}) if i == 1 else {}))
+            graph.add("process", proc, pid=200 + i, name="python3", **proc_facts)
+            gpu_facts = dict(HEALTHY_DEVICE, trace_rank=i, **((device or {}) if i == 1 else {}))
+            graph.add("gpu", f"gpu:{i}", index=i, numa_node=0, **gpu_facts)
+            graph.link("uses_device", proc, f"gpu:{i}")
+        graph.meta.trace = {**HEALTHY_JOB, **(job or {})}
+        return graph
+
+    return build
+
+
+CASES = {
+    "L1.device-idle": ({"trace_idle_pct": 70.0, "trace_compute_pct": 25.0}, None, None),
+    "L3.memcpy-heavy": ({"trace_memcpy_pct": 18.0, "trace_compute_pct": 72.0}, None, None),
+    "L4.comm-overlap": ({"trace_comm_pct": 25.0, "trace_overlap_pct": 20.0}, None, None),
+    "L6.launch-bound": ({"trace_launch_gap_pct": 30.0}, None, None),
+    "L7.input-wait-trace": (
+        None,
+        {"trace_input_wait_pct": 40.0, "trace_step_input_wait_pct": [45.0, 40.0, 38.0, 2.0]},
+        None,
+    ),  # fmt: skip
+    "L4.straggler-rank": (
+        None,
+        None,
+        {
+            "waited_ms": {"0": 240.0, "1": 0.0},
+            "skew_ms": 240.0,
+            "skew_pct": 60.0,
+            "straggler_rank": 1,
+        },
+    ),  # fmt: skip
+    "L4.collective-latency": (None, None, {"latency_p50_us": {"all_reduce": 900.0}}),
+}
+
+
+def outcome(graph: Graph, rule_id: str):
+    return next(o.result for o in evaluate(graph) if o.rule.id == rule_id)
+
+
+def test_every_trace_rule_has_a_case():
+    assert set(CASES) == TRACE_RULE_IDS
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_trace_rule_fires_on_its_problem_with_evidence_and_a_fix(rule_id):
+    findings = outcome(traced_job(*CASES[rule_id])(), rule_id)
+    assert isinstance(findings, list) and len(findings) == 1, findings
+    (finding,) = findings
+    assert finding.layer == int(rule_id[1]) and finding.priority in ("P0", "P1")
+    # the job's collective latency is one finding, on its first rank; the rest name rank 1
+    expected = {"L4.collective-latency": "proc:200"}.get(rule_id, ("gpu:1", "proc:201"))
+    assert finding.subject in expected
+    assert finding.evidence and all(ev.ids for ev in finding.evidence)
+    assert finding.threshold and finding.threshold_source and finding.action
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_trace_rule_is_quiet_on_a_healthy_job(rule_id):
+    assert outcome(traced_job()(), rule_id) == []
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_trace_rule_without_a_trace_says_it_needs_one(rule_id):
+    reason = outcome(two_node_host(), rule_id)
+    assert isinstance(reason, str) and "trace" in reason
+
+
+def test_device_rules_on_a_cpu_only_trace_say_there_are_no_device_kernels():
+    graph = trace.load_traces([TRACES / "cpu-gloo-rank34.json.gz"])
+    for rule_id in ("L1.device-idle", "L3.memcpy-heavy", "L4.comm-overlap", "L6.launch-bound"):
+        assert "no device kernels" in outcome(graph, rule_id)
+    assert "≥ 2 ranks" in outcome(graph, "L4.straggler-rank")
+
+
+def test_input_wait_lists_the_input_bound_steps():
+    (finding,) = outcome(traced_job(*CASES["L7.input-wait-trace"])(), "L7.input-wait-trace")
+    assert "3 of 4 steps input-bound" in finding.title and finding.priority == "P0"
+
+
+def test_slow_gloo_all_reduce_is_only_a_hint():
+    graph = traced_job(*CASES["L4.collective-latency"])()
+    for proc in graph.of_kind("process"):
+        proc.trace_backend = "gloo"
+    (finding,) = outcome(graph, "L4.collective-latency")
+    assert finding.priority == "P2" and "gloo" in finding.title
+
+
+def test_straggler_finding_says_what_the_live_snapshot_shows_about_its_process():
+    job = traced_job(None, {"numa_locality": 0.3}, CASES["L4.straggler-rank"][2])
+    (finding,) = outcome(job(), "L4.straggler-rank")
+    notes = " ".join(ev.note or "" for ev in finding.evidence)
+    assert "live snapshot" in notes and "different NUMA nodes" in notes
+
+
+def test_published_gpu_job_devices_are_judged_from_the_trace():
+    graph = trace.load_traces([TRACES / "gpu-train-nccl-rank0.json.gz",
+                               TRACES / "gpu-train-nccl-rank1.json.gz"])  # fmt: skip
+    idle = outcome(graph, "L1.device-idle")
+    assert {f.subject for f in idle} == {"gpu:0", "gpu:1"}  # 55 % and 53 % idle
+    overlap = outcome(graph, "L4.comm-overlap")
+    assert {f.subject for f in overlap} == {"gpu:0", "gpu:1"}  # 28 % / 25 % exposed
+    assert outcome(graph, "L3.memcpy-heavy") == []
