@@ -290,6 +290,7 @@ def picture_svg(picture: Picture) -> str:
 # everything; without line labels; only the processes a finding names or that use a device;
 # hosts as single boxes.
 _MERMAID_LEVELS = ("full", "no-link-labels", "key-processes", "hosts")
+MERMAID_MARK_LINES = 20  # findings' titles as comments; the report has every one
 _MERMAID_SAFE = re.compile(r"[^A-Za-z0-9 _.:/@()=%,+\-×→·…\[\]]")
 
 
@@ -323,8 +324,11 @@ def _mermaid_picture(picture: Picture, level: str) -> str:
         if marked:
             lines.append(f"  classDef {priority} stroke:{colour},stroke-width:3px,fill:#fff3f0")
             lines.append(f"  class {','.join(marked)} {priority}")
-    for mark in picture.marks:
+    shown = [m for m in picture.marks if all(s in keep for s in m.subjects)]
+    for mark in shown[:MERMAID_MARK_LINES]:
         lines.append(f"  %% {mark.priority} {_mermaid_text(mark.title)}")
+    if len(picture.marks) > MERMAID_MARK_LINES:
+        lines.append(f"  %% {len(picture.marks)} findings in all; the report lists them")
     return "\n".join(lines)
 
 
