@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 from wp_mcp.collectors import Context
-from wp_mcp.graph import Graph, UserError, formats
+from wp_mcp.graph import Graph, UserError, formats, trace
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.skills import (
     SKILL_NAMES,
@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="collection window for --live (default 3 s)")  # fmt: skip
     p.add_argument("--ebpf", choices=("auto", "on", "off"), default="off",
                    help="eBPF tier for --live (default off: it costs seconds of set-up)")  # fmt: skip
+    p.add_argument("--trace", action="append", metavar="DIR",
+                   help="--live: PyTorch profiler traces of the job (files or folders, one "
+                   "file per rank) joined to the snapshot; docs/traces.md")  # fmt: skip
     _output_args(p)
     p.set_defaults(handler=cmd_diagnose)
 
@@ -98,11 +101,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise UserError("give either FILE|ID or --live, not both")
     if args.out:
         check_target(args.out)  # refused before anything is collected or stored
+    if args.trace and args.source:
+        raise UserError("--trace joins a live collection; for a stored one: import TRACE --to ID")
+    # traces are read before collecting: a bad one costs no collection window
+    ranks = trace.read_ranks(args.trace) if args.trace else None
     store = open_store(args)
     if args.source:
         graph, snapshot_id = _load(store, args.source)
     else:
         graph = _collect(args)
+        graph = trace.join(graph, ranks) if ranks else graph
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
     return _emit(store, snapshot_id, report, args)

@@ -4,10 +4,15 @@ the reason when the trace lacks what it reads. Real traces: the published 2-rank
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from wp_mcp.graph import Graph, trace
+from wp_mcp.graph.store import Store
+from wp_mcp.server.cli import main
 from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_mcp.skills.bottleneck_identification.trace import TRACE_RULE_IDS
 
@@ -152,3 +157,52 @@ def test_published_gpu_job_devices_are_judged_from_the_trace():
     overlap = outcome(graph, "L4.comm-overlap")
     assert {f.subject for f in overlap} == {"gpu:0", "gpu:1"}  # 28 % / 25 % exposed
     assert outcome(graph, "L3.memcpy-heavy") == []
+
+
+def input_bound_trace(path: Path, pid: int) -> Path:
+    """A one-rank trace of process ``pid``: 4 steps of 100 ms, 40 ms of each in DataLoader."""
+    events = []
+    for step in range(4):
+        start = 1000.0 + step * 100_000
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
+             "tid": pid, "ts": start, "dur": 100_000.0},
+            {"ph": "X", "cat": "user_annotation", "pid": pid, "tid": pid, "ts": start + 10,
+             "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+             "dur": 40_000.0},
+        ]  # fmt: skip
+    doc = {
+        "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.slow
+def test_diagnose_live_joins_the_trace_of_a_running_process(tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        trace_file = input_bound_trace(tmp_path / "rank0.json", trainer.pid)
+        done = subprocess.run(
+            [sys.executable, "-m", "wp_mcp", "--store", str(tmp_path / "store"), "diagnose",
+             "--live", "--duration", "0.5", "--trace", str(trace_file), "--format", "json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert done.returncode == 0, done.stderr
+    findings = json.loads(done.stdout)["findings"]
+    (finding,) = [f for f in findings if f["rule_id"] == "L7.input-wait-trace"]
+    assert finding["subject"] == f"proc:{trainer.pid}" and finding["priority"] == "P0"
+    assert "4 of 4 steps input-bound" in finding["title"]
+
+
+def test_diagnose_with_a_bad_trace_fails_before_collecting(tmp_path, capsys):
+    bad = tmp_path / "rank0.json"
+    bad.write_text('{"traceEvents": [')
+    argv = ["--store", str(tmp_path / "store"), "diagnose", "--live", "--trace", str(bad)]
+    assert main(argv) == 2
+    assert "truncated" in capsys.readouterr().err
+    assert Store(tmp_path / "store").list() == []
