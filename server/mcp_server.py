@@ -502,8 +502,9 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         description=(
             "One layer (compute, memory, interconnect, network, storage, control, data) or view "
             "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
-            "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid, "
-            "name (glob), min_<metric> (e.g. min_cpu)."
+            "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid "
+            "(the process with its ancestors and descendants; add kind to narrow), name "
+            "(glob), min_<metric> (e.g. min_cpu). One entity: wp_entity."
         ),
     )
     @_user_errors
