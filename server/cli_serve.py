@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Any
 
-from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, excerpt
+from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, error_line, excerpt
 
 from .errors import UserError
 
@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="http bind address (default loopback)")
-    p.add_argument("--port", type=int, default=8765, help="http port (default 8765)")
+    # host, port, token file and allowed folders may come from the config file (serve.*)
+    p.add_argument("--host", help="http bind address (default loopback)")
+    p.add_argument("--port", type=int, help="http port (default 8765)")
     token = p.add_mutually_exclusive_group()
     token.add_argument(
         "--token-file",
@@ -88,6 +89,7 @@ def serve(args: argparse.Namespace) -> int:
     from .mcp_server import build_server
     from .mcp_state import ServerState
 
+    apply_config(args)
     if args.max_file_mb <= 0:
         raise UserError("--max-file-mb must be positive")
     if args.max_sessions < 1 or not 0 < args.session_idle_s < float("inf"):
@@ -103,8 +105,21 @@ def serve(args: argparse.Namespace) -> int:
         server.run("stdio")
         return 0
     sessions = {"max_sessions": args.max_sessions, "session_idle_timeout": args.session_idle_s}
-    _serve_http(server, args.host, args.port, read_token(args), args.allow_host, sessions)
+    _serve_http(server, state, args.host, args.port, read_token(args), args.allow_host, sessions)
     return 0
+
+
+def apply_config(args: argparse.Namespace) -> None:
+    """The config file's serve.* and store.path where no flag set them (docs/monitoring.md:
+    flags > environment > file > defaults); its allowed folders are added to --allow-dir."""
+    from .config import from_args
+
+    loaded = from_args(args)
+    serve = loaded.config.serve
+    args.store, args.host, args.port = loaded.config.store.path, serve.host, serve.port
+    args.allow_dir = [*serve.allow_dirs, *args.allow_dir]
+    if not (args.token_file or args.token or os.environ.get(TOKEN_ENV)):
+        args.token_file = serve.token_file  # a token given any other way beats the file's
 
 
 def read_token(args: argparse.Namespace) -> str | None:
@@ -137,6 +152,7 @@ def _is_loopback(host: str) -> bool:
 
 def _serve_http(
     server: Any,
+    state: Any,
     host: str,
     port: int,
     token: str | None,
@@ -160,11 +176,42 @@ def _serve_http(
         allowed_hosts=addresses,
         allowed_origins=[f"http://{address}" for address in addresses],
     )
+    add_picture_route(server, state, set(addresses))
     app = server.streamable_http_app(transport_security=security, host=host, **sessions)
     if token:
         app = BearerAuth(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)
+
+
+PICTURE_PATH = "/picture/{snapshot}"
+
+
+def add_picture_route(server: Any, state: Any, allowed_hosts: set[str]) -> None:
+    """GET /picture/ID (an id, prefix or 'latest'): the snapshot's HTML picture, behind the
+    same bearer token as MCP (the middleware wraps every route) and the same Host check."""
+    import anyio.to_thread
+    from starlette.responses import HTMLResponse, PlainTextResponse
+    from wp_mcp.converters.html import CSP, render_html
+
+    from .cli_show import picture_of
+
+    def page(ref: str) -> str:
+        snapshot_id = state.resolve_snapshot(ref)
+        return state.cached(
+            ("picture", snapshot_id), lambda: render_html(picture_of(state.graph(snapshot_id)))
+        )
+
+    @server.custom_route(PICTURE_PATH, methods=["GET"])
+    async def picture(request: Any) -> Any:
+        if request.headers.get("host") not in allowed_hosts:  # DNS rebinding
+            return PlainTextResponse("unexpected Host header\n", status_code=421)
+        try:
+            html = await anyio.to_thread.run_sync(page, request.path_params["snapshot"])
+        except UserError as exc:
+            return PlainTextResponse(error_line(exc) + "\n", status_code=404)
+        headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-store"}
+        return HTMLResponse(html, headers=headers)
 
 
 def _host_names(host: str, extra_hosts: list[str]) -> set[str]:

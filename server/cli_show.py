@@ -8,6 +8,7 @@ import sys
 
 from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
 from wp_mcp.converters.formats import PICTURE_FORMATS, picture_dot, picture_mermaid, picture_svg
+from wp_mcp.converters.picture import Picture
 from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.outfile import check_target, write_output
@@ -108,10 +109,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> int:
     """The whole graph as one picture, with every skill's findings marked on it."""
     from wp_mcp.converters.html import render_html
-    from wp_mcp.converters.picture import build_picture
-    from wp_mcp.skills import diagnose
 
-    picture = build_picture(graph, diagnose(graph).findings)
+    picture = picture_of(graph)
     draw = {
         "html": render_html,
         "svg": picture_svg,
@@ -120,6 +119,14 @@ def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> i
     }[fmt]
     _emit(draw(picture) + "\n", out)
     return 0
+
+
+def picture_of(graph: Graph) -> Picture:
+    """The picture of a graph with every skill's findings marked (CLI, served page, MCP App)."""
+    from wp_mcp.converters.picture import build_picture
+    from wp_mcp.skills import diagnose
+
+    return build_picture(graph, diagnose(graph).findings)
 
 
 def _emit(text: str, out: str | None) -> None:
