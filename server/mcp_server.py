@@ -551,10 +551,16 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         cursor: Cursor = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> CallToolResult:
-        page, sid = _render(
-            state, snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
-            max_tokens=max_tokens,
-        )  # fmt: skip
+        from wp_mcp.converters import ViewError
+
+        try:
+            page, sid = _render(
+                state, snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
+                max_tokens=max_tokens,
+            )  # fmt: skip
+        except ViewError as exc:  # the shared message says "search"; here it is a tool
+            hint = "call wp_search query=<pid, name or address>"
+            raise UserError(f"{error_line(exc)}; {hint}") from None
         return _page_result(page, sid, "")
 
     @server.tool(

@@ -148,6 +148,7 @@ async def test_mistakes_get_protocol_codes_and_one_line_that_names_the_fix(
             await client.read_resource("wp://reports/nope")
         typed = await client.call_tool("wp_summary", {"snapshot": 5})
         entity_view = await client.call_tool("wp_layer", {"view": "entity"})
+        no_entity = await client.call_tool("wp_entity", {"id": "proc:99"})
         dash = await client.call_tool("wp_run_skill", {"skill": "bottleneck-identification"})
         section = await client.call_tool("wp_report", {"section": "Layer 3 - Interconnect"})
     assert prompt.value.code == -32602 and "prompts: diagnose" in prompt.value.error.message
@@ -155,5 +156,6 @@ async def test_mistakes_get_protocol_codes_and_one_line_that_names_the_fix(
     assert typed.is_error and "\n" not in text(typed)
     assert "bad argument snapshot: input should be a valid string (got int '5')" in text(typed)
     assert entity_view.is_error and "call wp_entity id=<id>" in text(entity_view)
+    assert no_entity.is_error and "call wp_search query=" in text(no_entity)
     assert not dash.is_error and not section.is_error
     assert text(section).startswith("## Layer 3 — Interconnect")
