@@ -78,22 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_config(args: argparse.Namespace) -> config_module.Loaded:
     """The effective config with this command's flags applied (flags > env > file > defaults)."""
-    loaded = config_module.load(getattr(args, "config", None))
-    loaded.set_flag("store.path", getattr(args, "store", None))
-    flags = {
-        "monitor.interval_s": getattr(args, "interval", None),
-        "monitor.window_s": getattr(args, "window", None),
-        "monitor.ebpf": getattr(args, "ebpf", None),
-        "outputs.events_file.path": getattr(args, "events_file", None),
-        "outputs.webhooks.urls": getattr(args, "webhook", None),
-        "outputs.stdout": False if getattr(args, "quiet", False) else None,
-    }
-    if getattr(args, "metrics", None):
-        flags["outputs.metrics.bind"] = args.metrics
-        flags["outputs.metrics.enabled"] = True
-    for key, value in flags.items():
-        loaded.set_flag(key, value)
-    return loaded
+    return config_module.from_args(args)
 
 
 def open_configured_store(loaded: config_module.Loaded) -> Store:

@@ -92,10 +92,20 @@ class OutputsConfig(_Section):
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
 
 
+class ServeConfig(_Section):
+    allow_dirs: list[str] = Field(
+        default_factory=list, description="wp_open may also import below these folders"
+    )
+    host: str = Field("127.0.0.1", description="http bind address (off loopback: a token)")
+    port: int = Field(8765, ge=0, lt=65536, description="http port (0: any free port)")
+    token_file: str | None = Field(None, description="http bearer token: this file's first line")
+
+
 class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
 # Environment variables that set a value: (dotted key, variable).
@@ -114,11 +124,39 @@ class Loaded:
         """A command-line flag's value (None: not given), which beats every other source."""
         if value is None:
             return
-        _assign(self.config, key, value, f"flag for {key}")
+        _assign(self.config, key, value, "command line")
         self.sources[key] = "flag"
 
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
+
+
+# Command-line flags (argparse destinations) and the key each sets when given.
+FLAG_KEYS = {
+    "store": "store.path",
+    "interval": "monitor.interval_s",
+    "window": "monitor.window_s",
+    "ebpf": "monitor.ebpf",
+    "events_file": "outputs.events_file.path",
+    "webhook": "outputs.webhooks.urls",
+    "host": "serve.host",
+    "port": "serve.port",
+    "token_file": "serve.token_file",
+}
+
+
+def from_args(args: Any) -> Loaded:
+    """The effective config for a parsed command line: the file named by the global
+    --config (or found), the environment, then this command's flags."""
+    loaded = load(getattr(args, "config", None))
+    for flag, key in FLAG_KEYS.items():
+        loaded.set_flag(key, getattr(args, flag, None))
+    if getattr(args, "quiet", False):
+        loaded.set_flag("outputs.stdout", False)
+    if getattr(args, "metrics", None):
+        loaded.set_flag("outputs.metrics.bind", args.metrics)
+        loaded.set_flag("outputs.metrics.enabled", True)
+    return loaded
 
 
 def search_path() -> list[Path]:

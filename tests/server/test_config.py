@@ -137,3 +137,37 @@ def test_init_writes_a_commented_default_that_loads_back(tmp_path: Path, capsys)
     assert config.Config.model_validate(tomllib.loads(text)) == config.Config()
     assert main(["config", "init", str(target)]) == 2  # never replaced without --force
     assert "--force" in capsys.readouterr().err
+
+
+def serve_args(*argv: str):
+    from wp_mcp.server.cli import build_parser
+    from wp_mcp.server.cli_serve import apply_config
+
+    args = build_parser("serve").parse_args([*argv])
+    apply_config(args)
+    return args
+
+
+def test_serve_takes_what_no_flag_set_from_the_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("WP_MCP_TOKEN", raising=False)
+    monkeypatch.delenv("WP_MCP_STORE", raising=False)
+    path = write(
+        tmp_path,
+        f"""[serve]
+allow_dirs = ["{tmp_path}"]
+host = "127.0.0.2"
+port = 9000
+token_file = "{tmp_path / "token"}"
+[store]
+path = "{tmp_path / "store"}"
+""",
+    )
+    args = serve_args("--config", str(path), "serve", "--allow-dir", "/srv")
+    assert (args.host, args.port, args.store) == ("127.0.0.2", 9000, str(tmp_path / "store"))
+    assert args.allow_dir == [str(tmp_path), "/srv"] and args.token_file == str(tmp_path / "token")
+    flags = serve_args(
+        "--config", str(path), "--store", "/s", "serve", "--port", "1", "--token", "t"
+    )
+    assert (flags.port, flags.store, flags.token_file) == (1, "/s", None)
+    monkeypatch.setenv("WP_MCP_TOKEN", "from-env")
+    assert serve_args("--config", str(path), "serve").token_file is None
