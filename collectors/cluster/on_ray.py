@@ -17,9 +17,11 @@ stops with one line saying so. The nodes need wp-mcp installed where their worke
 from __future__ import annotations
 
 import gzip
+import socket
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,7 @@ START_LEAD_S = 2.0  # the shared window start: time enough for every task to be 
 NODE_TIMEOUT_S = 60.0  # per node, past the window
 CANCEL_GRACE_S = 5.0  # a cancelled task may close its collectors before it is killed
 POLL_S = 0.2
+CONNECT_TIMEOUT_S = 5.0
 CLOCK_SAMPLES = 3
 
 
@@ -65,10 +68,21 @@ def parse_cluster(spec: str) -> str | None:
     return address or None
 
 
+def cluster_collector(spec: str, node_timeout_s: float = NODE_TIMEOUT_S
+                      ) -> Callable[[Context], Graph]:  # fmt: skip
+    """The collection ``--cluster SPEC`` (CLI) or ``cluster`` (MCP) asks for; a bad spec or a
+    missing Ray is said here, before anything starts."""
+    address = parse_cluster(spec)
+    import_ray()
+    return lambda ctx: collect_ray(address, ctx, node_timeout_s=node_timeout_s)
+
+
 def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_TIMEOUT_S,
                 nodes_wanted: int | None = None) -> Graph:  # fmt: skip
     """The cluster graph of every alive node (see the module docstring)."""
     ray = import_ray()
+    if address:
+        _check_reachable(address)
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)  # fmt: skip
@@ -89,6 +103,18 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
     if getattr(ctx.cancel, "is_set", lambda: False)():
         merged.meta.cancelled = True  # type: ignore[attr-defined]
     return merged
+
+
+def _check_reachable(address: str) -> None:
+    """Ray retries an unreachable address for minutes; one TCP connection says it at once."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"Ray address {excerpt(address)} is not HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UserError(f"cannot reach the Ray cluster at {excerpt(address)}: "
+                        f"{excerpt(exc.strerror or exc)}") from None  # fmt: skip
 
 
 def alive_nodes(ray: Any) -> list[RayNode]:

@@ -1,0 +1,62 @@
+"""`collect --cluster` and `wp_collect(cluster=…)` refuse what they cannot do in one line,
+before any window opens: an engine other than Ray, a missing Ray, a pid filter (pids name
+processes of one host), a node timeout out of range."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from mcp import Client
+from wp_mcp.server import cli
+from wp_mcp.server.mcp_server import build_server
+from wp_mcp.server.mcp_state import ServerState
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = cli.main(["collect", "--ebpf", "off", *argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cluster", "slurm"], "--cluster 'slurm': only ray[:ADDRESS] is supported"),
+        (["--cluster", "ray:"], "needs an address after the colon"),
+        (["--cluster", "ray", "--pid", "1"], "--pid selects processes of one host"),
+        (["--cluster", "ray", "--node-timeout", "0"], "--node-timeout must be between 0 and"),
+    ],
+)
+def test_cli_refuses_in_one_line(capsys, store_dir, argv, message):
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_without_ray_the_error_says_how_to_install_it(capsys, store_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code, err = run_cli(capsys, "--cluster", "ray")
+    assert code == 2
+    assert err == "wp-mcp: error: Ray is not installed here: pip install 'wp-mcp[ray]'\n"
+
+
+def test_an_unreachable_cluster_is_one_line(capsys, store_dir):
+    pytest.importorskip("ray", reason="Ray is optional: this checks its connection error")
+    # port 1 on loopback: nothing listens, Ray's connection attempt fails
+    code, err = run_cli(capsys, "--cluster", "ray:127.0.0.1:1", "--duration", "0")
+    assert code == 2 and "cannot reach the Ray cluster at '127.0.0.1:1'" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.anyio
+async def test_wp_collect_refuses_a_cluster_with_pids(store_dir) -> None:
+    server = build_server(ServerState(store_path=store_dir))
+    async with Client(server) as client:
+        result = await client.call_tool("wp_collect", {"cluster": "ray", "pids": [1]})
+        other = await client.call_tool("wp_collect", {"cluster": "k8s"})
+    assert result.is_error and "pids select processes of one host" in result.content[0].text
+    assert other.is_error and "only ray[:ADDRESS] is supported" in other.content[0].text
