@@ -70,10 +70,12 @@ def placement_impact(ctx: RuleContext, place: Placement) -> str:
     node = place.device_node
     near, far, unknown = [], [], []
     for other, share in sorted(place.cpu_share.items(), key=lambda kv: -kv[1]):
-        if other == node or share < 0.005:
+        if other == node:
             continue
         distance = ctx.analysis.distance(prefix, node, other)
+        # every share counts in the sums; only those that round to 1 % or more are named
         part = f"{share:.0%} on node {other}" + (f" (distance {distance})" if distance else "")
+        part = part if share >= 0.005 else ""
         if distance is None:
             unknown.append((share, part))
         else:
@@ -81,16 +83,21 @@ def placement_impact(ctx: RuleContext, place: Placement) -> str:
     parts = []
     if far:
         parts.append(f"{sum(s for s, _ in far):.0%} of its CPU time crosses sockets to reach "
-                     f"{place.device} ({', '.join(p for _, p in far)})")  # fmt: skip
+                     f"{place.device} ({_named(far)})")  # fmt: skip
     if near:
         parts.append(f"{sum(s for s, _ in near):.0%} runs on a same-socket neighbour of node "
-                     f"{node} ({', '.join(p for _, p in near)})")  # fmt: skip
+                     f"{node} ({_named(near)})")  # fmt: skip
     if unknown:
         parts.append(f"{sum(s for s, _ in unknown):.0%} runs off node {node} at an unknown "
-                     f"distance ({', '.join(p for _, p in unknown)})")  # fmt: skip
+                     f"distance ({_named(unknown)})")  # fmt: skip
     if place.pages_on_device_node is not None:
         parts.append(f"{1 - place.pages_on_device_node:.0%} of its pages are off node {node}")
     return "; ".join(parts) or f"its CPU time is {place.cpu_on_device_node:.0%} on node {node}"
+
+
+def _named(parts: list[tuple[float, str]]) -> str:
+    named = [p for _, p in parts if p]
+    return ", ".join(named) if named else "each under 1 %"
 
 
 def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:

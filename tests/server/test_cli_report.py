@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_escaping import FORGED, check_inert, hostile_graph
 from wp_mcp.graph import native
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.server.cli import main
@@ -84,3 +85,21 @@ def test_bash_completion_offers_commands_options_and_their_values(capsys, tmp_pa
     assert complete("diagnose", "--fail-on", "") == ["P0", "P1", "P2"]
     assert complete("diagnose", "--format", "") == ["md", "json"]
     assert "bottleneck-identification" in complete("skill", "run", "")
+
+
+def test_report_and_diff_keep_hostile_strings_inert(store_dir, tmp_path, capsys):
+    hostile = native.dump(hostile_graph(), tmp_path / "hostile.json")
+    assert run_cli("diagnose", hostile) == 0
+    capsys.readouterr()
+    runs = {
+        "report": ["report"],
+        "report section": ["report", "--section", "Placement against devices"],
+        "report finding": ["report", "--finding", FORGED],
+        "diff": ["diff", hostile, tmp_path / "hostile.json"],
+    }
+    for where, argv in runs.items():
+        code = run_cli(*argv)
+        out, err = capsys.readouterr()
+        assert code in (0, 2), where
+        check_inert(out, where)
+        check_inert(err, where)

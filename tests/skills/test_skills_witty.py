@@ -150,6 +150,22 @@ def test_impact_follows_the_distance_matrix(graph):
     assert "on node 7 (distance 25)" in far.impact  # node 4's CPUs are a socket away
 
 
+def test_every_ranks_impact_classes_its_nodes_by_the_capture_s_distance_matrix(graph):
+    distances = {n.get("numa_id"): n.get("distances") for n in graph.of_kind("numa_node")}
+    report = diagnose(graph)
+    for worker, (device_node, _, _) in AWAY.items():
+        impact = report.finding(f"L3.device-numa-mismatch@{worker}").impact
+        clauses = dict(
+            (kind, body)
+            for kind, body in re.findall(r"(crosses sockets|same-socket neighbour)[^(]*\((.*?\)\))", impact)
+        )  # fmt: skip
+        assert clauses, impact
+        for kind, body in clauses.items():
+            for node, distance in re.findall(r"on node (\d+) \(distance (\d+)\)", body):
+                assert int(distance) == distances[device_node][node], (worker, node)
+                assert (int(distance) >= 20) == (kind == "crosses sockets"), (worker, impact)
+
+
 def test_threads_pinned_away_from_their_process_are_shown_and_counted(graph):
     report = diagnose(graph)
     finding = report.finding("L3.device-numa-mismatch@proc:1895087")
