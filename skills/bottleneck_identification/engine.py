@@ -55,7 +55,7 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
     check = plan.check(graph, analysis, every)
     if check.bindings:
         annotate(report.findings, check)
-        report.sections.append(plan_section(check))
+        report.sections.append(plan_section(check, graph))
     report.data["rules"] = [
         {
             "rule_id": o.rule.id,
@@ -122,7 +122,7 @@ def annotate(findings: list[Finding], check: plan.PlanCheck) -> None:
             finding.command = None
 
 
-def plan_section(check: plan.PlanCheck) -> Section:
+def plan_section(check: plan.PlanCheck, graph: Graph) -> Section:
     """The whole plan in one place: each rank, its CPUs, both commands and the check."""
     rows = [
         "| rank | device | NUMA node | CPUs | running job | next launch |",
@@ -133,5 +133,18 @@ def plan_section(check: plan.PlanCheck) -> Section:
         rows.append(
             f"| {code(b.process)} | {code(b.device)} | {b.node} | {b.cpus} | {live} | `{b.launch}` |"
         )
-    body = "\n".join([check.verdict() + ".", "", *rows])
-    return Section("Fix plan", "info", body)
+    body = [check.verdict() + ".", "", *rows]
+    wrapper = plan.launcher_wrapper(graph, check.bindings) if check.offered else None
+    if wrapper:
+        body += [
+            "",
+            "To make it last with a launcher that starts one process per device and sets "
+            "LOCAL_RANK to that device's index (torchrun, DeepSpeed; no *_VISIBLE_DEVICES "
+            "remapping), start every rank through this wrapper, e.g. "
+            "`torchrun --no-python ./bind-rank.sh python3 train.py …`:",
+            "",
+            "```sh",
+            *wrapper,
+            "```",
+        ]
+    return Section("Fix plan", "info", "\n".join(body))

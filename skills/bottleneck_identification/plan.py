@@ -117,6 +117,28 @@ def _reshare(copy: Graph, proc_id: str, kind: str, node: int) -> None:
         copy.link(kind, proc_id, target, share=1.0)
 
 
+def launcher_wrapper(graph: Graph, bindings: dict[str, Binding]) -> list[str] | None:
+    """A shell wrapper that binds the rank driving device N (LOCAL_RANK=N) as planned; None
+    when the plan spans hosts or a device has no index (no LOCAL_RANK to key on)."""
+    by_index: dict[int, Binding] = {}
+    for binding in bindings.values():
+        device = graph.node(binding.device)
+        index = device.get("index") if device is not None else None
+        if index is None or host_prefix(binding.process) or index in by_index:
+            return None
+        by_index[int(index)] = binding
+    cases = [f"  {i}) cpus={b.cpus} mem={b.node} ;;" for i, b in sorted(by_index.items())]
+    return [
+        "#!/bin/sh",
+        "# bind-rank.sh: the fix plan of wp-mcp, one CPU slice and memory node per rank",
+        'case "$LOCAL_RANK" in',
+        *cases,
+        '  *) exec "$@" ;;  # a rank the plan does not cover runs unbound',
+        "esac",
+        'exec numactl --physcpubind="$cpus" --membind="$mem" "$@"',
+    ]
+
+
 def _touches(finding: Finding, processes: set[str]) -> bool:
     ids = {finding.subject or ""} | {i for ev in finding.evidence for i in ev.ids}
     return bool(ids & processes) or any(p in (finding.subject or "") for p in processes)

@@ -4,6 +4,7 @@ restore its layout and flag each worker that runs away from its NPU's NUMA node.
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 from wp_mcp.graph.query import cpu_set
@@ -186,3 +187,25 @@ def test_a_rule_that_skipped_subjects_is_not_listed_as_clean(graph):
     assert skipped["reason"].startswith("not evaluated for proc:1895087, proc:1895088")
     rules = {r["rule_id"]: r for r in report.data["rules"]}
     assert rules["L3.remote-memory"]["outcome"] == "partly evaluated"
+
+
+def test_the_launcher_wrapper_binds_each_local_rank_as_planned(graph, tmp_path):
+    """The wrapper the Fix plan prints, run by sh with a stand-in numactl that echoes."""
+    section = diagnose(graph).to_markdown(section="Fix plan")
+    script = section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    (tmp_path / "bind-rank.sh").write_text(script + "\n")
+    fake = tmp_path / "numactl"
+    fake.write_text('#!/bin/sh\necho numactl "$@"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+    def launch(local_rank: str) -> str:
+        done = subprocess.run(
+            ["sh", str(tmp_path / "bind-rank.sh"), "echo", "rank"],
+            env={**env, "LOCAL_RANK": local_rank}, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    assert launch("0") == "numactl --physcpubind=144-155 --membind=6 echo rank"
+    assert launch("3") == "numactl --physcpubind=108-119 --membind=4 echo rank"
+    assert launch("7") == "rank"  # not in the plan: started as it was
