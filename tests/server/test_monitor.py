@@ -1,16 +1,21 @@
 """The monitor's parts: down-sampling, the baseline, one-transaction cycles, events by cursor,
-what counts as a change of finding or a regression, and the schedule (a cycle that overruns
-its interval is said, never piled up)."""
+what counts as a change of finding or a regression, the schedule (a cycle that overruns
+its interval is said, never piled up), and MCP's resources/subscribe for older clients."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client, types
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.server.config import Config
+from wp_mcp.server.mcp_server import build_server
+from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp_watch import LATEST_URI
 from wp_mcp.server.monitor import (
     LABEL,
     Metric,
@@ -171,3 +176,27 @@ def test_an_overrunning_cycle_is_logged_and_skipped_not_piled_up(store_dir: Path
     missed = [e for e in seen if e["kind"] == "deadline.missed"]
     assert missed and all(e["missed"] >= 1 for e in missed)
     assert len(Store(store_dir).list()) == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")  # the point of the test
+async def test_a_legacy_client_subscribed_with_resources_subscribe_is_notified(
+    store_dir: Path, witty
+) -> None:
+    """Clients before protocol 2026-07-28 subscribe with resources/subscribe; a snapshot
+    stored by another writer of the store reaches them as notifications/resources/updated."""
+    updated: list[str] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+
+    server = build_server(ServerState(store_path=store_dir))
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        await client.session.subscribe_resource(LATEST_URI)
+        Store(store_dir).put(witty, label="another writer")
+        with anyio.fail_after(30):
+            while LATEST_URI not in updated:
+                await anyio.sleep(0.1)
+        latest = await client.read_resource(LATEST_URI)
+    assert latest.contents[0].text.startswith(f"snapshot {Store(store_dir).resolve('latest')}")
