@@ -34,9 +34,10 @@ class PlanCheck:
 
     def verdict(self) -> str:
         if self.offered:
+            count = len(self.resolved)
             return (
                 f"verified: re-diagnosis of a copy with the plan applied is clean "
-                f"(0 P0/P1; {len(self.resolved)} findings resolved, none created)"
+                f"(0 P0/P1; {count} finding{'' if count == 1 else 's'} resolved, none created)"
             )
         left = ", ".join((self.remaining + self.created)[:4])
         return f"not offered: re-diagnosis of a copy with the plan applied still finds {left}"

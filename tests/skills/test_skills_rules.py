@@ -538,3 +538,26 @@ def test_a_source_skipped_for_lack_of_hardware_does_not_lower_confidence():
     graph = retrans(400)()
     graph.meta.collectors.append(CollectorStatus(name="gpu", status="skipped", reason="no GPU"))
     assert outcome(graph, "L4.flow-retransmits")[0].confidence == bare
+
+
+def test_a_plan_that_would_create_a_finding_is_not_offered():
+    """Binding the misplaced rank to node 0 would put it on the CPUs a busy process is
+    pinned to: re-diagnosis of the planned copy finds that, so no command is printed."""
+    graph = placement(0.1)()
+    process(graph, 300, name="indexer", cpus_allowed="0-3", cpu_pct=80.0)
+    report = run_skill("bottleneck-identification", graph)
+    finding = report.finding("L3.device-numa-mismatch@proc:200")
+    assert finding.command is None
+    assert finding.verified.startswith("not offered:")
+    assert "L6.cpu-hog-on-rank-cpus@proc:300" in finding.verified
+    assert "taskset" not in report.to_markdown(section="Fix plan")
+
+
+def test_a_plan_that_re_diagnoses_clean_says_so():
+    report = run_skill("bottleneck-identification", placement(0.1)())
+    finding = report.finding("L3.device-numa-mismatch@proc:200")
+    assert finding.command == "taskset -a -c -p 0-3 200 && migratepages 200 all 0"
+    assert finding.verified == (
+        "verified: re-diagnosis of a copy with the plan applied is clean "
+        "(0 P0/P1; 1 finding resolved, none created)"
+    )
