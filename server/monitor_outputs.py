@@ -244,6 +244,7 @@ class Outputs:
         self.metrics: Metrics | None = None
         self.webhooks: list[Webhook] = []
         self.events_file: EventsFile | None = None
+        self._metrics_bind: str | None = None
         self.reconfigure(config)
 
     def reconfigure(self, config: Config) -> None:
@@ -258,9 +259,23 @@ class Outputs:
         if bind is not None and self.metrics is None:
             self.metrics = Metrics(bind)
         self._metrics_bind = bind
-        for hook in self.webhooks:
+        self.webhooks = self._webhooks(out.webhooks)
+
+    def _webhooks(self, config: WebhooksConfig) -> list[Webhook]:
+        """A receiver whose settings did not change keeps its sender and its queue (a reload
+        must not lose the events waiting for a receiver that is down)."""
+        running = {hook.url: hook for hook in self.webhooks}
+        hooks = []
+        for url in config.urls:
+            hook = running.pop(url, None)
+            if hook is None or hook.config != config:
+                if hook is not None:
+                    hook.close()
+                hook = Webhook(url, config)
+            hooks.append(hook)
+        for hook in running.values():
             hook.close()
-        self.webhooks = [Webhook(url, out.webhooks) for url in out.webhooks.urls]
+        return hooks
 
     def cycle(self, cycle: Any) -> None:
         if self.metrics is not None:

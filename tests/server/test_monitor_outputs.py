@@ -170,3 +170,20 @@ def test_metrics_refuse_a_port_in_use_in_one_line(receiver: Receiver) -> None:
     config.outputs.metrics.bind = f"127.0.0.1:{receiver.port}"
     with pytest.raises(UserError, match=f"cannot serve /metrics on 127.0.0.1:{receiver.port}"):
         Outputs(config)
+
+
+def test_a_reload_keeps_the_queue_of_an_unchanged_receiver(receiver: Receiver) -> None:
+    config = Config()
+    config.outputs.stdout = False
+    config.outputs.webhooks.urls = [f"http://127.0.0.1:{receiver.port}/events"]
+    outputs = Outputs(config)
+    try:
+        outputs.events([{"kind": "x", "seq": 1}])
+        (kept,) = outputs.webhooks
+        outputs.reconfigure(config.model_copy(deep=True))
+        assert outputs.webhooks == [kept] and len(kept.queue) == 1
+        config.outputs.webhooks.urls = []
+        outputs.reconfigure(config)
+        assert outputs.webhooks == []
+    finally:
+        outputs.close()
