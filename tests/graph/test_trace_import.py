@@ -305,3 +305,28 @@ def test_several_files_mixing_a_graph_and_a_trace_are_refused(tmp_path, capsys):
     graph_file = native.dump(job_snapshot(), tmp_path / "g.json")
     assert main(["--store", str(tmp_path / "s"), "import", str(graph_file), str(GLOO)]) == 2
     assert "only as traces" in capsys.readouterr().err
+
+
+def test_wp_open_imports_one_rank_trace_and_answers_within_the_summary_budget(tmp_path):
+    import anyio
+    from mcp import Client
+    from wp_mcp.server.mcp_server import build_server
+    from wp_mcp.server.mcp_state import ServerState
+
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "rank0.pt.trace.json.gz").write_bytes(RANK0.read_bytes())
+    server = build_server(ServerState(store_path=tmp_path / "store", allow_dirs=(allowed,)))
+
+    async def open_trace():
+        async with Client(server) as client:
+            return await client.call_tool(
+                "wp_open", {"path": str(allowed / "rank0.pt.trace.json.gz")}
+            )
+
+    result = anyio.run(open_trace)
+    snapshot_id = result.structured_content["snapshot_id"]
+    graph = Store(tmp_path / "store").get(snapshot_id)
+    assert graph.node("proc:4037").trace_rank == 0 and graph.node("gpu:0").trace_idle_pct > 0
+    answer = "\n".join(block.text for block in result.content if block.type == "text")
+    assert count_tokens(answer) <= 2 * SUMMARY_BUDGET  # the summary and the coverage lines
