@@ -40,6 +40,16 @@ class StoreConfig(_Section):
         description="monitor down-sampling: [max age s, spacing s] per tier",
     )
 
+    @field_validator("tiers")
+    @classmethod
+    def _ordered(cls, tiers: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        ages = [age for age, _ in tiers]
+        if any(age <= 0 for age in ages) or ages != sorted(set(ages)):
+            raise ValueError("tiers must have positive ages, each older than the one before")
+        if any(spacing < 0 for _, spacing in tiers):
+            raise ValueError("a tier's spacing cannot be negative")
+        return tiers
+
 
 class MonitorConfig(_Section):
     interval_s: float = Field(60.0, gt=0, le=86400, description="seconds between cycle starts")

@@ -91,6 +91,7 @@ def test_search_path_finds_the_user_file(tmp_path: Path) -> None:
         ('[outputs.metrics]\nbind = "0.0.0.0:9100"\n', "outputs.metrics.bind", 2, "loopback"),
         ('[outputs.webhooks]\nurls = ["ftp://x"]\n', "outputs.webhooks.urls", 2, "http"),
         ("colour = 1\n", "colour", 1, "unknown key"),
+        ("[store]\ntiers = [[600, 0], [60, 10]]\n", "store.tiers", 2, "older than"),
     ],
 )
 def test_a_mistake_names_key_file_and_line(tmp_path, capsys, text, key, line, says) -> None:
