@@ -644,8 +644,8 @@ def to_graph(ranks: list[RankTrace]) -> Graph:
     Ranks whose pids collide (separate hosts without names) get a ``rankN`` host prefix."""
     graph = Graph(Meta(origin=_origin(ranks), collectors=[_status(ranks)]))
     pids = [r.pid for r in ranks]
-    for rank in ranks:
-        prefix = _prefix(rank, pids)
+    for position, rank in enumerate(ranks):
+        prefix = _prefix(rank, position, pids)
         attach_rank(graph, rank, ids.with_host(prefix, ids.process(rank.pid or 0)), prefix)
     graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
@@ -654,9 +654,9 @@ def to_graph(ranks: list[RankTrace]) -> Graph:
     return graph
 
 
-def _prefix(rank: RankTrace, pids: list[int | None]) -> str:
+def _prefix(rank: RankTrace, position: int, pids: list[int | None]) -> str:
     if pids.count(rank.pid) > 1:
-        return f"rank{rank.rank}" if rank.rank is not None else f"file{pids.index(rank.pid)}"
+        return f"rank{rank.rank}" if rank.rank is not None else f"file{position}"
     return ""
 
 

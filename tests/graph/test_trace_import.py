@@ -251,6 +251,18 @@ def test_the_same_rank_twice_is_refused(tmp_path):
         trace.load_traces([RANK0, copy])
 
 
+def test_ranks_with_the_same_pid_stay_apart(tmp_path):
+    """Ranks in containers or on other hosts may share a pid: each gets a rank prefix."""
+    paths = []
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.json"
+        path.write_bytes(synthetic(tricky_events(3), distributedInfo={"rank": rank}))
+        paths.append(path)
+    graph = trace.load_traces(paths)
+    assert sorted(n.id for n in graph.of_kind("process")) == ["rank0/proc:9", "rank1/proc:9"]
+    assert sorted(n.id for n in graph.of_kind("gpu")) == ["rank0/gpu:0", "rank1/gpu:0"]
+
+
 def test_a_folder_without_traces_is_refused(tmp_path):
     with pytest.raises(UserError, match="no \\*.json"):
         trace.load_traces([tmp_path])
