@@ -21,6 +21,7 @@ from wp_mcp.collectors import Context
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.collectors.cluster.node import clock_offset, collect_node
 from wp_mcp.graph import ids, native
+from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
@@ -186,3 +187,10 @@ def test_the_merged_graph_round_trips_through_the_native_format(cluster, tmp_pat
     again = native.load(path)
     assert set(again.nodes) == set(merged.nodes) and again.edge_count == merged.edge_count
     assert again.meta.cluster["ranks"] == merged.meta.cluster["ranks"]
+
+
+def test_the_cluster_rule_names_the_host_whose_link_loses_packets(cluster):
+    outcomes = {o.rule.id: o.result for o in evaluate(cluster["merged"])}
+    lossy = outcomes["L4.cluster-lossy-host"]
+    assert [f.subject for f in lossy] == ["host:host-a"]  # a's packets are dropped on arrival
+    assert lossy[0].priority == "P0" and "host-a" in lossy[0].title  # a link between ranks

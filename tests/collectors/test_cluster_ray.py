@@ -30,6 +30,7 @@ import pytest
 from coll_helpers import needs_root
 from wp_mcp.collectors.cluster.node import netns_inode, netns_pids
 from wp_mcp.graph import ids, native
+from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
@@ -201,6 +202,9 @@ def test_the_cluster_graph_holds_both_nodes_ranks_and_the_joined_lossy_flow(ray_
     assert link.cross_host is True and link.src_bytes_sent > 0 and link.src_retrans_total > 0
     clock = graph.meta.cluster["clock"]
     assert clock["measured"] is True and set(clock["hosts"]) == labels
+    # the cluster rule names the node whose packets are dropped (the worker's, on arrival)
+    outcomes = {o.rule.id: o.result for o in evaluate(graph)}
+    assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{worker}"]
 
 
 def test_a_node_killed_mid_collection_is_named_missing(ray_cluster, tmp_path):

@@ -1,0 +1,159 @@
+"""Rules across hosts, for cluster graphs (docs/clusters.md): what no single host can show.
+
+- ``L4.cluster-lossy-host``: one host's cross-host TCP flows retransmit far more than the
+  other hosts' do (the joined ``talks_to`` edges carry each side's own counters, so the
+  side that sends into a lossy link is known); hosts that sent fewer than 1,000 segments
+  across hosts give no baseline;
+- ``L1.cluster-straggler``: one rank waits for a CPU far longer than the job's other ranks
+  (run delay, the share of the window a runnable thread waited): in a synchronous job every
+  step waits for the slowest rank, as msprof-analyze's slow-rank analysis flags.
+
+Single-host graphs make both rules *not evaluable*, with the reason. The per-host rules
+(retransmitting flows, NIC errors, placement…) already run on every host of a cluster graph.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+
+from wp_mcp.graph import ids
+
+from ..report import Evidence, Finding
+from .network import MSS_BYTES
+from .rulebook import NotEvaluable, RuleContext, rule
+
+LOSS_FLOOR = 0.005  # the ratio L4.flow-retransmits starts at
+LOSS_TIMES_PEERS = 5.0  # how far above the other hosts' median a lossy host is
+MIN_RETRANS = 3
+BASELINE_SEGMENTS = 1000  # a peer host counts towards the baseline from this many segments
+STRAGGLER_POINTS = 10.0  # run-delay percentage points above the ranks' median
+STRAGGLER_TIMES = 2.0
+
+
+def _hosts_or_explain(ctx: RuleContext) -> list[str]:
+    hosts = ctx.graph.meta.hosts
+    if len(hosts) < 2:
+        raise NotEvaluable("a single-host graph: cross-host rules need a cluster graph")
+    return hosts
+
+
+@rule(
+    "L4.cluster-lossy-host",
+    4,
+    "One host's cross-host flows retransmit far more than its peers'",
+    "retransmitted segments / segments sent on a host's cross-host TCP flows",
+    f"≥ {LOSS_FLOOR:.1%}, ≥ {MIN_RETRANS} segments and ≥ {LOSS_TIMES_PEERS:g} × the other "
+    "hosts' median",
+)
+def lossy_host(ctx: RuleContext) -> list[Finding]:
+    _hosts_or_explain(ctx)
+    sent, retrans, links = _per_host_sending(ctx)
+    if len(sent) < 2:
+        raise NotEvaluable("fewer than two hosts with joined cross-host TCP flows")
+    segments = {h: -(-sent[h] // MSS_BYTES) + retrans[h] for h in sent}
+    ratio = {h: retrans[h] / max(1, segments[h]) for h in sent}
+    out = []
+    for host, value in sorted(ratio.items()):
+        # a host that sent a few control messages has no meaningful ratio: one retransmit
+        # in ten segments must not make a peer's 6 % look normal
+        baseline = [v for h, v in ratio.items() if h != host and segments[h] >= BASELINE_SEGMENTS]
+        peers = median(baseline) if baseline else 0.0
+        if retrans[host] < MIN_RETRANS or value < LOSS_FLOOR:
+            continue
+        if value < LOSS_TIMES_PEERS * max(peers, LOSS_FLOOR / LOSS_TIMES_PEERS):
+            continue
+        ranked = any(ctx.graph.node(p).get("rank") is not None for p in links[host])
+        out.append(
+            ctx.finding(
+                subject=f"host:{host}",
+                value=round(value * 100, 2),
+                priority="P0" if ranked else "P1",
+                title=f"host {host} retransmits {value:.1%} of what it sends to other hosts "
+                f"(other hosts: {peers:.2%})" + (" on links between ranks" if ranked else ""),
+                evidence=[
+                    Evidence(
+                        "aggregate",
+                        sorted(links[host])[:8],
+                        {
+                            "host": host,
+                            "segments_retransmitted": retrans[host],
+                            "bytes_sent": sent[host],
+                            "other_hosts_median_pct": round(peers * 100, 3),
+                        },
+                        ctx.window_s,
+                        "cross-host talks_to edges, each side's own counters",
+                    ),
+                ],
+                impact="each lost segment stalls its flow for an RTO; collectives wait for it",
+                action=f"Look at {host}'s own link first (NIC errors, its switch port, cable, "
+                "a firewall or policer rule on it): its peers send cleanly over theirs.",
+                command=f"ip -s link; ethtool -S <nic>; nstat -az TcpRetransSegs  # on {host}",
+            )
+        )
+    return out
+
+
+def _per_host_sending(ctx: RuleContext) -> tuple[dict, dict, dict]:
+    """Bytes each host sent over joined cross-host TCP flows, its retransmissions, and the
+    processes on it those flows belong to."""
+    sent: dict[str, int] = defaultdict(int)
+    retrans: dict[str, int] = defaultdict(int)
+    links: dict[str, set[str]] = defaultdict(set)
+    for edge in ctx.graph.edges("talks_to"):
+        if not edge.get("cross_host") or edge.get("transport") != "tcp":
+            continue
+        for end, side in ((edge.src, "src"), (edge.dst, "dst")):
+            host = ids.split_host(end)[0]
+            sent[host] += edge.get(f"{side}_bytes_sent", 0)
+            retrans[host] += edge.get(f"{side}_retrans_total", 0)
+            links[host].add(end)
+    if not sent:
+        raise NotEvaluable("no cross-host TCP flows were joined in this cluster graph")
+    return sent, retrans, links
+
+
+@rule(
+    "L1.cluster-straggler",
+    1,
+    "A rank waits for a CPU far longer than the job's other ranks",
+    "run_delay_pct of a rank process vs the median of all ranks",
+    f"≥ {STRAGGLER_POINTS:g} points and ≥ {STRAGGLER_TIMES:g} × the ranks' median",
+)
+def straggler(ctx: RuleContext) -> list[Finding]:
+    _hosts_or_explain(ctx)
+    ranks = [p for p in ctx.graph.of_kind("process") if p.get("rank") is not None]
+    if len(ranks) < 2:
+        raise NotEvaluable("fewer than two processes with RANK in their environment")
+    timed = [p for p in ranks if p.get("run_delay_pct") is not None]
+    if len(timed) < 2:
+        raise NotEvaluable("rank processes have no run_delay_pct (needs a window)")
+    middle = median(p.get("run_delay_pct") for p in timed)
+    out = []
+    for proc in timed:
+        delay = proc.get("run_delay_pct")
+        if delay - middle < STRAGGLER_POINTS or delay < STRAGGLER_TIMES * middle:
+            continue
+        host = ids.split_host(proc.id)[0]
+        out.append(
+            ctx.finding(
+                subject=proc.id,
+                value=round(delay, 1),
+                priority="P1",
+                title=f"rank {proc.get('rank')} on {host} waited for a CPU {delay:.0f} % of "
+                f"the window (ranks' median {middle:.0f} %): the job runs at its pace",
+                evidence=[
+                    ctx.entity(proc, "rank", "run_delay_pct", "cpu_pct", "cpus_allowed"),
+                    Evidence(
+                        "aggregate",
+                        [p.id for p in timed][:8],
+                        {"ranks": len(timed), "median_run_delay_pct": round(middle, 1)},
+                        ctx.window_s,
+                    ),
+                ],
+                impact="every synchronous step waits for the slowest rank",
+                action=f"Find what competes for {host}'s CPUs (wp-mcp hotspot threads on that "
+                "host) and give the rank dedicated cores, as its peers have.",
+            )
+        )
+    return out

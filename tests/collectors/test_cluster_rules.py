@@ -1,0 +1,93 @@
+"""The cross-host rules on small cluster graphs built through merge_hosts: which host or rank
+they name, when they stay quiet, and why they cannot judge a single host."""
+
+from __future__ import annotations
+
+from wp_mcp.collectors.cluster import merge_hosts
+from wp_mcp.graph import Graph, ids
+from wp_mcp.skills.bottleneck_identification import evaluate
+
+MB = 1 << 20
+
+
+def node(name: str, ip: str, peers: dict[str, int], retrans: int = 0,
+         run_delay: float = 2.0, sent: int = 10 * MB) -> Graph:  # fmt: skip
+    """One host running rank process 10 that sends ``sent`` bytes to each peer ip (port 5000
+    + its last octet), retransmitting ``retrans`` segments on each, and serves port 5000 +
+    its own."""
+    graph = Graph()
+    graph.meta.hosts, graph.meta.window_s = [name], 1.0
+    graph.add("host", ids.host(), hostname=name)
+    graph.add("process", ids.process(10), pid=10, rank=int(ip.rsplit(".", 1)[1]),
+              world_size=3, run_delay_pct=run_delay)  # fmt: skip
+    own = 5000 + int(ip.rsplit(".", 1)[1])
+    sockets = [{"local_addr": ip, "local_port": own, "state": "LISTEN"}]
+    for peer_ip, sport in peers.items():
+        sockets.append({"local_addr": ip, "local_port": sport, "remote_addr": peer_ip,
+                        "remote_port": 5000 + int(peer_ip.rsplit(".", 1)[1]),
+                        "bytes_sent": sent, "retrans_total": retrans})  # fmt: skip
+    for peer_ip, cport in _accepted(ip).items():
+        sockets.append({"local_addr": ip, "local_port": own, "remote_addr": peer_ip,
+                        "remote_port": cport, "bytes_received": 10 * MB})  # fmt: skip
+    for index, attrs in enumerate(sockets):
+        graph.add("socket", ids.socket_inode(100 + index), proto="tcp", **attrs)
+        graph.link("holds", ids.process(10), ids.socket_inode(100 + index))
+    return graph
+
+
+# a ring: .0 → .1 → .2 → .0, each connecting from port 40000 + its own octet
+IPS = {"h0": "10.0.0.0", "h1": "10.0.0.1", "h2": "10.0.0.2"}
+RING = {"10.0.0.0": "10.0.0.1", "10.0.0.1": "10.0.0.2", "10.0.0.2": "10.0.0.0"}
+
+
+def _accepted(ip: str) -> dict[str, int]:
+    return {src: 40000 + int(src[-1]) for src, dst in RING.items() if dst == ip}
+
+
+def ring(lossy: str | None = None, slow: str | None = None, chatty: str | None = None) -> Graph:
+    """Three hosts in a ring; ``chatty`` sends only 10 KB with one retransmission."""
+    return merge_hosts({
+        name: node(name, ip, {RING[ip]: 40000 + int(ip[-1])},
+                   retrans=60 if name == lossy else (1 if name == chatty else 0),
+                   run_delay=45.0 if name == slow else 2.0,
+                   sent=10_000 if name == chatty else 10 * MB)
+        for name, ip in IPS.items()
+    })  # fmt: skip
+
+
+def results(graph: Graph) -> dict:
+    return {o.rule.id: o.result for o in evaluate(graph)}
+
+
+def test_the_ring_is_joined_across_hosts():
+    graph = ring()
+    assert graph.meta.cluster["flows"]["cross_host_talks_to"] == 3
+
+
+def test_the_host_sending_into_a_lossy_link_is_named():
+    (finding,) = results(ring(lossy="h1"))["L4.cluster-lossy-host"]
+    assert finding.subject == "host:h1" and finding.priority == "P0"
+    assert finding.evidence[0].values["segments_retransmitted"] == 60
+
+
+def test_a_host_that_sent_little_is_no_baseline():
+    # h0's one retransmission in 7 segments is 12 %: as a baseline it would hide h1's loss
+    (finding,) = results(ring(lossy="h1", chatty="h0"))["L4.cluster-lossy-host"]
+    assert finding.subject == "host:h1"
+
+
+def test_clean_hosts_raise_nothing():
+    found = results(ring())
+    assert found["L4.cluster-lossy-host"] == [] and found["L1.cluster-straggler"] == []
+
+
+def test_the_rank_waiting_for_cpu_is_the_straggler():
+    (finding,) = results(ring(slow="h2"))["L1.cluster-straggler"]
+    assert finding.subject == "h2/proc:10" and "rank 2 on h2" in finding.title
+
+
+def test_a_single_host_graph_is_not_evaluable():
+    single = node("h0", "10.0.0.0", {"10.0.0.1": 40000})
+    found = results(single)
+    assert "single-host graph" in found["L4.cluster-lossy-host"]
+    assert "single-host graph" in found["L1.cluster-straggler"]
