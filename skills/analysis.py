@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from wp_mcp.graph import Graph, Node
@@ -86,6 +86,7 @@ class Binding:
     device: str
     node: int
     cpus: str  # a cpulist, disjoint from every other rank's of the plan
+    serves: str | None = None  # a data loader's rank: it shares that rank's slice
 
     @property
     def live(self) -> str | None:
@@ -290,15 +291,23 @@ class Analysis:
             size = len(cpus) // len(places)
             for index, place in enumerate(places):
                 end = len(cpus) if index == len(places) - 1 else (index + 1) * size
-                proc = self.graph.node(place.process)
-                out[place.process] = Binding(
-                    process=place.process,
-                    pid=proc.get("pid") if proc else None,
-                    device=place.device,
-                    node=node,
-                    cpus=format_cpulist(cpus[index * size : end]),
-                )
+                rank = self._binding(place.process, place.device, node, cpus[index * size : end])
+                out[place.process] = rank
+                # its loaders move with it, as they would inherit a binding made at launch
+                for loader in self.dataloaders.get(place.process, []):
+                    out.setdefault(loader, replace(self._binding(loader, place.device, node, []),
+                                                   cpus=rank.cpus, serves=rank.process))  # fmt: skip
         return out
+
+    def _binding(self, proc_id: str, device: str, node: int, cpus: list[int]) -> Binding:
+        proc = self.graph.node(proc_id)
+        pid = proc.get("pid") if proc else None
+        return Binding(proc_id, pid, device, node, format_cpulist(cpus))
+
+    def plan_command(self, rank: str) -> str | None:
+        """The running-job commands for a rank and the loaders that move with it."""
+        lines = [b.live for b in self.bindings.values() if rank in (b.process, b.serves)]
+        return " && ".join(line for line in lines if line) or None
 
     def _placed_once(self, proc_id: str) -> bool:
         return sum(1 for p in self.placements if p.process == proc_id) == 1

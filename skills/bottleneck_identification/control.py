@@ -5,7 +5,7 @@ from __future__ import annotations
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
 
-from ..analysis import cpu_set
+from ..analysis import cpu_set, host_prefix
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .memory import PSI_DOC, psi_findings
@@ -166,18 +166,25 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
         raise NotEvaluable("the ranks are not pinned (affinity is every CPU), so no CPU is theirs")
     if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
         raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
-    reserved = set().union(*rank_cpus.values())
+    reserved_on: dict[str, set[int]] = {}  # per host: CPU numbers of two hosts differ
+    for rank, cpus in rank_cpus.items():
+        reserved_on.setdefault(host_prefix(rank), set()).update(cpus)
     job = set(ctx.analysis.ranks) | set(ctx.analysis.roles)
     out = []
     for proc in ctx.graph.of_kind("process"):
         busy = proc.get("cpu_pct")
         allowed = cpu_set(proc.get("cpus_allowed"))
+        reserved = reserved_on.get(host_prefix(proc.id), set())
         if proc.id in job or busy is None or busy < 10 or not allowed & reserved:
             continue
         total = ctx.host_cpus(proc.id)
         # pinned by someone's choice: narrower than the host and entirely on the ranks' CPUs
         pinned = allowed <= reserved and (total is None or len(allowed) < total)
-        victims = sorted(r for r, c in rank_cpus.items() if c & allowed)
+        victims = sorted(
+            r
+            for r, c in rank_cpus.items()
+            if c & allowed and host_prefix(r) == host_prefix(proc.id)
+        )
         out.append(
             ctx.finding(
                 subject=proc.id,
@@ -273,6 +280,8 @@ def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
     ordered = sorted(rank_cpus)
     for i, first in enumerate(ordered):
         for second in ordered[i + 1 :]:
+            if host_prefix(first) != host_prefix(second):
+                continue  # CPU numbers of two hosts are different CPUs
             shared = rank_cpus[first] & rank_cpus[second]
             if shared:
                 out.append(_overlap_finding(ctx, first, second, shared, rank_cpus))
@@ -311,7 +320,7 @@ def _overlap_finding(
         impact=impact,
         action="Give each rank its own CPUs (a disjoint slice of its device's NUMA node)"
         + (": the fix plan does, for every thread (taskset -a)." if all(plan) else "."),
-        command=" && ".join(b.live for b in plan if b and b.live) or None,
+        command=" && ".join(filter(None, map(ctx.analysis.plan_command, (first, second)))) or None,
     )
 
 

@@ -114,8 +114,7 @@ def annotate(findings: list[Finding], check: plan.PlanCheck) -> None:
     """Findings the plan addresses say how it was checked; an unverified plan is withdrawn."""
     planned = set(check.bindings)
     for finding in findings:
-        subjects = set((finding.subject or "").split("+"))
-        if not subjects & planned:
+        if not plan.addresses(finding, planned):
             continue
         finding.verified = check.verdict()
         if not check.offered:

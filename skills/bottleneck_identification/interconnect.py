@@ -22,7 +22,7 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
     binding = ctx.analysis.bindings.get(place.process)
     launch, live = ctx.analysis.bind_commands(proc, node)
     if binding is not None:
-        launch, live = binding.launch, binding.live
+        launch, live = binding.launch, ctx.analysis.plan_command(place.process)
     cpulist = ctx.analysis.numa_cpulist(host_prefix(proc.id), node)
     away = place.dominant_cpu_node
     return ctx.finding(
@@ -110,9 +110,12 @@ def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:
     peers = [
         f"{b.process} → CPUs {b.cpus}"
         for b in ctx.analysis.bindings.values()
-        if b.node == binding.node and b.process != place.process
+        if b.node == binding.node and b.process != place.process and b.serves is None
     ]
     shared = f" (the node's other ranks get their own: {'; '.join(peers)})" if peers else ""
+    loaders = [b.process for b in ctx.analysis.bindings.values() if b.serves == place.process]
+    if loaders:
+        shared += f"; its data loaders {', '.join(loaders)} move with it"
     return (
         f"Give {place.process} CPUs {binding.cpus} of NUMA {binding.node} (the node of "
         f"{place.device}) and its memory there{shared}: the command below moves the running "

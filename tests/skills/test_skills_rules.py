@@ -563,3 +563,35 @@ def test_a_plan_that_re_diagnoses_clean_says_so():
         "verified: re-diagnosis of a copy with the plan applied is clean "
         "(0 P0/P1; 1 finding resolved, none created)"
     )
+
+
+def test_a_ranks_data_loaders_move_with_it():
+    """Loaders forked before the fix do not inherit it: the plan moves them too, or the
+    re-diagnosed copy would find them a socket away from their trainer."""
+    graph = placement(0.1)()
+    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"1": 1.0})
+    report = run_skill("bottleneck-identification", graph)
+    finding = report.finding("L3.device-numa-mismatch@proc:200")
+    assert finding.command == (
+        "taskset -a -c -p 0-3 200 && migratepages 200 all 0 && "
+        "taskset -a -c -p 0-3 400 && migratepages 400 all 0"
+    )
+    assert "its data loaders proc:400 move with it" in finding.action
+    assert finding.verified.startswith("verified:") and "hints" not in finding.verified
+
+
+def test_ranks_of_two_hosts_never_share_cpus():
+    """CPU 3 of one host is not CPU 3 of another: the plan pins ranks of 2 hosts to the same
+    numbers, and nothing may call that an overlap."""
+    from wp_mcp.graph.synthetic import cluster_graph
+    from wp_mcp.skills.analysis import Analysis
+    from wp_mcp.skills.bottleneck_identification.plan import applied
+
+    graph = cluster_graph(2)
+    fixed = applied(graph, Analysis(graph), Analysis(graph).bindings)
+    shared = outcome(fixed, "L6.ranks-share-cpus")
+    pairs = [f.subject.split("+") for f in shared] if isinstance(shared, list) else []
+    assert all(a.split("/")[0] == b.split("/")[0] for a, b in pairs), pairs
+    placed = run_skill("bottleneck-identification", graph).findings
+    misplaced = [f for f in placed if f.rule_id == "L3.device-numa-mismatch"]
+    assert misplaced and all(f.verified.startswith("verified:") for f in misplaced)
