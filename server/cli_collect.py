@@ -41,9 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", help="a note to show in `snapshots`")
     p.add_argument("--no-redact", action="store_true",
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
-    p.add_argument("--cluster", metavar="ray[:ADDRESS]",
+    p.add_argument("--cluster", metavar="ray[:ADDRESS]|dir:PATH",
                    help="collect every alive node of a Ray cluster into one cluster graph "
-                   "(needs pip install 'wp-mcp[ray]'; docs/clusters.md)")  # fmt: skip
+                   "(needs pip install 'wp-mcp[ray]'), or merge the node graphs in PATH "
+                   "(docs/clusters.md)")  # fmt: skip
     p.add_argument("--node-timeout", type=float, default=60.0, metavar="S",
                    help="with --cluster: seconds past the window a node may take (default 60)")  # fmt: skip
     p.set_defaults(handler=cmd_collect)
@@ -78,15 +79,13 @@ def _collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
     """This host's collection, or with --cluster every node's, merged."""
     if not args.cluster:
         return collect_snapshot
-    from wp_mcp.collectors.cluster.on_ray import collect_ray, import_ray, parse_cluster
+    from wp_mcp.collectors.cluster.on_ray import cluster_collector
 
     if args.pid:
         raise UserError("--pid selects processes of one host: it cannot go with --cluster")
     if not 0 < args.node_timeout <= MAX_DURATION_S:
         raise UserError(f"--node-timeout must be between 0 and {MAX_DURATION_S:g} seconds")
-    address = parse_cluster(args.cluster)
-    import_ray()  # a missing Ray is said before anything starts
-    return lambda ctx: collect_ray(address, ctx, node_timeout_s=args.node_timeout)
+    return cluster_collector(args.cluster, args.node_timeout, files=True)
 
 
 def _run(ctx: Context, interactive: bool,

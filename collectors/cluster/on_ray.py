@@ -62,16 +62,22 @@ def parse_cluster(spec: str) -> str | None:
     ADDR. Only Ray is supported."""
     engine, _, address = spec.partition(":")
     if engine != "ray":
-        raise UserError(f"--cluster {excerpt(spec)}: only ray[:ADDRESS] is supported")
+        raise UserError(f"--cluster {excerpt(spec)}: only ray[:ADDRESS] is supported here "
+                        "(and dir:PATH from the command line)")  # fmt: skip
     if _ and not address:
         raise UserError("--cluster ray: needs an address after the colon (ray:HOST:PORT)")
     return address or None
 
 
-def cluster_collector(spec: str, node_timeout_s: float = NODE_TIMEOUT_S
+def cluster_collector(spec: str, node_timeout_s: float = NODE_TIMEOUT_S, files: bool = False
                       ) -> Callable[[Context], Graph]:  # fmt: skip
     """The collection ``--cluster SPEC`` (CLI) or ``cluster`` (MCP) asks for; a bad spec or a
-    missing Ray is said here, before anything starts."""
+    missing Ray is said here, before anything starts. With ``files``, ``dir:PATH`` merges
+    the node graphs a Slurm or Kubernetes job wrote there (``files.merge_directory``)."""
+    if files and spec.startswith("dir:"):
+        from .files import merge_directory
+
+        return lambda ctx: merge_directory(spec.removeprefix("dir:"))
     address = parse_cluster(spec)
     import_ray()
     return lambda ctx: collect_ray(address, ctx, node_timeout_s=node_timeout_s)

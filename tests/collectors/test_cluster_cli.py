@@ -1,6 +1,7 @@
 """`collect --cluster` and `wp_collect(cluster=…)` refuse what they cannot do in one line,
 before any window opens: an engine other than Ray, a missing Ray, a pid filter (pids name
-processes of one host), a node timeout out of range."""
+processes of one host), a node timeout out of range. `--cluster dir:PATH` merges the node
+graphs a Slurm or Kubernetes job wrote; the MCP tool reads no directory that way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 from mcp import Client
+from wp_mcp.graph import Graph, ids, native
 from wp_mcp.server import cli
 from wp_mcp.server.mcp_server import build_server
 from wp_mcp.server.mcp_state import ServerState
@@ -60,3 +62,40 @@ async def test_wp_collect_refuses_a_cluster_with_pids(store_dir) -> None:
         other = await client.call_tool("wp_collect", {"cluster": "k8s"})
     assert result.is_error and "pids select processes of one host" in result.content[0].text
     assert other.is_error and "only ray[:ADDRESS] is supported" in other.content[0].text
+
+
+def node_graph(hostname: str) -> Graph:
+    graph = Graph()
+    graph.meta.hosts = [hostname]
+    graph.add("host", ids.host(), hostname=hostname)
+    graph.add("process", ids.process(7), pid=7, rank=0 if hostname == "n1" else 1, world_size=2)
+    return graph
+
+
+def test_node_graphs_in_a_directory_merge_into_one_cluster_graph(capsys, store_dir, tmp_path):
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    native.dump(node_graph("n1"), nodes / "a.json.gz")
+    native.dump(node_graph("n2"), nodes / "b.json")
+    (nodes / "c.json").write_text("{not json")
+    (nodes / "notes.txt").write_text("ignored")
+    code, err = run_cli(capsys, "--cluster", f"dir:{nodes}", "--out", str(tmp_path / "c.json"))
+    assert code == 0, err
+    merged = native.load(tmp_path / "c.json")
+    assert merged.meta.hosts == ["n1", "n2"] and "n2/proc:7" in merged
+    assert list(merged.meta.cluster["missing"]) == ["c"]
+    assert merged.meta.cluster["ranks"]["missing"] == []
+
+
+def test_a_directory_without_node_graphs_is_one_line(capsys, store_dir, tmp_path):
+    code, err = run_cli(capsys, "--cluster", f"dir:{tmp_path}")
+    assert code == 2 and "no .json or .json.gz node graphs in" in err and err.count("\n") == 1
+
+
+@pytest.mark.anyio
+async def test_wp_collect_reads_no_directories(store_dir, tmp_path) -> None:
+    # files reach the server through wp_open and its allowed roots only
+    server = build_server(ServerState(store_path=store_dir))
+    async with Client(server) as client:
+        result = await client.call_tool("wp_collect", {"cluster": f"dir:{tmp_path}"})
+    assert result.is_error and "only ray[:ADDRESS] is supported" in result.content[0].text
