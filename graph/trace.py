@@ -54,7 +54,6 @@ _LEADING = re.compile(rb"\s*,?\s*")
 _NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _COLLECTIVE_ANNOTATION = re.compile(r"(?:nccl|gloo|mpi|ucc|hccl):([A-Za-z_]+)\Z")
 _GPU_LABEL = re.compile(r"GPU (\d+)")
-_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
 _KINETO_CATEGORIES = frozenset(
     ("cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime",
      "cuda_driver", "python_function", "gpu_user_annotation", "Trace")
@@ -267,13 +266,13 @@ class RankTrace:
         return self.device_pids.get(pid, pid if type(pid) is int and 0 <= pid < 1 << 16 else 0)
 
     def _runtime(self, event: dict) -> None:
-        name = event.get("name")
-        if isinstance(name, str) and name.startswith(_LAUNCH):
-            args = event.get("args")
-            corr = args.get("correlation") if isinstance(args, dict) else None
-            if type(corr) is int and 0 <= corr < 1 << 62:
-                self.launch_corr.append(corr)
-                self.launch_ts.append(self._span(event)[0])
+        # the CPU call that put a kernel or copy on the device queue (cudaLaunchKernel,
+        # cudaMemcpyAsync…), found by the correlation id the device event shares with it
+        args = event.get("args")
+        corr = args.get("correlation") if isinstance(args, dict) else None
+        if type(corr) is int and 0 <= corr < 1 << 62:
+            self.launch_corr.append(corr)
+            self.launch_ts.append(self._span(event)[0])
         self._cpu_thread(event)
 
     def _annotation(self, event: dict) -> None:
@@ -433,19 +432,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, -(-len(ordered) * q // 100) - 1))]
 
 
-def device_facts(intervals: _Intervals, launches: dict[int, float]) -> dict[str, float]:
+def device_facts(
+    intervals: _Intervals, launches: dict[int, float], cutoff: float | None = None
+) -> dict[str, float]:
     """Temporal breakdown of one device over its active span: compute, exposed
     communication, exposed memory copy and idle sum to 100 %; overlap is the share of
     communication time during which compute ran; launch gaps are idle time whose next kernel
-    was launched by the CPU only after the device had drained (queue empty)."""
-    spans = list(zip(intervals.start, intervals.end, intervals.cls, intervals.corr, strict=True))
+    was launched by the CPU only after the device had drained (queue empty). With a
+    ``cutoff``, only the device work the CPU queued before it counts."""
+    spans = _queued_before(intervals, launches, cutoff)
     compute = [(s, e) for s, e, c, _ in spans if c == COMPUTE]
     comm = [(s, e) for s, e, c, _ in spans if c == COMM]
     busy_all = _union([(s, e) for s, e, _, _ in spans])
     compute_t = _union(compute)
     compute_comm = _union(compute + comm)
     comm_t = _union(comm)
-    span = max(intervals.end) - min(intervals.start)
+    span = max(e for _, e, _, _ in spans) - min(s for s, _, _, _ in spans)
     overlap = compute_t + comm_t - compute_comm
     return {
         "trace_span_ms": round(span / 1000, 3),
@@ -456,6 +458,16 @@ def device_facts(intervals: _Intervals, launches: dict[int, float]) -> dict[str,
         "trace_overlap_pct": _pct(overlap, comm_t) if comm_t else None,
         "trace_launch_gap_pct": _pct(_launch_gaps(spans, launches), span) if launches else None,
     }
+
+
+def _queued_before(
+    intervals: _Intervals, launches: dict[int, float], cutoff: float | None
+) -> list[tuple[float, float, int, int]]:
+    spans = list(zip(intervals.start, intervals.end, intervals.cls, intervals.corr, strict=True))
+    if cutoff is None:
+        return spans
+    kept = [span for span in spans if launches.get(span[3], cutoff) < cutoff]
+    return kept or spans  # no device work matched to its CPU call: all of it
 
 
 def _launch_gaps(spans: list[tuple], launches: dict[int, float]) -> float:
@@ -472,7 +484,11 @@ def _launch_gaps(spans: list[tuple], launches: dict[int, float]) -> float:
 def rank_facts(rank: RankTrace) -> tuple[dict[str, Any], dict[int, dict[str, float]]]:
     """The rank's process attributes and each device's attributes."""
     launches = dict(zip(rank.launch_corr, rank.launch_ts, strict=True))
-    devices = {dev: device_facts(iv, launches) for dev, iv in sorted(rank.devices.items())}
+    # as Holistic Trace Analysis does: the last step is left out (a trace often ends inside
+    # it), with the device work the CPU queued during it
+    steps = sorted(rank.steps)
+    cutoff = steps[-1][0] if len(steps) >= 2 else None
+    devices = {dev: device_facts(iv, launches, cutoff) for dev, iv in sorted(rank.devices.items())}
     process: dict[str, Any] = {
         "trace_rank": rank.rank,
         "trace_world_size": rank.world_size,

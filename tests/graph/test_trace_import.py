@@ -2,12 +2,12 @@
 the derived numbers against an independent computation, joins, and one-line errors with
 nothing stored.
 
-Oracle: Holistic Trace Analysis is not installed (holistictraceanalysis 0.5.0 requires
-jupyterlab, pandas, plotly and pydot: over a hundred packages for a test-only check; see
-docs/traces.md). The device time split, the idle time and the collective durations are
-instead recomputed here from the whole document (stdlib json) by a different algorithm, a
-sweep over interval boundaries, and must agree within 0.01 percentage point (the stored
-values are rounded to 0.01) and 0.001 µs.
+Oracles: Holistic Trace Analysis' own figures for the three GPU traces (HTA is not a test
+dependency: holistictraceanalysis 0.5.0 requires jupyterlab and its Jupyter server stack,
+pandas, plotly and pydot; its numbers were printed once and are kept below with how), and a
+recomputation here from the whole document (stdlib json) by a different algorithm, a sweep
+over interval boundaries, which must agree within 0.01 percentage point (the stored values
+are rounded to 0.01) and 0.001 µs.
 """
 
 from __future__ import annotations
@@ -38,15 +38,34 @@ SUMMARY_BUDGET, LAYER_BUDGET = 300, 4000
 # --------------------------------------------------------------------------- oracle
 
 
+def queued_before_last_step(doc: dict) -> set[int]:
+    """Correlation ids of the CPU runtime calls made before the last ProfilerStep began (the
+    device work HTA's breakdown counts)."""
+    steps = sorted(
+        e["ts"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
+    )
+    cutoff = steps[-1] if len(steps) >= 2 else float("inf")
+    return {
+        e["args"]["correlation"]
+        for e in doc["traceEvents"]
+        if e.get("cat") == "cuda_runtime"
+        and "correlation" in e.get("args", {})
+        and e["ts"] < cutoff
+    }
+
+
 def sweep_breakdown(doc: dict, device: int) -> dict[str, float]:
     """Time split of one device by a sweep over start/end points: at each instant the device
     is computing if any compute kernel runs, else communicating if an NCCL kernel runs, else
     copying if a memcpy/memset runs, else idle."""
     points = []
+    counted = queued_before_last_step(doc)
     for event in doc["traceEvents"]:
         if event.get("ph") != "X" or event.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
         if event.get("args", {}).get("device", event["pid"]) != device:
+            continue
+        if event["args"].get("correlation") not in counted:
             continue
         if event["cat"] != "kernel":
             cls = "memcpy"
@@ -108,6 +127,32 @@ def test_device_time_split_agrees_with_an_independent_sweep(path):
         }
         for name, value in expected.items():
             assert got[name] == pytest.approx(value, abs=TOLERANCE_PCT), (path.name, name)
+
+
+# What Holistic Trace Analysis 0.5.0 printed for these traces (TraceAnalysis(trace_dir)
+# .get_temporal_breakdown() and .get_comm_comp_overlap(), one folder per job): idle, compute,
+# non-compute (communication and copies beyond compute) and comm-compute overlap, in %.
+HTA = {
+    RANK0: (53.56, 17.71, 28.74, 11.81),
+    RANK1: (54.72, 22.57, 22.72, 20.05),
+    NCCL: (77.78, 17.26, 4.97, 14.31),
+}
+# HTA rounds timestamps and durations of nanosecond-resolution traces down to whole µs (it
+# says so when it reads NCCL's trace); on 0.3-60 µs kernels that moves shares by up to 0.6
+# points. The µs-resolution traces agree to HTA's rounding.
+HTA_TOLERANCE = {RANK0: 0.011, RANK1: 0.011, NCCL: 0.6}
+
+
+@pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
+def test_device_time_split_agrees_with_holistic_trace_analysis(path):
+    (facts,) = trace.rank_facts(trace.read_rank(path))[1].values()
+    idle, compute, non_compute, overlap = HTA[path]
+    tolerance = HTA_TOLERANCE[path]
+    assert facts["trace_idle_pct"] == pytest.approx(idle, abs=tolerance)
+    assert facts["trace_compute_pct"] == pytest.approx(compute, abs=tolerance)
+    exposed = facts["trace_comm_pct"] + facts["trace_memcpy_pct"]
+    assert exposed == pytest.approx(non_compute, abs=tolerance)
+    assert facts["trace_overlap_pct"] == pytest.approx(overlap, abs=tolerance)
 
 
 @pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
