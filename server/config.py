@@ -56,10 +56,7 @@ class MonitorConfig(_Section):
     window_s: float = Field(3.0, ge=0, le=600, description="collection window of each cycle")
     ebpf: Literal["auto", "on", "off"] = Field("off", description="eBPF tier of each cycle")
     noise_pct: float = Field(
-        25.0, gt=0, description="a metric must move this much from the baseline to be an event"
-    )
-    min_change: float = Field(
-        5.0, ge=0, description="and by at least this much in its own unit (cpu %, bytes/s...)"
+        20.0, gt=0, description="a metric must move this much (% of the baseline) to regress"
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wp_mcp.collectors import Context, collect_snapshot
+from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph.store import Store
 from wp_mcp.skills import Report, diagnose
@@ -43,58 +44,84 @@ _UNHEALTHY = ("P0", "P1")  # a snapshot with neither is healthy enough to be the
 
 
 @dataclass(frozen=True)
+class Family:
+    """A key metric: where it is read, which way is worse, and the smallest move that is
+    more than noise in its own unit (wp_diff's noise: 5 points for a percentage, 0.05 for a
+    locality)."""
+
+    name: str
+    attribute: str  # of the rank's process node, or of the talks_to edge of a flow
+    worse: Literal["higher", "lower"]
+    floor: float
+    help: str
+
+
+RANK_FAMILIES = (
+    Family("rank_cpu_pct", "cpu_pct", "lower", PCT_NOISE_POINTS,
+           "rank CPU use over the window (100 = one CPU)"),
+    Family("rank_run_delay_pct", "run_delay_pct", "higher", PCT_NOISE_POINTS,
+           "share of the window a rank's threads waited to run"),
+    Family("rank_numa_locality", "numa_locality", "lower", SHARE_NOISE,
+           "P(CPU time and pages on the same NUMA node)"),
+    Family("rank_retrans_per_s", "retrans_per_s", "higher", 1.0,
+           "TCP retransmissions per second on the rank's sockets"),
+)  # fmt: skip
+FLOW_FAMILIES = (
+    Family("flow_bytes_per_s", "bytes_per_s", "lower", 0.0,
+           "bytes per second on a flow between ranks"),
+)  # fmt: skip
+FAMILIES = {family.name: family for family in RANK_FAMILIES + FLOW_FAMILIES}
+
+
+@dataclass(frozen=True)
 class Metric:
-    family: str  # rank_cpu_pct, rank_run_delay_pct, rank_numa_locality, flow_bytes_per_s...
+    family: Family
     subject: str  # the graph id (a rank) or "src->dst" (a flow)
     value: float
-    worse: Literal["higher", "lower"]  # which way is a regression
 
     @property
     def key(self) -> str:
-        return f"{self.family}{{{self.subject}}}"
-
-
-# (family, process attribute, worse direction) for each rank
-_RANK_METRICS = (
-    ("rank_cpu_pct", "cpu_pct", "lower"),
-    ("rank_run_delay_pct", "run_delay_pct", "higher"),
-    ("rank_numa_locality", "numa_locality", "lower"),
-)
-# (family, talks_to attribute, worse direction) for each flow between ranks
-_FLOW_METRICS = (
-    ("flow_bytes_per_s", "bytes_per_s", "lower"),
-    ("flow_retrans_total", "retrans_total", "higher"),
-)
+        return f"{self.family.name}{{{self.subject}}}"
 
 
 def key_metrics(graph: Graph) -> dict[str, Metric]:
     """The metrics a regression is judged on: per rank and per flow between ranks."""
     ranks = Analysis(graph).ranks
-    out: dict[str, Metric] = {}
-    for rank in sorted(ranks):
-        node = graph.node(rank)
-        for family, attribute, worse in _RANK_METRICS:
-            value = node.get(attribute) if node else None
-            if value is not None:
-                metric = Metric(family, rank, float(value), worse)
-                out[metric.key] = metric
+    metrics = [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank)]
     for edge in graph.edges("talks_to"):
         if edge.src in ranks and edge.dst in ranks:
-            for family, attribute, worse in _FLOW_METRICS:
-                value = getattr(edge, attribute, None)
+            for family in FLOW_FAMILIES:
+                value = getattr(edge, family.attribute, None)
                 if value is not None:
-                    metric = Metric(family, f"{edge.src}->{edge.dst}", float(value), worse)
-                    out[metric.key] = metric
-    return out
+                    metrics.append(Metric(family, f"{edge.src}->{edge.dst}", float(value)))
+    return {metric.key: metric for metric in metrics}
 
 
-def regressed(metric: Metric, baseline: Metric, noise_pct: float, min_change: float) -> bool:
-    """Worse than the baseline by more than the noise: ``noise_pct`` of the baseline's value
-    and ``min_change`` in the metric's own unit (a 0 → 1 retransmit is not a regression)."""
+def _rank_metrics(graph: Graph, rank: str) -> list[Metric]:
+    node = graph.node(rank)
+    if node is None:
+        return []
+    sockets = [graph.node(edge.dst) for edge in graph.out_edges(rank, "holds")]
+    values = {family.attribute: node.get(family.attribute) for family in RANK_FAMILIES}
+    # retransmissions are counted per socket: the rank's are the sum over those it holds
+    retrans = [s.get("retrans_per_s") for s in sockets if s is not None and s.kind == "socket"]
+    known = [value for value in retrans if value is not None]
+    values["retrans_per_s"] = sum(known) if known else None
+    return [
+        Metric(family, rank, float(values[family.attribute]))
+        for family in RANK_FAMILIES
+        if values[family.attribute] is not None
+    ]
+
+
+def regressed(metric: Metric, baseline: Metric, noise_pct: float) -> bool:
+    """Worse than the baseline by more than the noise: by more than the family's floor in
+    its own unit and more than ``noise_pct`` of the baseline's value (so 0 → 0.5
+    retransmissions/s or 90 % → 86 % CPU is not a regression)."""
     change = metric.value - baseline.value
-    if metric.worse == "lower":
+    if metric.family.worse == "lower":
         change = -change
-    return change > min_change and change > abs(baseline.value) * noise_pct / 100
+    return change > metric.family.floor and change > abs(baseline.value) * noise_pct / 100
 
 
 # ---------------------------------------------------------------------- events
@@ -138,11 +165,11 @@ def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> li
     events = [
         {
             "kind": "metric.regressed",
-            "metric": m.family,
+            "metric": m.family.name,
             "subject": m.subject,
             "value": m.value,
             "baseline": b.value,
-            "worse": m.worse,
+            "worse": m.family.worse,
         }  # fmt: skip
         for key, (m, b) in sorted(now.items())
         if key not in before
@@ -241,7 +268,7 @@ class Monitor:
         return {
             key: (metric, base[key])
             for key, metric in metrics.items()
-            if key in base and regressed(metric, base[key], cfg.noise_pct, cfg.min_change)
+            if key in base and regressed(metric, base[key], cfg.noise_pct)
         }
 
     def _refresh_baseline(self) -> None:

@@ -31,6 +31,7 @@ from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
 
 from .config import Config, EventsFileConfig, WebhooksConfig, parse_bind
+from .monitor import FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +176,10 @@ class Metrics:
         self.registry = registry = CollectorRegistry()
         self.finding = Gauge("wp_finding", "1 per current finding",
                              ["rule", "layer", "priority", "subject"], registry=registry)  # fmt: skip
-        self.metric = {}
-        for family, help_text in _METRIC_FAMILIES.items():
-            self.metric[family] = Gauge(f"wp_{family}", help_text, ["subject"], registry=registry)
+        self.metric = {
+            name: Gauge(f"wp_{name}", family.help, ["subject"], registry=registry)
+            for name, family in FAMILIES.items()
+        }
         self.collector_seconds = Gauge("wp_collector_duration_seconds", "last cycle's duration",
                                        ["collector"], registry=registry)  # fmt: skip
         self.collector_status = Gauge("wp_collector_status", "1 for the last cycle's status",
@@ -210,7 +212,7 @@ class Metrics:
         for gauge in self.metric.values():
             gauge.clear()
         for metric in cycle.metrics.values():
-            self.metric[metric.family].labels(metric.subject).set(metric.value)
+            self.metric[metric.family.name].labels(metric.subject).set(metric.value)
         self.collector_status.clear()
         for status in cycle.graph.meta.collectors:
             self.collector_seconds.labels(status.name).set(status.duration_s or 0.0)
@@ -225,15 +227,6 @@ class Metrics:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-_METRIC_FAMILIES = {
-    "rank_cpu_pct": "rank CPU use over the window (100 = one CPU)",
-    "rank_run_delay_pct": "share of the window a rank's threads waited to run",
-    "rank_numa_locality": "P(CPU time and pages on the same NUMA node)",
-    "flow_bytes_per_s": "bytes per second on a flow between ranks",
-    "flow_retrans_total": "TCP retransmissions on a flow between ranks",
-}
 
 
 class Outputs:

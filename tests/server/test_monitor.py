@@ -10,13 +10,16 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, types
+from wp_mcp.graph import native
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
+from wp_mcp.server import monitor as monitor_module
 from wp_mcp.server.config import Config
 from wp_mcp.server.mcp_server import build_server
 from wp_mcp.server.mcp_state import ServerState
 from wp_mcp.server.mcp_watch import LATEST_URI
 from wp_mcp.server.monitor import (
+    FAMILIES,
     LABEL,
     Metric,
     Monitor,
@@ -127,21 +130,28 @@ def test_findings_appear_escalate_and_resolve() -> None:
 
 
 def test_a_regression_must_beat_the_noise_both_ways() -> None:
-    base = Metric("rank_cpu_pct", "proc:1", 100.0, "lower")
-    assert regressed(Metric("rank_cpu_pct", "proc:1", 60.0, "lower"), base, 25, 5)
-    assert not regressed(Metric("rank_cpu_pct", "proc:1", 80.0, "lower"), base, 25, 5)
-    assert not regressed(Metric("rank_cpu_pct", "proc:1", 160.0, "lower"), base, 25, 5)
-    zero = Metric("flow_retrans_total", "a->b", 0.0, "higher")
-    assert not regressed(Metric("flow_retrans_total", "a->b", 3.0, "higher"), zero, 25, 5)
-    assert regressed(Metric("flow_retrans_total", "a->b", 30.0, "higher"), zero, 25, 5)
+    cpu, retrans, locality = (FAMILIES[name] for name in
+                              ("rank_cpu_pct", "rank_retrans_per_s", "rank_numa_locality"))  # fmt: skip
+    base = Metric(cpu, "proc:1", 100.0)
+    assert regressed(Metric(cpu, "proc:1", 60.0), base, 20)
+    assert not regressed(Metric(cpu, "proc:1", 85.0), base, 20)  # within 20 %
+    assert not regressed(Metric(cpu, "proc:1", 160.0), base, 20)  # better, not worse
+    small = Metric(cpu, "proc:1", 4.0)
+    assert not regressed(Metric(cpu, "proc:1", 0.5), small, 20)  # within 5 points
+    zero = Metric(retrans, "proc:1", 0.0)
+    assert not regressed(Metric(retrans, "proc:1", 0.5), zero, 20)  # below 1/s
+    assert regressed(Metric(retrans, "proc:1", 30.0), zero, 20)
+    near = Metric(locality, "proc:1", 0.9)
+    assert regressed(Metric(locality, "proc:1", 0.5), near, 20)
+    assert not regressed(Metric(locality, "proc:1", 0.86), near, 20)
 
 
 def test_a_regression_is_said_when_it_begins_and_when_it_ends() -> None:
-    metric = Metric("rank_cpu_pct", "proc:1", 10.0, "lower")
-    base = Metric("rank_cpu_pct", "proc:1", 90.0, "lower")
+    cpu = FAMILIES["rank_cpu_pct"]
+    metric, base = Metric(cpu, "proc:1", 10.0), Metric(cpu, "proc:1", 90.0)
     began = metric_events(set(), {metric.key: (metric, base)})
-    assert [(e["kind"], e["subject"], e["baseline"]) for e in began] == [
-        ("metric.regressed", "proc:1", 90.0)
+    assert [(e["kind"], e["subject"], e["baseline"], e["worse"]) for e in began] == [
+        ("metric.regressed", "proc:1", 90.0, "lower")
     ]
     assert metric_events({metric.key}, {metric.key: (metric, base)}) == []
     ended = metric_events({metric.key}, {})
@@ -200,3 +210,32 @@ async def test_a_legacy_client_subscribed_with_resources_subscribe_is_notified(
                 await anyio.sleep(0.1)
         latest = await client.read_resource(LATEST_URI)
     assert latest.contents[0].text.startswith(f"snapshot {Store(store_dir).resolve('latest')}")
+
+
+def test_cycles_over_a_captured_graph_say_a_regression_then_its_recovery(
+    store_dir: Path, witty, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three cycles "collect" the witty capture (rank proc:1895089's locality 0.56), then a
+    copy with that locality at 0.10, then the capture again: the baseline is the first, the
+    second regresses, the third recovers; findings, unchanged, say nothing after the first."""
+    worse = native.loads(native.dumps(witty))
+    worse.node("proc:1895089").numa_locality = 0.10
+    graphs = iter([witty, worse, witty])
+    monkeypatch.setattr(monitor_module, "collect_snapshot", lambda ctx: next(graphs))
+    store = Store(store_dir)
+    monitor = Monitor(store, Config())
+    first = monitor.run_cycle()
+    store.set_baseline(first.snapshot_id)  # the capture has P0s: never a baseline by itself
+    second, third = monitor.run_cycle(), monitor.run_cycle()
+    assert {e["kind"] for e in first.events} == {"finding.appeared"}
+    assert [(e["kind"], e["metric"], e["subject"], e["baseline"]) for e in second.events] == [
+        ("metric.regressed", "rank_numa_locality", "proc:1895089", 0.5623)
+    ]
+    assert [(e["kind"], e["subject"]) for e in third.events] == [
+        ("metric.recovered", "proc:1895089")
+    ]
+    stored = store.events_since(first.events[-1]["seq"])
+    assert [e["kind"] for e in stored] == ["metric.regressed", "metric.recovered"]
+    # a restarted monitor carries on from the store: the same capture again says nothing
+    graphs = iter([witty])
+    assert Monitor(store, Config()).run_cycle().events == []

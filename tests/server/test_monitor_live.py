@@ -159,6 +159,12 @@ def hog_event(kind: str, pid: int) -> Callable[[dict], bool]:
     )
 
 
+def _lines(path: Path) -> list[dict]:
+    """The complete lines of a JSON-lines file being appended to."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
 def write_config(path: Path, extra: str = "") -> None:
     path.write_text(f'[monitor]\ninterval_s = 1\nwindow_s = 0.4\nebpf = "off"\n{extra}')
 
@@ -179,9 +185,9 @@ def test_a_fault_injected_then_removed_appears_then_resolves(
         assert appeared["priority"] == "P0" and appeared["layer"] == 6
 
         # Prometheus scraped it: the finding is a series with its labels
-        series = wait_for(lambda: prometheus(f'wp_finding{{rule="{HOG_RULE}"}}'), "the series")
-        assert series[0]["metric"]["subject"] == f"proc:{hog.pid}"
-        assert series[0]["metric"]["priority"] == "P0"
+        selector = f'wp_finding{{rule="{HOG_RULE}",subject="proc:{hog.pid}"}}'
+        series = wait_for(lambda: prometheus(selector), "the series")
+        assert series[0]["metric"]["priority"] == "P0" and series[0]["value"][1] == "1"
         assert wait_for(lambda: prometheus("wp_rank_cpu_pct"), "rank metrics")
 
         # SIGHUP: the edited config switches the events file on before the next cycle
@@ -193,8 +199,10 @@ def test_a_fault_injected_then_removed_appears_then_resolves(
         stop(hog)
         resolved = daemon.wait_event(hog_event("finding.resolved", hog.pid), "hog resolved")
         assert resolved["seq"] > appeared["seq"]
-        written = [json.loads(line) for line in events_file.read_text().splitlines()]
-        assert any(hog_event("finding.resolved", hog.pid)(e) for e in written)
+        wait_for(
+            lambda: any(map(hog_event("finding.resolved", hog.pid), _lines(events_file))),
+            "the events file",
+        )  # fmt: skip  (written just after stdout)
         assert events_file.stat().st_mode & 0o777 == 0o600
 
         daemon.proc.send_signal(signal.SIGTERM)
