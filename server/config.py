@@ -58,6 +58,23 @@ class MonitorConfig(_Section):
     noise_pct: float = Field(
         20.0, gt=0, description="a metric must move this much (% of the baseline) to regress"
     )
+    collectors_off: list[str] = Field(
+        default_factory=list, description='collectors each cycle skips, e.g. ["pci", "disk"]'
+    )
+
+    @field_validator("collectors_off")
+    @classmethod
+    def _known_collectors(cls, names: list[str]) -> list[str]:
+        if names:  # importing every collector takes a while: only when some are named
+            from wp_mcp.collectors.registry import COLLECTORS, load
+
+            known = [load(spec).name for spec in COLLECTORS]
+            unknown = [name for name in names if name not in known]
+            if unknown:
+                raise ValueError(
+                    f"no collector {excerpt(unknown[0])}; collectors: {', '.join(known)}"
+                )
+        return names
 
 
 class MetricsConfig(_Section):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from wp_mcp.collectors import Context, collect_snapshot
+from wp_mcp.collectors import Context, collect_snapshot, default_collectors
 from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph.store import Store
@@ -256,7 +256,11 @@ class Monitor:
         self._ctx = Context(window_s=cfg.window_s, ebpf=cfg.ebpf)
         if self.stop.is_set():
             return None
-        graph = collect_snapshot(self._ctx)
+        off = set(cfg.collectors_off)
+        collectors = (
+            [c for c in default_collectors(self._ctx) if c.name not in off] if off else None
+        )
+        graph = collect_snapshot(self._ctx, collectors)
         if getattr(graph.meta, "cancelled", False) or self.stop.is_set():
             log.info("cycle abandoned: stopping")
             return None

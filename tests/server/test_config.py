@@ -92,6 +92,7 @@ def test_search_path_finds_the_user_file(tmp_path: Path) -> None:
         ('[outputs.webhooks]\nurls = ["ftp://x"]\n', "outputs.webhooks.urls", 2, "http"),
         ("colour = 1\n", "colour", 1, "unknown key"),
         ("[store]\ntiers = [[600, 0], [60, 10]]\n", "store.tiers", 2, "older than"),
+        ('[monitor]\ncollectors_off = ["pcie"]\n', "monitor.collectors_off", 2, "procfs"),
     ],
 )
 def test_a_mistake_names_key_file_and_line(tmp_path, capsys, text, key, line, says) -> None:

@@ -162,9 +162,11 @@ def test_a_regression_is_said_when_it_begins_and_when_it_ends() -> None:
 
 @pytest.mark.slow
 def test_an_overrunning_cycle_is_logged_and_skipped_not_piled_up(store_dir: Path) -> None:
-    """Window 0.4 s, interval 0.1 s: every start is missed; cycles still run one at a time."""
+    """Window 0.4 s, interval 0.1 s: every start is missed; cycles still run one at a time
+    (and run only the collectors the config left on)."""
     config = Config()
     config.monitor.window_s, config.monitor.interval_s = 0.4, 0.1
+    config.monitor.collectors_off = ["pci", "disk"]
     seen: list[dict] = []
 
     class Outputs:
@@ -186,6 +188,8 @@ def test_an_overrunning_cycle_is_logged_and_skipped_not_piled_up(store_dir: Path
     missed = [e for e in seen if e["kind"] == "deadline.missed"]
     assert missed and all(e["missed"] >= 1 for e in missed)
     assert len(Store(store_dir).list()) == 2
+    ran = {status.name for status in Store(store_dir).get("latest").meta.collectors}
+    assert "procfs" in ran and not ran & {"pci", "disk"}  # the config turned those off
 
 
 @pytest.mark.anyio
@@ -221,7 +225,7 @@ def test_cycles_over_a_captured_graph_say_a_regression_then_its_recovery(
     worse = native.loads(native.dumps(witty))
     worse.node("proc:1895089").numa_locality = 0.10
     graphs = iter([witty, worse, witty])
-    monkeypatch.setattr(monitor_module, "collect_snapshot", lambda ctx: next(graphs))
+    monkeypatch.setattr(monitor_module, "collect_snapshot", lambda ctx, collectors: next(graphs))
     store = Store(store_dir)
     monitor = Monitor(store, Config())
     first = monitor.run_cycle()
