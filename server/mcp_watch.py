@@ -31,6 +31,7 @@ LATEST_URI = "wp://snapshots/latest"
 FINDINGS_URI = "wp://findings"
 WATCH_INTERVAL_S = 1.0
 MAX_EVENTS_PER_CALL = 200
+EVENTS_TOKENS = 3900  # a wp_events answer stays within the 4,000-token page budget
 _FINDING_EVENTS = ("finding.appeared", "finding.resolved", "finding.escalated")
 
 
@@ -147,7 +148,12 @@ def _register_resources(server: Any, state: Any) -> None:
                      description="Findings of the newest report; subscribe to hear of changes")  # fmt: skip
     @_resource_errors
     def findings() -> str:
-        return findings_text(state.store)
+        from .mcp_server import DEFAULT_MAX_TOKENS
+        from .mcp_text import page_text
+
+        text = findings_text(state.store)
+        return page_text(text, max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
+                         again="wp_report report=latest").text  # fmt: skip
 
 
 def findings_text(store: Any) -> str:
@@ -155,7 +161,7 @@ def findings_text(store: Any) -> str:
     report = store.get_report("latest")
     rows = sorted(report.data.get("findings", []), key=lambda f: f["priority"])
     lines = [f"report {report.id} of snapshot {report.snapshot_id}: {len(rows)} finding(s)"]
-    for f in rows[:MAX_EVENTS_PER_CALL]:
+    for f in rows:
         subject = f" on {f['subject']}" if f.get("subject") else ""
         lines.append(escape(f"{f['priority']} {f['rule_id']}{subject}: {f['title']}", 300, "line"))
     return "\n".join(lines)
@@ -186,10 +192,19 @@ def _register_events_tool(server: Any, state: Any) -> None:
         cursor: Annotated[int, Field(ge=0, description="seq of the last event seen; 0: all")] = 0,
         limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_PER_CALL)] = 50,
     ) -> Any:
+        from wp_mcp.converters.tokens import take_lines
+
         events = state.store.events_since(cursor, limit)
-        next_cursor = events[-1]["seq"] if events else cursor
+        lines = take_lines([event_text(event) for event in events], 0, EVENTS_TOKENS)
+        shown = events[: len(lines)]  # what the budget let in: the next call resumes after it
+        next_cursor = shown[-1]["seq"] if shown else cursor
         if not events:
             text = f"no events after #{cursor} (`wp-mcp monitor` writes them)"
         else:
-            text = "\n".join(event_text(event) for event in events)
-        return _result(text, count=len(events), next_cursor=next_cursor)
+            more = (
+                f"\n(more: call wp_events with cursor={next_cursor})"
+                if len(shown) < len(events)
+                else ""
+            )
+            text = "\n".join(lines) + more
+        return _result(text, count=len(shown), next_cursor=next_cursor)

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, types
+from wp_mcp.converters import count_tokens
 from wp_mcp.graph import native
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
@@ -243,3 +244,25 @@ def test_cycles_over_a_captured_graph_say_a_regression_then_its_recovery(
     # a restarted monitor carries on from the store: the same capture again says nothing
     graphs = iter([witty])
     assert Monitor(store, Config()).run_cycle().events == []
+
+
+@pytest.mark.anyio
+async def test_wp_events_pages_by_cursor_within_the_token_budget(store_dir: Path, witty) -> None:
+    """300 events with long, hostile titles: each answer fits 4,000 tokens, one line per event
+    with control characters escaped, and following next_cursor lists each event once."""
+    title = "\x1b[31m" + "hot thread " * 40
+    events = [{"kind": "finding.appeared", "rule": "HT.hot-thread", "priority": "P2",
+               "subject": f"thr:{i}", "title": title} for i in range(300)]  # fmt: skip
+    put_cycle(Store(store_dir), witty, events)
+    seen: list[str] = []
+    cursor = 0
+    async with Client(build_server(ServerState(store_path=store_dir))) as client:
+        while True:
+            answer = await client.call_tool("wp_events", {"cursor": cursor, "limit": 200})
+            text = answer.content[0].text
+            assert not answer.is_error and count_tokens(text) <= 4000 and "\x1b" not in text
+            if answer.structured_content["count"] == 0:
+                break
+            seen += [line.split()[5] for line in text.splitlines() if line.startswith("#")]
+            cursor = answer.structured_content["next_cursor"]
+    assert seen == [f"subject=thr:{i}" for i in range(300)]
