@@ -688,8 +688,7 @@ def attach_rank(graph: Graph, rank: RankTrace, proc_id: str, prefix: str) -> Non
     for index, facts in devices.items():
         device_id = _device_node(graph, prefix, index, proc_id)
         target = graph.node(device_id)
-        target.set("trace_rank", rank.rank, SOURCE) if rank.rank is not None else None
-        for key, value in facts.items():
+        for key, value in {"trace_rank": rank.rank, **facts}.items():
             if value is not None:
                 target.set(key, value, SOURCE)
 
