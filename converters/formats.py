@@ -219,7 +219,7 @@ def picture_dot(picture: Picture) -> str:
     devices and processes as nodes inside them, findings' subjects in their colour."""
     lines = [
         "digraph wp {",
-        '  compound=true; rankdir=LR; newrank=true; fontname="monospace";',
+        '  compound=true; rankdir=TB; newrank=true; fontname="monospace";',
         '  node [shape=box, fontname="monospace", fontsize=11, style="rounded,filled", '
         'fillcolor="#ffffff"];',
         '  edge [fontname="monospace", fontsize=9];',
@@ -310,7 +310,7 @@ def picture_mermaid(picture: Picture, max_tokens: int) -> str:
 
 def _mermaid_picture(picture: Picture, level: str) -> str:
     keep = _mermaid_kept(picture, level)
-    lines = [f"%% {_mermaid_text(picture.title)} · detail: {level}", "flowchart LR"]
+    lines = [f"%% {_mermaid_text(picture.title)} · detail: {level}", "flowchart TB"]
     _mermaid_children(picture, None, keep, lines, "  ")
     for link in picture.links:
         if link.src in keep and link.dst in keep:
