@@ -175,7 +175,7 @@ class _Intervals:
     corr: array = field(default_factory=lambda: array("q"))
 
 
-@dataclass
+@dataclass(slots=True)  # one per call: a few million in a large trace
 class Collective:
     kind: str  # all_reduce, broadcast, all_to_all…
     start: float  # µs
@@ -307,6 +307,8 @@ class RankTrace:
     def _metadata(self, event: dict) -> None:
         pid, args = event.get("pid"), event.get("args")
         if type(pid) is not int or not isinstance(args, dict):
+            return
+        if len(self.process_names) >= 1 << 16:  # names of pids no trace has so many of
             return
         if event.get("name") == "process_name" and isinstance(args.get("name"), str):
             self.process_names[pid] = args["name"][:200]
