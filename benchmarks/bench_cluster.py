@@ -1,0 +1,127 @@
+"""Cluster benchmark: merge 128 node graphs of 8 accelerators each into one cluster graph,
+then render every view and run every rule on it; one node's link is lossy and one rank is a
+straggler, and both must be found.
+
+    .venv/bin/python benchmarks/bench_cluster.py [--hosts 128] [--accelerators 8]
+
+The node graphs are the synthetic cluster's hosts (graph/synthetic.py), taken apart as each
+node's own collection would see them: ids without the host prefix, and each cross-host
+connection as two sockets, one on each node, with full addresses (so the merge must find
+the pairs). Prints figures only; nothing here asserts timings (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from wp_mcp.collectors.cluster import merge_hosts
+from wp_mcp.converters import VIEWS, render_view
+from wp_mcp.graph import Graph, Meta, ids
+from wp_mcp.graph.synthetic import WORKERS_PER_RANK, cluster_graph
+from wp_mcp.skills.bottleneck_identification import evaluate
+
+BUDGETS = {"summary": 300}  # every other first page: 4,000 tokens (docs/views.md)
+PAGE_BUDGET = 4000
+SERVER_PORT = 29500
+
+
+def node_graphs(hosts: int, accelerators: int, lossy: str, straggler: str) -> dict[str, Graph]:
+    """The synthetic cluster split into one graph per node, ranks marked as the node
+    collection marks them, ``lossy``'s outgoing flows retransmitting 5 %, ``straggler``'s
+    rank 3 waiting for a CPU 60 % of the window."""
+    cluster = cluster_graph(hosts, accelerators)
+    address = {h: f"10.0.{i // 250}.{i % 250}" for i, h in enumerate(cluster.meta.hosts)}
+    parts = {h: Graph(Meta(hosts=[h], window_s=cluster.meta.window_s, started_at=1000.0))
+             for h in cluster.meta.hosts}  # fmt: skip
+    for node in cluster.nodes.values():
+        host, local = ids.split_host(node.id)
+        values = dict(node.__dict__, id=local)
+        parts[host].add_node(type(node).from_dict(values))
+    for edge in cluster.edges():
+        (src_host, src), (dst_host, dst) = ids.split_host(edge.src), ids.split_host(edge.dst)
+        if src_host == dst_host:
+            parts[src_host].add_edge(type(edge).from_dict(dict(edge.__dict__, src=src, dst=dst)))
+        elif edge.kind == "peer":  # the two ends of a connection, as each node sees its own
+            _address_pair(parts, src_host, src, dst_host, dst, address)
+    for host, graph in parts.items():
+        _mark_ranks(graph, hosts=list(parts), host=host, accelerators=accelerators)
+    for sock in parts[lossy].of_kind("socket"):
+        if sock.get("bytes_sent"):
+            sock.retrans_total = sock.bytes_sent // 1448 // 20
+    parts[straggler].node(ids.process(_rank_pid(3))).run_delay_pct = 60.0
+    return parts
+
+
+def _address_pair(parts, src_host, src, dst_host, dst, address) -> None:
+    client, server = parts[src_host].node(src), parts[dst_host].node(dst)
+    port = client.local_port
+    client.remote_addr, client.remote_port = address[dst_host], SERVER_PORT
+    server.local_addr, server.local_port = address[dst_host], SERVER_PORT
+    server.remote_addr, server.remote_port = address[src_host], port
+    if not parts[dst_host].node("sock:listen"):
+        parts[dst_host].add("socket", "sock:listen", proto="tcp", state="LISTEN",
+                            local_addr=address[dst_host], local_port=SERVER_PORT)  # fmt: skip
+
+
+def _rank_pid(local_rank: int) -> int:
+    return 1001 + local_rank * (WORKERS_PER_RANK + 1)
+
+
+def _mark_ranks(graph: Graph, hosts: list[str], host: str, accelerators: int) -> None:
+    for local in range(accelerators):
+        proc = graph.node(ids.process(_rank_pid(local)))
+        proc.rank = hosts.index(host) * accelerators + local
+        proc.local_rank, proc.world_size = local, len(hosts) * accelerators
+        proc.run_delay_pct = 2.0
+
+
+def timed(action):
+    start = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=128)
+    parser.add_argument("--accelerators", type=int, default=8)
+    args = parser.parse_args()
+    lossy, straggler = f"h{args.hosts // 3}", f"h{2 * args.hosts // 3}"
+    parts, built = timed(lambda: node_graphs(args.hosts, args.accelerators, lossy, straggler))
+    nodes = sum(len(g.nodes) for g in parts.values())
+    print(f"== {args.hosts} node graphs × {args.accelerators} accelerators: {nodes:,} nodes "
+          f"(split in {built:.1f}s); load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    merged, merge_s = timed(lambda: merge_hosts(parts))
+    flows = merged.meta.cluster["flows"]
+    print(f"merge: {merge_s:.2f}s → {len(merged.nodes):,} nodes, {merged.edge_count:,} edges; "
+          f"cross-host peers {flows['cross_host_peers']:,}, talks_to "
+          f"{flows['cross_host_talks_to']:,}; ranks {merged.meta.cluster['ranks']['found']:,}")  # fmt: skip
+    worst_ok = True
+    print(f"{'view':<13}{'tokens':>8}{'budget':>8}{'ms':>8}")
+    for view in VIEWS:
+        if view == "entity":
+            options = {"entity": ids.with_host(straggler, ids.process(_rank_pid(3)))}
+        else:
+            options = {}
+        page, seconds = timed(lambda v=view, o=options: render_view(merged, v, **o))
+        budget = BUDGETS.get(view, PAGE_BUDGET)
+        worst_ok &= page.tokens <= budget
+        print(f"{view:<13}{page.tokens:>8,}{budget:>8,}{seconds * 1000:>8.0f}")
+    outcomes, rules_s = timed(lambda: evaluate(merged))
+    found = {o.rule.id: o.result for o in outcomes}
+    lossy_found = [f.subject for f in found["L4.cluster-lossy-host"]]
+    straggler_found = [f.subject for f in found["L1.cluster-straggler"]]
+    print(f"rules: {len(outcomes)} in {rules_s:.2f}s")
+    print(f"lossy host (injected {lossy}): {lossy_found}")
+    print(f"straggler (injected {straggler}/rank 3): {straggler_found}")
+    ok = (worst_ok and lossy_found == [f"host:{lossy}"]
+          and straggler_found == [ids.with_host(straggler, ids.process(_rank_pid(3)))])  # fmt: skip
+    print("every view within budget, lossy host and straggler found" if ok else "TARGET MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
