@@ -14,7 +14,9 @@ from wp_mcp.converters import count_tokens
 from wp_mcp.graph import native
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
+from wp_mcp.server import config as config_module
 from wp_mcp.server import monitor as monitor_module
+from wp_mcp.server.cli import main
 from wp_mcp.server.config import Config
 from wp_mcp.server.mcp_server import build_server
 from wp_mcp.server.mcp_state import ServerState
@@ -266,3 +268,40 @@ async def test_wp_events_pages_by_cursor_within_the_token_budget(store_dir: Path
             seen += [line.split()[5] for line in text.splitlines() if line.startswith("#")]
             cursor = answer.structured_content["next_cursor"]
     assert seen == [f"subject=thr:{i}" for i in range(300)]
+
+
+@pytest.fixture
+def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI finds no config of this machine (user's or /etc): defaults apply."""
+    monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
+    monkeypatch.setattr(config_module, "search_path", lambda: [tmp_path / "absent.toml"])
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_print_unit_runs_this_installation_with_its_config(capsys) -> None:
+    assert main(["--config", "/etc/wp-mcp/monitor.toml", "monitor", "--print-unit"]) == 0
+    unit = capsys.readouterr().out
+    start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert start.endswith("wp-mcp --config /etc/wp-mcp/monitor.toml monitor")
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit and "KillSignal=SIGTERM" in unit
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_baseline_set_and_show(store_dir: Path, witty, capsys) -> None:
+    assert main(["baseline", "show"]) == 2
+    assert "no baseline yet" in capsys.readouterr().err
+    snapshot = Store(store_dir).put(witty)
+    assert main(["baseline", "set", "latest"]) == 0
+    assert capsys.readouterr().out.strip() == snapshot
+    assert main(["baseline", "show"]) == 0 and capsys.readouterr().out.strip() == snapshot
+    assert main(["baseline", "set", "nope\x1b[2J"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "no snapshot" in err
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_a_metrics_address_off_loopback_is_refused_before_collecting(store_dir, capsys) -> None:
+    assert main(["monitor", "--once", "--metrics", "0.0.0.0:9100"]) == 2
+    err = capsys.readouterr().err
+    assert "outputs.metrics.bind" in err and "loopback" in err and err.count("\n") == 1
+    assert not store_dir.exists()
