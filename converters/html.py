@@ -36,9 +36,11 @@ def elk_version() -> str:
     return asset("elk.version").strip()
 
 
-def render_html(picture: Picture) -> str:
-    data = orjson.dumps(picture.to_dict()).decode().translate(_SCRIPT_SAFE)
-    title = _text(picture.title)
+def render_html(picture: Picture | None) -> str:
+    """The page of ``picture``; with None, the MCP App shell, which gets its picture from the
+    MCP host (see picture.js)."""
+    data = orjson.dumps(picture.to_dict()).decode().translate(_SCRIPT_SAFE) if picture else ""
+    title = _text(picture.title) if picture else "wp-mcp picture"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -51,7 +53,7 @@ def render_html(picture: Picture) -> str:
 <div id="legend"><span style="border-color:#d7191c">P0</span><span style="border-color:#f07c00">P1</span><span style="border-color:#2b83ba">P2</span> click a finding to highlight what it names</div>
 <h2>Findings</h2><ul id="findings"></ul>
 <h2>Details</h2><div id="detail">hover over a box</div>
-<p id="notes">{_text(" · ".join(picture.notes))}</p>
+<p id="notes"></p>
 </div>
 <div id="main">
 <div id="bar"><input id="search" type="search" placeholder="search name, pid, id" size="30">

@@ -37,6 +37,7 @@ from wp_mcp.graph.safetext import error_line, excerpt
 
 from wp_mcp import __version__
 
+from .mcp_app import PICTURE_APP_META, register_picture_app
 from .mcp_state import ServerState
 from .mcp_text import DIAGNOSE_PROMPT, INSTRUCTIONS, SKILL_PROMPT, page_text
 from .mcp_watch import register_monitoring
@@ -196,6 +197,7 @@ def build_server(state: ServerState | None = None) -> WpServer:
     _register_prompts(server)
     _register_completions(server, state)
     register_monitoring(server, state)  # subscriptions, wp://findings, wp_events (mcp_watch)
+    register_picture_app(server, state, _resource_errors)  # the ui:// page (mcp_app)
     return server
 
 
@@ -499,6 +501,7 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         name="wp_layer",
         title="One layer or view of a snapshot",
         annotations=READ_ONLY,
+        meta=PICTURE_APP_META,
         description=(
             "One layer (compute, memory, interconnect, network, storage, control, data) or view "
             "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
@@ -644,6 +647,7 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
         name="wp_run_skill",
         title="Run a diagnosis skill",
         annotations=WRITES_STORE,
+        meta=PICTURE_APP_META,
         description=(
             "Run a skill on a snapshot and store its report: dataflow-topology-restore, "
             "bottleneck-identification, hotspot-thread-discovery, or all (one combined report). "

@@ -6,10 +6,55 @@
 "use strict";
 
 (function () {
+  const embedded = document.getElementById("wp-data").textContent.trim();
+  if (embedded) start(JSON.parse(embedded));
+  else mcpApp(start); // the MCP App shell: the picture comes from the host
+})();
+
+// As an MCP App (the ui:// resource of wp_layer and wp_run_skill): the host renders this page
+// in an iframe and talks JSON-RPC over postMessage. After the handshake it sends the tool's
+// result; the snapshot id in it names the picture, read through the host as the resource
+// wp://snapshots/ID/picture.
+function mcpApp(start) {
+  const pending = new Map();
+  let nextId = 1;
+  const post = (message) => window.parent.postMessage({ jsonrpc: "2.0", ...message }, "*");
+  const request = (method, params) =>
+    new Promise((resolve, reject) => {
+      const id = nextId++;
+      pending.set(id, { resolve, reject });
+      post({ id, method, params });
+    });
+  let started = false;
+  window.addEventListener("message", async (event) => {
+    if (event.source !== window.parent || !event.data || event.data.jsonrpc !== "2.0") return;
+    const message = event.data;
+    if (message.id !== undefined && pending.has(message.id) && !message.method) {
+      const waiter = pending.get(message.id);
+      pending.delete(message.id);
+      message.error ? waiter.reject(new Error(message.error.message)) : waiter.resolve(message.result);
+      return;
+    }
+    if (message.method !== "ui/notifications/tool-result" || started) return;
+    const snapshot = message.params?.structuredContent?.snapshot_id;
+    if (typeof snapshot !== "string") return;
+    started = true;
+    const read = await request("resources/read", { uri: `wp://snapshots/${snapshot}/picture` });
+    start(JSON.parse(read.contents[0].text));
+  });
+  request("ui/initialize", {
+    protocolVersion: "2026-01-26",
+    appInfo: { name: "wp-mcp picture", version: "1" },
+    appCapabilities: {},
+  }).then(() => post({ method: "ui/notifications/initialized", params: {} }));
+}
+
+function start(data) {
   const SVG = "http://www.w3.org/2000/svg";
   const LINE = 14; // px per label line
   const CHAR = 7; // px per character of the 12 px monospace font
-  const data = JSON.parse(document.getElementById("wp-data").textContent);
+  document.querySelector("h1").textContent = data.title;
+  document.getElementById("notes").textContent = data.notes.join(" · ");
   const boxes = new Map(data.boxes.map((b) => [b.id, b]));
   const kids = new Map();
   for (const b of data.boxes) {
@@ -316,4 +361,4 @@
     document.getElementById("notes").textContent = `layout failed: ${error}`;
     throw error;
   });
-})();
+}
