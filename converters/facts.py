@@ -6,11 +6,10 @@ never rescans the whole edge list to answer a neighbour question.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
-from wp_mcp.graph import ids
+from wp_mcp.graph import ids, query
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Edge, Element, Node
 from wp_mcp.graph.query import device_numa_node
@@ -33,32 +32,11 @@ class Facts:
     @cached_property
     def thread_owner(self) -> dict[str, str]:
         """thread id → process id (from has_thread edges, else the thread's pid)."""
-        owner: dict[str, str] = {}
-        nodes = self.graph.nodes
-        for thread in self.graph.of_kind("thread"):
-            parents = [
-                e.src
-                for e in self.graph.in_edges(thread.id, "has_thread")
-                if e.src in nodes and nodes[e.src].kind == PROCESS
-            ]
-            if parents:
-                owner[thread.id] = parents[0]
-                continue
-            pid = attr(thread, "pid")
-            if pid is not None:
-                host, _ = ids.split_host(thread.id)
-                candidate = ids.with_host(host, ids.process(pid))
-                if candidate in nodes:
-                    owner[thread.id] = candidate
-        return owner
+        return query.thread_owner(self.graph)
 
     @cached_property
     def threads_of(self) -> dict[str, list[Node]]:
-        by_process: dict[str, list[Node]] = defaultdict(list)
-        nodes = self.graph.nodes
-        for thread_id, process_id in self.thread_owner.items():
-            by_process[process_id].append(nodes[thread_id])
-        return by_process
+        return query.threads_by_process(self.graph, self.thread_owner)
 
     @cached_property
     def talks_to(self) -> list[Edge]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from wp_mcp.graph.cpulist import parse_cpulist
+from wp_mcp.graph import query
+from wp_mcp.graph.cpulist import format_cpulist, parse_cpulist
 from wp_mcp.graph.model import Edge, Node
 
 from .facts import Facts, attr
@@ -581,8 +582,17 @@ def _placement_line(facts: Facts, process: Node) -> str:
 
 
 def _allowed(facts: Facts, process: Node) -> str | None:
+    """The process's CPU affinity and, when threads are pinned elsewhere, theirs too: the
+    main thread's list alone hides an acl_thread pinned to another node."""
     allowed = attr(process, "cpus_allowed")
-    return f"allowed={word(allowed, 40)}" if allowed else None
+    if not allowed:
+        return None
+    threads = facts.threads_of.get(process.id, [])
+    foreign = query.foreign_thread_cpus(process, threads)
+    if not foreign:
+        return f"allowed={word(allowed, 40)}"
+    cpus = format_cpulist(set().union(*foreign.values()))
+    return f"allowed={word(allowed, 40)} thr_allowed={word(cpus, 40)}"
 
 
 def _device_remote(
@@ -1106,16 +1116,20 @@ LAYERS: dict[str, Callable[[Facts], list[Item]]] = {
 
 LEGENDS = {
     "compute": "host cpus busy steal load | dev util mem=used/total users | proc cpu thr "
-    "sw=vol/invol(/s or _total) dev | (indented) thr cpu sw cpus=used on{numa:share}",
+    "sw=vol/invol context switches(/s or _total count) dev | (indented) thr cpu sw cpus=used "
+    "on{numa:share}",
     "memory": "host avail=free/total swap majflt psi | numa free=free/total hit miss | dev mem | "
-    "proc rss majflt pages=resident(see interconnect for per-node shares)",
+    "proc rss majflt pages=resident page count(numa_maps, base pages; per-node shares in "
+    "interconnect)",
     "interconnect": "numa cpus mem dist=SLIT row | dev numa cpus pci link users | nic/rdma | "
     "N× path CLASS pairs | proc dev=id@numa REMOTE(cpu/mem≠dev) cpu{numa:share} "
-    "mem{numa:share} loc=0..1 allowed",
+    "mem{numa:share} loc=P(cpu and pages on one node, 0..1) allowed thr_allowed=threads "
+    "pinned elsewhere",
     "network": "host retrans listen_ovf | nic state speed rx/tx err drop | A → B transport "
     "bytes rate flows retrans | sock proto state local→remote sent/recv rate rtt(min) retrans q proc",
     "storage": "host iowait psi_io | disk util await queue r/w iops | proc r/w | thr state=D",
-    "control": "host load psi_cpu | ctr throttled procs | proc allowed shares_cpus_with run "
+    "control": "host load psi_cpu | ctr throttled procs | proc allowed thr_allowed "
+    "shares_cpus_with run "
     "invol cpu | (indented) thr run invol",
     "data": "A → B transport bytes rate | pipe/shm/mq/unix-sock path size peer proc=holders",
 }

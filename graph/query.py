@@ -97,3 +97,44 @@ def _edge_values(graph: Graph, node_id: str, kind: str) -> dict[str, float]:
         if number is not None and value is not None:
             out[str(number)] = value
     return out
+
+
+def thread_owner(graph: Graph) -> dict[str, str]:
+    """Thread id → process id: its ``has_thread`` edge, else the process its pid names
+    (witty-profiler imports link only some threads)."""
+    owner: dict[str, str] = {}
+    nodes = graph.nodes
+    for thread in graph.of_kind("thread"):
+        parents = [
+            e.src
+            for e in graph.in_edges(thread.id, "has_thread")
+            if e.src in nodes and nodes[e.src].kind == "process"
+        ]
+        if parents:
+            owner[thread.id] = parents[0]
+            continue
+        pid = thread.get("pid")
+        if pid is not None:
+            host, _ = ids.split_host(thread.id)
+            candidate = ids.with_host(host, ids.process(int(pid)))
+            if candidate in nodes:
+                owner[thread.id] = candidate
+    return owner
+
+
+def threads_by_process(graph: Graph, owner: dict[str, str] | None = None) -> dict[str, list[Node]]:
+    """Process id → its threads (``owner``: a ``thread_owner`` result already at hand)."""
+    by_process: dict[str, list[Node]] = defaultdict(list)
+    for thread_id, process_id in (owner or thread_owner(graph)).items():
+        by_process[process_id].append(graph.nodes[thread_id])
+    return by_process
+
+
+def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:
+    """Threads allowed other CPUs than their process shows: thread id → its CPUs."""
+    own = cpu_set(proc.get("cpus_allowed"))
+    return {
+        t.id: allowed
+        for t in threads
+        if (allowed := cpu_set(t.get("cpus_allowed"))) and allowed != own
+    }

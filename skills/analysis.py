@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from wp_mcp.graph import Graph, Node
+from wp_mcp.graph import Graph, Node, query
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
 from wp_mcp.graph.query import cpu_set, device_numa_node
@@ -45,15 +45,6 @@ def host_prefix(node_id: str) -> str:
 def numa_id(node: Node) -> int | None:
     value = node.get("numa_id")
     return int(value) if value is not None else None
-
-
-def _shares(values: dict[str, float] | None) -> dict[int, float]:
-    """Per-node values → shares summing to 1 (empty when there is nothing to share)."""
-    if not values:
-        return {}
-    clean = {int(k): float(v) for k, v in values.items() if v is not None and float(v) > 0}
-    total = sum(clean.values())
-    return {k: v / total for k, v in clean.items()} if total > 0 else {}
 
 
 @dataclass
@@ -143,24 +134,10 @@ class Analysis:
 
     def cpu_share(self, proc: Node) -> dict[int, float]:
         """Share of a process's CPU time per NUMA node."""
-        shares = _shares(proc.get("numa_cpu_share"))
-        if shares:
-            return shares
-        shares = _shares(self._edge_values(proc.id, "cpu_on", "share"))
-        if shares:
-            return shares
-        per_node: dict[str, float] = defaultdict(float)
-        for thread in self.graph.successors(proc.id, "has_thread"):
-            for node, seconds in (thread.get("numa_cpu_time") or {}).items():
-                per_node[node] += seconds
-        return _shares(per_node)
+        return query.cpu_share(self.graph, proc)
 
     def page_share(self, proc: Node) -> dict[int, float]:
-        return (
-            _shares(proc.get("numa_page_share"))
-            or _shares(proc.get("numa_pages"))
-            or _shares(self._edge_values(proc.id, "mem_on", "share"))
-        )
+        return query.page_share(self.graph, proc)
 
     def locality(self, proc: Node) -> float | None:
         """P(CPU time and pages on the same node); the collector's value when it has one."""
@@ -171,16 +148,6 @@ class Analysis:
         if not cpu or not pages:
             return None
         return sum(share * pages.get(node, 0.0) for node, share in cpu.items())
-
-    def _edge_values(self, node_id: str, kind: str, attr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for edge in self.graph.out_edges(node_id, kind):
-            target = self.graph.node(edge.dst)
-            number = numa_id(target) if target else None
-            value = edge.get(attr)
-            if number is not None and value is not None:
-                out[str(number)] = value
-        return out
 
     # ------------------------------------------------------------------ devices
 
@@ -236,27 +203,15 @@ class Analysis:
 
     def threads_of(self, proc: Node) -> list[Node]:
         """A process's threads: ``has_thread`` edges, else threads naming its pid."""
-        threads = [t for t in self.graph.successors(proc.id, "has_thread") if t.kind == "thread"]
-        if threads:
-            return threads
-        return self._threads_by_pid.get((host_prefix(proc.id), proc.get("pid")), [])
+        return self._threads.get(proc.id, [])
 
     @cached_property
-    def _threads_by_pid(self) -> dict[tuple[str, int | None], list[Node]]:
-        out: dict[tuple[str, int | None], list[Node]] = defaultdict(list)
-        for thread in self.graph.of_kind("thread"):
-            if thread.get("pid") is not None:
-                out[(host_prefix(thread.id), thread.get("pid"))].append(thread)
-        return out
+    def _threads(self) -> dict[str, list[Node]]:
+        return query.threads_by_process(self.graph)
 
     def foreign_threads(self, proc: Node) -> dict[str, set[int]]:
         """Threads whose affinity differs from their process's: thread id → its CPUs."""
-        own = cpu_set(proc.get("cpus_allowed"))
-        return {
-            t.id: allowed
-            for t in self.threads_of(proc)
-            if (allowed := cpu_set(t.get("cpus_allowed"))) and allowed != own
-        }
+        return query.foreign_thread_cpus(proc, self.threads_of(proc))
 
     def affinity(self, proc: Node) -> set[int]:
         """Every CPU the process or any of its threads may run on (threads can be pinned one
