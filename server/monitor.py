@@ -127,6 +127,11 @@ def regressed(metric: Metric, baseline: Metric, noise_pct: float) -> bool:
 # ---------------------------------------------------------------------- events
 
 
+def _healthy(findings: dict[str, dict]) -> bool:
+    """Healthy enough to be the baseline: no P0 or P1 finding."""
+    return not any(f["priority"] in _UNHEALTHY for f in findings.values())
+
+
 def _finding_key(finding: dict[str, Any]) -> str:
     return f"{finding['rule_id']}|{finding.get('subject') or ''}"
 
@@ -228,28 +233,30 @@ class Monitor:
         if graph is None:
             return None
         report = diagnose(graph)
-        current = {_finding_key(f): f for f in report.to_dict()["findings"]}
+        findings = {_finding_key(f): f for f in report.to_dict()["findings"]}
         metrics = key_metrics(graph)
-        self._refresh_baseline()
         regressions = self._regressions(metrics)
-        events = finding_events(self.state.findings, current)
-        events += metric_events(self.state.regressions, regressions)
-        now = time.time()
-        for event in events:
-            event["time"] = now
+        events = self._events(findings, regressions)
         data = {**report.to_dict(), "monitor": {"regressions": sorted(regressions)}}
         tiers = tuple(tuple(tier) for tier in self.config.store.tiers)
         snapshot_id, report_id = self.store.put_cycle(
             graph, LABEL, (SKILL, data, report.to_markdown()), events, tiers
         )
-        self.state.findings, self.state.regressions = current, set(regressions)
-        if self.state.baseline_id is None and not any(
-            f["priority"] in _UNHEALTHY for f in current.values()
-        ):
+        self.state.findings, self.state.regressions = findings, set(regressions)
+        if self.state.baseline_id is None and _healthy(findings):
             events.append(self._set_baseline(snapshot_id, metrics))
         cycle = Cycle(snapshot_id, report_id, graph, report, metrics, events)
         self._publish(cycle)
         return cycle
+
+    def _events(self, findings: dict[str, dict], regressions: dict) -> list[dict[str, Any]]:
+        """What changed since the previous cycle, stamped with this cycle's time."""
+        events = finding_events(self.state.findings, findings)
+        events += metric_events(self.state.regressions, regressions)
+        now = time.time()
+        for event in events:
+            event["time"] = now
+        return events
 
     def _collect(self) -> Graph | None:
         cfg = self.config.monitor
@@ -267,6 +274,7 @@ class Monitor:
         return graph
 
     def _regressions(self, metrics: dict[str, Metric]) -> dict[str, tuple[Metric, Metric]]:
+        self._refresh_baseline()
         cfg = self.config.monitor
         base = self.state.baseline_metrics
         return {
@@ -309,10 +317,10 @@ class Monitor:
         if self.outputs is not None:
             self.outputs.cycle(cycle)
 
-    def _note(self, event: dict[str, Any]) -> None:
+    def _note(self, event: dict[str, Any], level: int = logging.WARNING) -> None:
         """An event about the monitor itself (not stored with a cycle)."""
         event.setdefault("time", time.time())
-        log.warning("%s", {k: v for k, v in event.items() if k != "time"})
+        log.log(level, "%s", {k: v for k, v in event.items() if k != "time"})
         if self.outputs is not None:
             self.outputs.events([event])
 
@@ -369,7 +377,7 @@ class Monitor:
             return
         if self.outputs is not None:
             self.outputs.reconfigure(self.config)
-        self._note({"kind": "config.reloaded"})
+        self._note({"kind": "config.reloaded"}, logging.INFO)
 
     def install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
