@@ -443,7 +443,7 @@ class Store:
 
     def baseline(self) -> str | None:
         """The baseline snapshot's id, or None when none is set."""
-        return _setting(self._connect(), BASELINE_KEY)
+        return _setting(self._connect(), BASELINE_KEY) if self._has_table("settings") else None
 
     # ------------------------------------------------------------------ events
 
@@ -458,14 +458,16 @@ class Store:
     def events_since(self, cursor: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         """Events with a sequence number above ``cursor``, oldest first, each with its
         ``seq`` (the next cursor is the last one's)."""
-        rows = (
-            self._connect()
-            .execute(
-                "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (cursor, limit)
-            )  # fmt: skip
-            .fetchall()
-        )
+        if not self._has_table("events"):  # a read-only store made before monitoring
+            return []
+        query = "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
+        with self._errors("cannot read the events"):
+            rows = self._connect().execute(query, (cursor, limit)).fetchall()
         return [{**orjson.loads(data), "seq": seq} for seq, data in rows]
+
+    def _has_table(self, table: str) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?"
+        return self._connect().execute(query, (table,)).fetchone() is not None
 
     def get_report(self, ref: str) -> StoredReport:
         db = self._connect()

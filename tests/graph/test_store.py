@@ -236,6 +236,19 @@ def test_a_read_only_store_is_readable_and_only_writes_are_refused(
         assert "the store is read-only" in err
 
 
+def test_a_read_only_store_from_before_monitoring_has_no_events_nor_baseline(
+    small_disk, fixture_graph
+):
+    store_path = small_disk.root / "store"
+    store = Store(store_path)
+    store.put(fixture_graph)
+    store._connect().executescript("DROP TABLE events; DROP TABLE settings;")  # an older store
+    store.close()
+    small_disk.make_read_only()
+    reader = Store(store_path)
+    assert reader.read_only and reader.events_since(0) == [] and reader.baseline() is None
+
+
 def test_a_disk_filling_up_during_a_write_is_one_line_and_keeps_every_snapshot(
     small_disk, fixture_graph
 ):
