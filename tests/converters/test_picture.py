@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from wp_mcp.converters.formats import picture_dot, picture_svg
+from wp_mcp.converters import count_tokens
+from wp_mcp.converters.formats import picture_dot, picture_mermaid, picture_svg
 from wp_mcp.converters.html import asset, elk_version, render_html
 from wp_mcp.converters.picture import MAX_PROCESSES, build_picture
 from wp_mcp.graph.graph import Graph
@@ -188,3 +189,19 @@ def test_show_refuses_to_write_a_picture_to_a_device(tmp_path, witty_path):
 
 def _wp_mcp() -> str:
     return str(Path(sys.executable).parent / "wp-mcp")
+
+
+def test_mermaid_writes_host_strings_as_entity_codes():
+    text = picture_mermaid(build_picture(_hostile_graph()), 4000)
+    line = next(x for x in text.splitlines() if "alert" in x)
+    label = line.split('["', 1)[1].rsplit('"]', 1)[0]
+    assert '"' not in label and "<" not in label and "\x1b" not in label
+    assert "#34;" in label and "#60;/script#62;" in label  # shown as the name is
+
+
+def test_a_mermaid_picture_steps_down_until_it_fits(witty_picture):
+    full = picture_mermaid(witty_picture, 4000)
+    small = picture_mermaid(witty_picture, 700)
+    assert "detail: full" in full.splitlines()[0] and "tcp 906K" in full
+    assert count_tokens(small) <= 700 and "detail: full" not in small.splitlines()[0]
+    assert "subgraph" in small or "detail: hosts" in small
