@@ -238,14 +238,26 @@ TEXT_RULES: tuple[TextRule, ...] = (
 _ALL_HINTS = re.compile("|".join(re.escape(h) for rule in TEXT_RULES for h in rule.hints))
 
 
+# The user's own patterns (the config file's `redaction.patterns`), after the built-ins.
+_USER_RULES: list[TextRule] = []
+
+
+def set_user_patterns(patterns: list[str]) -> None:
+    """Also redact these regexes (their ``value`` group, else the whole match) from now on,
+    in place of any set before."""
+    regexes = [p if "(?P<value>" in p else f"(?P<value>{p})" for p in patterns]
+    _USER_RULES[:] = [TextRule("user", "redaction.patterns", (), re.compile(r)) for r in regexes]
+
+
 def redact_text(text: str) -> str:
     """Apply every text rule to one string (an argument, or a whole command line)."""
     low = text.lower()
-    if not _ALL_HINTS.search(low):  # the common case: one C-level scan, nothing to do
-        return text
-    for rule in TEXT_RULES:
-        if any(hint in low for hint in rule.hints):
-            text = rule.apply(text)
+    if _ALL_HINTS.search(low):  # else, the common case: one C-level scan, nothing to do
+        for rule in TEXT_RULES:
+            if any(hint in low for hint in rule.hints):
+                text = rule.apply(text)
+    for rule in _USER_RULES:
+        text = rule.apply(text)
     return text
 
 

@@ -23,6 +23,7 @@ from wp_mcp.graph.safetext import excerpt
 
 CONFIG_ENV = "WP_MCP_CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
+MAX_PATTERN_CHARS = 500
 _BIND = re.compile(r"(?P<host>[0-9.]+|\[[0-9a-fA-F:]+\]|localhost):(?P<port>\d{1,5})\Z")
 
 
@@ -125,11 +126,31 @@ class ServeConfig(_Section):
     token_file: str | None = Field(None, description="http bearer token: this file's first line")
 
 
+class RedactionConfig(_Section):
+    patterns: list[str] = Field(
+        default_factory=list,
+        description="regexes redacted from command lines too (a `value` group, else the match)",
+    )
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if len(pattern) > MAX_PATTERN_CHARS:
+                raise ValueError(f"a pattern is over {MAX_PATTERN_CHARS} characters")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{excerpt(pattern)} is not a regex: {exc}") from None
+        return patterns
+
+
 class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    redaction: RedactionConfig = Field(default_factory=RedactionConfig)
 
 
 # Environment variables that set a value: (dotted key, variable).
@@ -181,6 +202,14 @@ def from_args(args: Any) -> Loaded:
         loaded.set_flag("outputs.metrics.bind", args.metrics)
         loaded.set_flag("outputs.metrics.enabled", True)
     return loaded
+
+
+def apply_process_wide(args: Any) -> None:
+    """What the config sets for every command of this process: its redaction patterns,
+    added to the built-in rules before anything is collected or imported."""
+    from wp_mcp.graph.redact import set_user_patterns
+
+    set_user_patterns(from_args(args).config.redaction.patterns)
 
 
 def search_path() -> list[Path]:

@@ -6,12 +6,15 @@ names the key, the file and the line, with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from wp_mcp.graph.redact import redact_text
+from wp_mcp.graph.store import Store
 from wp_mcp.server import config
 from wp_mcp.server.cli import main
 
@@ -173,3 +176,26 @@ path = "{tmp_path / "store"}"
     assert (flags.port, flags.store, flags.token_file) == (1, "/s", None)
     monkeypatch.setenv("WP_MCP_TOKEN", "from-env")
     assert serve_args("--config", str(path), "serve").token_file is None
+
+
+def test_redaction_patterns_are_added_to_the_built_in_rules(tmp_path: Path, monkeypatch) -> None:
+    """A live collection with the file's pattern stores the matching argument redacted; the
+    built-in rules still apply beside it."""
+    monkeypatch.setenv("WP_MCP_STORE", str(tmp_path / "store"))
+    path = write(tmp_path, '[redaction]\npatterns = ["corp-[0-9]{6}", "site=(?P<value>\\\\w+)"]\n')
+    marker = f"corp-{os.getpid() % 900000 + 100000}"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker,
+                               "site=berlin", "--password=hunter2"])  # fmt: skip
+    try:
+        assert (
+            main(["--config", str(path), "collect", "--duration", "0", "--pid", str(holder.pid)])
+            == 0
+        )
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    cmdline = Store(tmp_path / "store").get("latest").node(f"proc:{holder.pid}").get("cmdline")
+    assert marker not in cmdline and "berlin" not in cmdline and "hunter2" not in cmdline
+    assert "site=<redacted>" in cmdline and "time.sleep(120)" in cmdline
+    main(["config", "show"])  # without the file: the patterns are gone for later commands
+    assert redact_text(marker) == marker
