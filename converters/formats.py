@@ -162,8 +162,10 @@ class MermaidFormat:
 def _mermaid_item(item: Item) -> str:
     lines = []
     if item.ids and item.kind != "talks_to":
-        lines.append(f'  {diagram_key(item.ids[0])}["{label(item.line)}"]')
+        lines.append(f'  {diagram_key(item.ids[0])}["{_mermaid_text(item.line.strip(), 80)}"]')
     for src, dst, text in _diagram_edges(item):
+        if item.kind == "talks_to":  # a flow's ends are named by their ids, not by keys
+            lines += [f'  {diagram_key(end)}["{_mermaid_text(end)}"]' for end in (src, dst)]
         lines.append(f'  {diagram_key(src)} -->|"{text}"| {diagram_key(dst)}')
     return "\n".join(lines) if lines else f"  %% {label(item.line)}"
 
@@ -196,6 +198,8 @@ def _dot_item(item: Item) -> str:
     if item.ids and item.kind != "talks_to":
         lines.append(f'  {diagram_key(item.ids[0])} [label="{label(item.line)}"];')
     for src, dst, text in _diagram_edges(item):
+        if item.kind == "talks_to":  # a flow's ends are named by their ids, not by keys
+            lines += [f'  {diagram_key(end)} [label="{label(end)}"];' for end in (src, dst)]
         lines.append(f'  {diagram_key(src)} -> {diagram_key(dst)} [label="{text}"];')
     return "\n".join(lines) if lines else f"  // {label(item.line)}"
 
