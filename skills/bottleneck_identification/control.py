@@ -235,6 +235,7 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
         load = {m: ctx.graph.node(m).get("cpu_pct") for m in group.members}
         load = {m: v for m, v in load.items() if v is not None}
         if len(load) < 2:
+            ctx.skip(group.label, "fewer than two of its ranks have cpu_pct")
             continue
         measured = True
         hot, cold = max(load, key=load.get), min(load, key=load.get)

@@ -193,10 +193,12 @@ def data_path_cross_numa(ctx: RuleContext) -> list[Finding]:
     for trainer_id, worker_ids in ctx.analysis.dataloaders.items():
         home = _home(ctx, trainer_id)
         if home is None:
+            ctx.skip(trainer_id, "no per-node CPU share for the trainer")
             continue
         for worker_id in worker_ids:
             there = _home(ctx, worker_id)
             if there is None:
+                ctx.skip(worker_id, "no per-node CPU share for the loader")
                 continue
             measured = True
             if there != home:

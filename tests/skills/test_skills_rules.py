@@ -595,3 +595,14 @@ def test_ranks_of_two_hosts_never_share_cpus():
     placed = run_skill("bottleneck-identification", graph).findings
     misplaced = [f for f in placed if f.rule_id == "L3.device-numa-mismatch"]
     assert misplaced and all(f.verified.startswith("verified:") for f in misplaced)
+
+
+def test_a_rule_that_could_not_judge_every_subject_is_not_clean():
+    graph = placement(0.9)()
+    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"0": 1.0})
+    process(graph, 401, parent=200, name="pt_data_worker")  # no per-node CPU share
+    report = run_skill("bottleneck-identification", graph, layers=[7])
+    (layer7,) = report.sections[:1]
+    assert not any("L7.data-path-cross-numa" in item for item in layer7.clean)
+    (partial,) = [i for i in layer7.not_evaluable if i["rule_id"] == "L7.data-path-cross-numa"]
+    assert partial["reason"] == ("not evaluated for proc:401: no per-node CPU share for the loader")
