@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from coll_helpers import needs_root
-from wp_mcp.collectors.cluster.node import netns_inode, netns_pids
+from wp_mcp.collectors.cluster.node import netns_pids
 from wp_mcp.graph import ids, native
 from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_require import unavailable
@@ -77,6 +77,11 @@ def wait_for_line(proc: subprocess.Popen, marker: str, timeout_s: float) -> None
         pytest.fail(f"no {marker!r} from {proc.args[4:7]}: {''.join(seen[-5:])}")
 
 
+def named_netns_inode(name: str) -> int:
+    """The inode of a namespace `ip netns add` made (a bind mount, not a link)."""
+    return os.stat(f"/run/netns/{name}").st_ino
+
+
 def job_env(rank: int) -> dict[str, str]:
     return {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
             "MASTER_ADDR": HEAD_IP, "MASTER_PORT": str(JOB_PORT)}  # fmt: skip
@@ -91,7 +96,10 @@ class Cluster:
         self.made: list[str] = []
         self.groups: dict[str, subprocess.Popen] = {}
         self.temp = tempfile.mkdtemp(prefix="wpray")  # short: Ray's socket paths live here
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+        # no usage reports; no OOM killer: Ray kills tasks when the *machine* nears full
+        # memory, and on a shared machine a neighbour's spike would fail the test
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+                    "RAY_memory_monitor_refresh_ms": "0"}  # fmt: skip
 
     def wire(self) -> None:
         for ns in self.ns.values():
@@ -141,8 +149,7 @@ class Cluster:
             self.stop_group(name)
         # what Ray started outside the groups (workers re-parented) lives in our namespaces
         for ns in self.made:
-            inode = netns_inode(f"/run/netns/{ns}")
-            for pid in netns_pids(Path("/proc"), inode) if inode else ():
+            for pid in netns_pids(Path("/proc"), named_netns_inode(ns)):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         for ns in self.made:
@@ -205,6 +212,45 @@ def test_the_cluster_graph_holds_both_nodes_ranks_and_the_joined_lossy_flow(ray_
     # the cluster rule names the node whose packets are dropped (the worker's, on arrival)
     outcomes = {o.rule.id: o.result for o in evaluate(graph)}
     assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{worker}"]
+
+
+def running_node_tasks(cluster: Cluster) -> dict[str, int]:
+    """Processes running a collection task (Ray titles a worker by its task), per node."""
+    found = {}
+    for node in ("head", "work"):
+        for pid in netns_pids(Path("/proc"), named_netns_inode(cluster.ns[node])):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if title.startswith(b"ray::node_task"):
+                found[node] = pid
+    return found
+
+
+def test_ctrl_c_cancels_the_task_on_every_node(ray_cluster, tmp_path):
+    command = ["ip", "netns", "exec", ray_cluster.ns["head"], WP_MCP, "--store", str(tmp_path),
+               "collect", "--cluster", f"ray:{HEAD_IP}:{GCS_PORT}", "--ebpf", "off",
+               "--duration", "60"]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ray_cluster.env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 40
+        while set(running_node_tasks(ray_cluster)) != {"head", "work"}:
+            assert time.monotonic() < deadline, "the tasks never started on both nodes"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr[-2000:]
+    # cancelled politely (then by force after 5 s): no node is still collecting
+    deadline = time.monotonic() + 15
+    while running_node_tasks(ray_cluster):
+        assert time.monotonic() < deadline, running_node_tasks(ray_cluster)
+        time.sleep(0.5)
 
 
 def test_a_node_killed_mid_collection_is_named_missing(ray_cluster, tmp_path):
