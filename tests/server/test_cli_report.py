@@ -47,6 +47,11 @@ def test_report_prints_a_stored_report_a_section_or_a_finding(store_dir, witty_p
     finding = "L3.device-numa-mismatch@proc:1895087"
     assert run_cli("report", "--finding", finding, "--format", "json") == 0
     assert json.loads(capsys.readouterr().out)["verified"].startswith("verified: re-diagnosis")
+    assert run_cli("report", "--section", "roadmap", "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["markdown"].startswith("## Roadmap\n\n1. **P0**")
+    assert run_cli("report", "--section", "Layer 6", "--format", "json") == 0
+    layer6 = json.loads(capsys.readouterr().out)
+    assert layer6["section"]["name"] == "Layer 6 — Control plane" and len(layer6["findings"]) == 5
     assert run_cli("report", "--list") == 0 and " diagnose  snapshot s" in capsys.readouterr().out
     assert run_cli("report", "--section", "Layer 9") == 2
     assert "sections: Executive summary, Coverage" in capsys.readouterr().err
