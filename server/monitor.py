@@ -371,12 +371,15 @@ class Monitor:
         if self._reload is None:
             return
         try:
-            self.config = self._reload()
-        except UserError as exc:  # a broken edit keeps the running config
+            config = self._reload()
+            if self.outputs is not None:
+                self.outputs.reconfigure(config)  # a port in use, a refused events file…
+        except UserError as exc:  # a broken edit keeps the running config and outputs
+            if self.outputs is not None:
+                self.outputs.reconfigure(self.config)
             self._note({"kind": "config.rejected", "error": str(exc)})
             return
-        if self.outputs is not None:
-            self.outputs.reconfigure(self.config)
+        self.config = config
         self._note({"kind": "config.reloaded"}, logging.INFO)
 
     def install_signals(self) -> None:

@@ -1,6 +1,7 @@
 """The monitor's outputs: webhooks against a real loopback receiver that is down, slow, then
 up; a bounded queue while it is down; an HTTP error retried then given up; the events file
-rotated and never written through a link; stdout lines that a host string cannot forge."""
+rotated and never written through a link; stdout lines that a host string cannot forge; a
+reload the outputs refuse."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from pathlib import Path
 import pytest
 from server_helpers import free_port
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.store import Store
+from wp_mcp.graph.witty import load_witty
+from wp_mcp.server import monitor as monitor_module
 from wp_mcp.server.config import Config, EventsFileConfig, WebhooksConfig
+from wp_mcp.server.monitor import Monitor
 from wp_mcp.server.monitor_outputs import EventsFile, Outputs, Webhook
+from wp_testdata import WITTY_GRAPH
 
 WAIT_S = 60.0
 
@@ -187,3 +193,30 @@ def test_a_reload_keeps_the_queue_of_an_unchanged_receiver(receiver: Receiver) -
         assert outputs.webhooks == []
     finally:
         outputs.close()
+
+
+def test_a_reload_the_outputs_refuse_keeps_the_running_config(
+    store_dir: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGHUP with a config whose /metrics port is taken: config.rejected, and the monitor
+    goes on with its old config and outputs (events still reach stdout)."""
+    receiver.start()  # holds the port the new config asks for
+    running = Config()
+    running.monitor.window_s = 0.0
+    edited = running.model_copy(deep=True)
+    edited.outputs.metrics.enabled = True
+    edited.outputs.metrics.bind = f"127.0.0.1:{receiver.port}"
+    stdout = io.StringIO()
+    outputs = Outputs(running, stdout=stdout)
+    monitor = Monitor(Store(store_dir), running, outputs, reload=lambda: edited)
+    monkeypatch.setattr(
+        monitor_module, "collect_snapshot", lambda ctx, collectors: load_witty(WITTY_GRAPH)
+    )
+    try:
+        monitor.request_reload()
+        assert monitor.run(once=True) == 0
+    finally:
+        outputs.close()
+    kinds = [json.loads(line)["kind"] for line in stdout.getvalue().splitlines()]
+    assert kinds[0] == "config.rejected" and "finding.appeared" in kinds
+    assert monitor.config is running and outputs.metrics is None
