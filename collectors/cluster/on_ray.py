@@ -17,6 +17,7 @@ stops with one line saying so. The nodes need wp-mcp installed where their worke
 from __future__ import annotations
 
 import gzip
+import logging
 import socket
 import time
 import zlib
@@ -87,6 +88,9 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
                 nodes_wanted: int | None = None) -> Graph:  # fmt: skip
     """The cluster graph of every alive node (see the module docstring)."""
     ray = import_ray()
+    # Ray's driver-side warnings (e.g. no SIGTERM handler off the main thread, where the CLI
+    # collects so that Ctrl-C stays with the main thread) are not the user's business
+    logging.getLogger("ray").setLevel(logging.ERROR)
     if address:
         _check_reachable(address)
     try:
