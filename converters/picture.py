@@ -39,6 +39,8 @@ MAX_DEVICES_PER_NODE = 12  # NICs/disks beyond this (veths, loops) are counted, 
 # From this many hosts on, hosts start folded (a box with counts) and open on demand.
 FOLD_HOSTS_FROM = 5
 CMDLINE_LIMIT = 160
+MAX_EVIDENCE = 4  # links of a finding's evidence chain shown on hover
+EVIDENCE_CHARS = 240
 
 
 class FindingLike(Protocol):
@@ -80,6 +82,7 @@ class Mark:
     priority: str
     title: str
     subjects: list[str]
+    evidence: list[str] = field(default_factory=list)  # the chain, one short line per link
 
 
 @dataclass(slots=True)
@@ -111,7 +114,12 @@ class Picture:
                 for x in self.links
             ],
             "marks": [
-                {"priority": m.priority, "title": m.title, "subjects": m.subjects}
+                {
+                    "priority": m.priority,
+                    "title": m.title,
+                    "subjects": m.subjects,
+                    "evidence": m.evidence,
+                }
                 for m in self.marks
             ],
             "notes": self.notes,
@@ -329,7 +337,8 @@ class _Builder:
             if not subjects:
                 continue
             index = len(self.marks)
-            self.marks.append(Mark(finding.priority, finding.title, subjects))
+            evidence = [_evidence_line(e) for e in finding.evidence[:MAX_EVIDENCE]]
+            self.marks.append(Mark(finding.priority, finding.title, subjects, evidence))
             for subject in subjects:
                 box = self.by_id[subject]
                 box.marks.append(index)
@@ -360,6 +369,25 @@ def _subjects(graph: Graph, finding: FindingLike) -> list[str]:
         if node_id not in found:
             found.append(node_id)
     return found
+
+
+def _evidence_line(evidence: Any) -> str:
+    """One link of a finding's evidence chain as a short line: ids, then raw values."""
+    ids_part = " ".join(str(i) for i in (getattr(evidence, "ids", None) or [])[:4])
+    values = getattr(evidence, "values", None) or {}
+    shown = ", ".join(f"{k}={_short(v)}" for k, v in list(values.items())[:6])
+    return f"{ids_part}: {shown}"[:EVIDENCE_CHARS]
+
+
+def _short(value: Any) -> str:
+    """A raw value in a few characters: floats to 3 digits, maps by their biggest entries."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        numeric = {k: v for k, v in value.items() if isinstance(v, int | float)}
+        biggest = sorted(numeric.items(), key=lambda kv: -kv[1])[:3]
+        return "{" + " ".join(f"{k}:{_short(v)}" for k, v in biggest) + "}"
+    return str(value)[:60]
 
 
 def _named_processes(graph: Graph, findings: list[FindingLike]) -> set[str]:

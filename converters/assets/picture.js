@@ -251,6 +251,11 @@ function start(data) {
       p.className = `mark-note ${data.marks[i].priority}`;
       p.textContent = `${data.marks[i].priority} · ${data.marks[i].title}`;
       panel.appendChild(p);
+      const chain = document.createElement("ul");
+      for (const line of data.marks[i].evidence) {
+        chain.appendChild(document.createElement("li")).textContent = line;
+      }
+      panel.appendChild(chain);
     }
   }
 
@@ -263,6 +268,7 @@ function start(data) {
       item.className = `mark ${mark.priority}`;
       item.dataset.mark = String(i);
       item.textContent = `${mark.priority} · ${mark.title}`;
+      item.title = ["evidence:", ...mark.evidence].join("\n");
       item.addEventListener("click", () => {
         highlighted = highlighted === i ? null : i;
         if (highlighted !== null) openAncestors(mark.subjects);

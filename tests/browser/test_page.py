@@ -102,7 +102,10 @@ def test_search_hover_and_folding(open_page, witty_page_path):
     assert ids_of(page, "g.box.match") == ["proc:1895088"]
     assert page.text_content("#matches") == "1 found"
     page.hover('g.box[data-id="npu:3"] > rect')
-    assert "0000:C4:00.0" in page.text_content("#detail") or "npu:3" in page.text_content("#detail")
+    assert "pci_bus_id0000:82:00.0" in page.text_content("#detail")  # its attributes
+    page.hover('g.box[data-id="proc:1895090"] > rect')  # a rank: its findings and evidence
+    detail = page.text_content("#detail")
+    assert "runs 94% of its CPU time on NUMA 7" in detail and "cpu_share={7:" in detail
     page.click('g.box[data-id="numa:4"] > rect', position=HEADER)  # fold NUMA 4: its NPUs disappear
     # (a locator wait: the page's CSP forbids the eval a wait_for_function string needs)
     page.locator('g.box[data-id="npu:2"]').wait_for(state="detached")

@@ -69,6 +69,9 @@ def test_a_p0_marks_the_rank_and_its_npu_with_the_findings_title(witty_picture):
     assert len(p0) == 4
     assert {tuple(m.subjects) for m in p0} == {(rank, npu) for rank, (npu, _, _) in RANKS.items()}
     assert all("runs" in m.title and "NUMA" in m.title for m in p0)
+    for mark in p0:  # the evidence chain comes along: the rank's CPU shares by node
+        rank = mark.subjects[0]
+        assert any(e.startswith(f"{rank}: cpu_share={{") for e in mark.evidence), mark.evidence
     # marks are ordered most urgent first, and a box lists the marks naming it
     assert [m.priority for m in witty_picture.marks] == sorted(
         m.priority for m in witty_picture.marks
