@@ -278,11 +278,13 @@ def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_config_file")
-def test_print_unit_runs_this_installation_with_its_config(capsys) -> None:
-    assert main(["--config", "/etc/wp-mcp/monitor.toml", "monitor", "--print-unit"]) == 0
+def test_print_unit_runs_this_installation_with_its_config(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "monitor.toml"
+    config.write_text("[monitor]\ninterval_s = 30\n")
+    assert main(["--config", str(config), "monitor", "--print-unit"]) == 0
     unit = capsys.readouterr().out
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert start.endswith("wp-mcp --config /etc/wp-mcp/monitor.toml monitor")
+    assert start.endswith(f"wp-mcp --config {config} monitor")
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit and "KillSignal=SIGTERM" in unit
 
 
