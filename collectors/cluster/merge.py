@@ -128,12 +128,17 @@ def _merge_meta(merged: Graph, graphs: dict[str, Graph], labels: dict[str, str],
     meta.window_s = max(windows) if windows else None
     meta.origin = f"cluster of {len(graphs)} hosts"
     meta.tool_version = next((g.meta.tool_version for g in graphs.values()), None)
+    # statuses are named like ids, host first, so every coverage line says which node
     for name, graph in graphs.items():
         for status in graph.meta.collectors:
-            meta.collectors.append(status.model_copy(update={"host": labels[name]}))
+            prefixed = ids.with_host(labels[name], status.name)
+            meta.collectors.append(
+                status.model_copy(update={"name": prefixed, "host": labels[name]})
+            )
     for name, reason in missing.items():
-        meta.collectors.append(CollectorStatus(name="cluster-node", status="failed",
-                                               reason=reason, host=labels[name]))  # fmt: skip
+        meta.collectors.append(CollectorStatus(name=ids.with_host(labels[name], "collection"),
+                                               status="failed", reason=reason,
+                                               host=labels[name]))  # fmt: skip
     meta.capabilities = _capabilities(graphs, labels)
     meta.cluster = {  # type: ignore[attr-defined]
         "hosts": {labels[name]: _host_facts(name, g) for name, g in graphs.items()},

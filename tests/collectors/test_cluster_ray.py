@@ -275,5 +275,5 @@ def test_a_node_killed_mid_collection_is_named_missing(ray_cluster, tmp_path):
     assert missing.endswith(WORKER_IP) and graph.meta.hosts == [
         f"{missing[: -len(WORKER_IP)]}{HEAD_IP}"
     ]
-    failed = [s for s in graph.meta.collectors if s.name == "cluster-node"]
-    assert [(s.host, s.status) for s in failed] == [(missing, "failed")]
+    failed = [s for s in graph.meta.collectors if s.status == "failed"]
+    assert [(s.name, s.host) for s in failed] == [(f"{missing}/collection", missing)]

@@ -8,7 +8,7 @@ import itertools
 import pytest
 from wp_mcp.collectors.cluster import host_label, merge_hosts
 from wp_mcp.collectors.cluster.node import clock_offset
-from wp_mcp.graph import Graph, UserError, ids
+from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
 
 
 def host_graph(hostname: str, sockets: list[dict], ranks: dict[int, int] | None = None) -> Graph:
@@ -95,8 +95,15 @@ def test_hosts_that_returned_nothing_are_named_with_their_reason():
     merged = merge_hosts({"a": host_graph("a", [])}, missing={"b": "node died"})
     assert merged.meta.hosts == ["a"]
     assert merged.meta.cluster["missing"] == {"b": "node died"}
-    (status,) = [s for s in merged.meta.collectors if s.name == "cluster-node"]
-    assert (status.status, status.host, status.reason) == ("failed", "b", "node died")
+    (status,) = [s for s in merged.meta.collectors if s.status == "failed"]
+    assert (status.name, status.host, status.reason) == ("b/collection", "b", "node died")
+
+
+def test_collector_statuses_name_their_host():
+    a = host_graph("a", [])
+    a.meta.collectors = [CollectorStatus(name="sockets", status="partial", reason="no netns")]
+    (status,) = merge_hosts({"a": a}).meta.collectors
+    assert (status.name, status.host, status.reason) == ("a/sockets", "a", "no netns")
 
 
 def test_ranks_name_duplicates_and_the_missing():
