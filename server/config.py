@@ -79,7 +79,7 @@ class MonitorConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    enabled: bool = False
+    enabled: bool = Field(False, description="serve Prometheus /metrics")
     bind: str = Field("127.0.0.1:9464", description="loopback address:port of /metrics")
 
     @field_validator("bind")
@@ -97,8 +97,12 @@ class EventsFileConfig(_Section):
 
 class WebhooksConfig(_Section):
     urls: list[str] = Field(default_factory=list, description="POST each event to these URLs")
-    timeout_s: float = Field(5.0, gt=0, le=120)
-    retries: int = Field(5, ge=0, le=100, description="attempts after the first, backing off")
+    timeout_s: float = Field(
+        5.0, gt=0, le=120, description="per POST; a receiver down or slow is retried"
+    )
+    retries: int = Field(
+        5, ge=0, le=100, description="more tries of an event the receiver answered with an error"
+    )
     queue: int = Field(1000, ge=1, le=1_000_000, description="events held per URL at most")
 
     @field_validator("urls")
