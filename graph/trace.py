@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from . import ids
+from . import ids, native
 from .errors import FormatError, UserError
 from .graph import Graph
 from .model import CollectorStatus, Meta
@@ -737,6 +737,12 @@ def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
     graph.meta.collectors.append(_status(ranks))
     graph.meta.origin = f"{graph.meta.origin or 'snapshot'} + {_origin(ranks)}"[:400]
     return graph
+
+
+def join_copy(stored: Graph, ranks: list[RankTrace]) -> Graph:
+    """The traces joined to a copy of a stored snapshot: the stored graph is shared by the
+    store's cache and stays as it was; the join is stored as a new snapshot."""
+    return join(native.loads(native.dumps(stored)), ranks)
 
 
 def _find_process(graph: Graph, rank: RankTrace) -> str:

@@ -71,9 +71,7 @@ def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
     """One graph file as it is; trace files as a snapshot of their own, or joined (--to) to a
     stored snapshot, which stays as it was: the join is stored as a new one."""
     if args.to:
-        return trace.join(
-            native.loads(native.dumps(store.get(args.to))), trace.read_ranks(args.files)
-        )
+        return trace.join_copy(store.get(args.to), trace.read_ranks(args.files))
     if len(args.files) == 1:
         return formats.load_any(args.files[0], redact=not args.no_redact)
     if not all(trace.looks_like_trace(path) for path in args.files):

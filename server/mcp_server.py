@@ -302,7 +302,8 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
         title="Import a graph file",
         annotations=WRITES_STORE,
         description=(
-            "Import a wp-graph (.json/.json.gz) or witty-profiler graph file into the store. "
+            "Import a wp-graph (.json/.json.gz) or witty-profiler graph file, or one rank's "
+            "PyTorch profiler trace (`to`: joined to that snapshot), into the store. "
             "Only files below the allowed roots (working directory, the store, --allow-dir) "
             "and below the size limit. Returns the snapshot id and a short overview."
         ),
@@ -311,11 +312,19 @@ def _register_data_tools(server: WpServer, state: ServerState) -> None:
     def wp_open(
         path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
         label: Annotated[str | None, Field(max_length=200)] = None,
+        to: Annotated[
+            str | None, Field(max_length=64, description="snapshot id a trace joins")
+        ] = None,
     ) -> CallToolResult:
+        from wp_mcp.graph import trace
         from wp_mcp.graph.formats import load_any
 
         real = state.check_import_path(path)
-        graph = load_any(real, max_bytes=state.max_file_bytes)
+        if to:
+            ranks = trace.read_ranks([real], state.max_file_bytes)
+            graph = trace.join_copy(state.store.get(to), ranks)
+        else:
+            graph = load_any(real, max_bytes=state.max_file_bytes)
         snapshot_id = state.store.put(graph, label=label or real.name)
         return _stored_overview(state, snapshot_id, graph, "imported")
 

@@ -364,7 +364,7 @@ def test_several_files_mixing_a_graph_and_a_trace_are_refused(tmp_path, capsys):
     assert "only as traces" in capsys.readouterr().err
 
 
-def test_wp_open_imports_one_rank_trace_and_answers_within_the_summary_budget(tmp_path):
+def test_wp_open_imports_a_rank_trace_alone_or_joined_to_a_snapshot(tmp_path):
     import anyio
     from mcp import Client
     from wp_mcp.server.mcp_server import build_server
@@ -387,3 +387,14 @@ def test_wp_open_imports_one_rank_trace_and_answers_within_the_summary_budget(tm
     assert graph.node("proc:4037").trace_rank == 0 and graph.node("gpu:0").trace_idle_pct > 0
     answer = "\n".join(block.text for block in result.content if block.type == "text")
     assert count_tokens(answer) <= 2 * SUMMARY_BUDGET  # the summary and the coverage lines
+
+    base = Store(tmp_path / "store").put(job_snapshot())
+
+    async def join_trace():
+        async with Client(server) as client:
+            path = str(allowed / "rank0.pt.trace.json.gz")
+            return await client.call_tool("wp_open", {"path": path, "to": base})
+
+    joined = Store(tmp_path / "store").get(anyio.run(join_trace).structured_content["snapshot_id"])
+    assert joined.node("proc:4037").trace_rank == 0 and joined.node("proc:4037").name == "python3"
+    assert joined.node("thr:4037") is not None, "the live snapshot's threads are kept"
