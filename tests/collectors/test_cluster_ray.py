@@ -15,6 +15,7 @@ stops every Ray node of the machine) is never called.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -213,6 +214,36 @@ def test_the_cluster_graph_holds_both_nodes_ranks_and_the_joined_lossy_flow(ray_
     # the cluster rule names the node whose packets are dropped (the worker's, on arrival)
     outcomes = {o.rule.id: o.result for o in evaluate(graph)}
     assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{worker}"]
+
+
+MCP_CALL = """
+import json, sys, anyio
+from mcp import Client
+from wp_mcp.server.mcp_server import build_server
+from wp_mcp.server.mcp_state import ServerState
+
+async def main():
+    server = build_server(ServerState(store_path=sys.argv[1]))
+    async with Client(server) as client:
+        result = await client.call_tool("wp_collect", {"cluster": sys.argv[2], "window_s": 1,
+                                                       "ebpf": "off"})
+    print(json.dumps({"error": result.is_error, "text": result.content[0].text,
+                      "structured": result.structured_content}))
+
+anyio.run(main)
+"""
+
+
+def test_wp_collect_stores_the_cluster_graph(ray_cluster, tmp_path):
+    command = ["ip", "netns", "exec", ray_cluster.ns["head"], sys.executable, "-c", MCP_CALL,
+               str(tmp_path / "store"), f"ray:{HEAD_IP}:{GCS_PORT}"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env=ray_cluster.env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["error"] is False, answer["text"]
+    assert answer["text"].startswith("collected snapshot ")
+    assert "hosts=2" in answer["text"] and answer["structured"]["nodes"] > 0
 
 
 def running_node_tasks(cluster: Cluster) -> dict[str, int]:
