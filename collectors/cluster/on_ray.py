@@ -3,9 +3,10 @@
 ``collect_ray(address, ctx)`` connects to the cluster as a driver, starts one collection
 task per alive node (node-affinity scheduling, ``soft=False``: a task never runs on another
 node than the one it names), all with the same window start, and waits for them with a
-deadline per node. Each task returns its graph as gzip-compressed native JSON, so what
-crosses the object store is the compressed document (a tenth of the JSON or less), never a
-pickled graph. While tasks run, each node's clock is read a few times through tiny tasks
+deadline per node. Each task streams its graph back as gzip-compressed native JSON in
+chunks of at most 4 MiB (a Ray generator task), decompressed as they arrive within the
+graph-file size limit: what crosses the object store is the compressed document (a tenth of
+the JSON or less), never a pickled graph or one large object. While tasks run, each node's clock is read a few times through tiny tasks
 (``node.clock_offset``). A node that fails, times out or is gone is listed in the cluster
 graph's ``meta.cluster["missing"]`` with the reason; cancelling (``ctx.cancel``) cancels
 the task on every node.
@@ -22,7 +23,7 @@ import socket
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ NODE_TIMEOUT_S = 60.0  # per node, past the window
 CANCEL_GRACE_S = 5.0  # a cancelled task may close its collectors before it is killed
 POLL_S = 0.2
 CONNECT_TIMEOUT_S = 5.0
+CHUNK_BYTES = 4 << 20  # per object in Ray's object store
 CLOCK_SAMPLES = 3
 
 
@@ -178,8 +180,10 @@ def _read_clock(ray: Any, clock: Any, node: RayNode, strategy: type) -> dict | N
 
 def _gather(ray: Any, pending: dict[Any, RayNode], ctx: Context, deadline: float
             ) -> tuple[dict[str, Graph], dict[str, str]]:  # fmt: skip
+    """Take each node's chunks as they come; a node's graph is parsed when its stream ends."""
     graphs: dict[str, Graph] = {}
     missing: dict[str, str] = {}
+    streams = {stream: GraphStream(node.label) for stream, node in pending.items()}
     while pending:
         if ctx.cancel.is_set():
             _cancel(ray, pending, missing, "collection was cancelled")
@@ -187,15 +191,20 @@ def _gather(ray: Any, pending: dict[Any, RayNode], ctx: Context, deadline: float
         if time.time() > deadline:
             _cancel(ray, pending, missing, "timed out")
             break
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-        for ref in done:
-            node = pending.pop(ref)
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        for stream in ready:
+            node = pending[stream]
             try:
-                graphs[node.label] = load_compressed(ray.get(ref), node.label)
+                chunk = next(stream, None)
+                if chunk is not None:
+                    streams[stream].feed(ray.get(chunk))
+                    continue
+                graphs[node.label] = streams[stream].graph()
                 ctx.report("cluster", node.label, "done")
             except Exception as exc:  # the node's failure, said in one line
                 missing[node.label] = _failure(exc)
                 ctx.report("cluster", node.label, f"failed: {missing[node.label]}")
+            del pending[stream]
     return graphs, missing
 
 
@@ -216,13 +225,27 @@ def _failure(exc: BaseException) -> str:
     return excerpt(f"{type(cause).__name__}: {text[-1] if text else ''}", 160, quoted=False)
 
 
-def load_compressed(data: bytes, label: str) -> Graph:
-    """A node's gzip-compressed graph, decompressed within the graph-file size limit."""
-    inflater = zlib.decompressobj(wbits=31)
-    raw = inflater.decompress(data, DEFAULT_MAX_BYTES)
-    if inflater.unconsumed_tail:
-        raise UserError(f"the graph of {excerpt(label)} is over the size limit for graph files")
-    return native.loads(raw, origin=f"ray node {label}")
+class GraphStream:
+    """One node's gzip-compressed graph, decompressed chunk by chunk as it arrives and
+    refused as soon as it passes the graph-file size limit (a node cannot make the driver
+    hold more than that)."""
+
+    def __init__(self, label: str, limit: int = DEFAULT_MAX_BYTES) -> None:
+        self.label, self.limit = label, limit
+        self.inflater = zlib.decompressobj(wbits=31)
+        self.raw = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.raw += self.inflater.decompress(chunk, self.limit - len(self.raw) + 1)
+        if len(self.raw) > self.limit or self.inflater.unconsumed_tail:
+            raise UserError(f"the graph of {excerpt(self.label)} is over the size limit "
+                            "for graph files (WP_MCP_MAX_FILE_MB)")  # fmt: skip
+
+    def graph(self) -> Graph:
+        self.raw += self.inflater.flush()
+        if not self.inflater.eof:
+            raise UserError(f"the graph of {excerpt(self.label)} ended before its last chunk")
+        return native.loads(bytes(self.raw), origin=f"ray node {self.label}")
 
 
 # --------------------------------------------------------------------------- on each node
@@ -233,8 +256,9 @@ def node_clock() -> float:
     return time.time()
 
 
-def node_task(params: dict[str, Any]) -> bytes:
-    """Runs on one node: collect it and return its graph, gzip-compressed.
+def node_task(params: dict[str, Any]) -> Iterator[bytes]:
+    """Runs on one node: collect it and stream its graph back, gzip-compressed, in chunks
+    (a Ray generator task: no chunk is bigger than ``CHUNK_BYTES`` in the object store).
 
     Nodes that share a machine but not a network namespace (a namespace or a container per
     node) see each other's processes; a node whose namespace differs from pid 1's keeps only
@@ -244,4 +268,7 @@ def node_task(params: dict[str, Any]) -> bytes:
     netns = own_netns_inode()
     scope = netns if netns != netns_inode("/proc/1/ns/net") else None
     graph = collect_node(ctx, start_at=params["start_at"], netns=scope)
-    return gzip.compress(native.dumps(graph), compresslevel=6)
+    packed = gzip.compress(native.dumps(graph), compresslevel=6)
+    del graph
+    for start in range(0, len(packed), CHUNK_BYTES):
+        yield packed[start : start + CHUNK_BYTES]

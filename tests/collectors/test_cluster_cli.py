@@ -5,11 +5,13 @@ graphs a Slurm or Kubernetes job wrote; the MCP tool reads no directory that way
 
 from __future__ import annotations
 
+import gzip
 import sys
 
 import pytest
 from mcp import Client
-from wp_mcp.graph import Graph, ids, native
+from wp_mcp.collectors.cluster.on_ray import GraphStream
+from wp_mcp.graph import Graph, UserError, ids, native
 from wp_mcp.server import cli
 from wp_mcp.server.mcp_server import build_server
 from wp_mcp.server.mcp_state import ServerState
@@ -99,3 +101,26 @@ async def test_wp_collect_reads_no_directories(store_dir, tmp_path) -> None:
     async with Client(server) as client:
         result = await client.call_tool("wp_collect", {"cluster": f"dir:{tmp_path}"})
     assert result.is_error and "only ray[:ADDRESS] is supported" in result.content[0].text
+
+
+def test_a_node_graph_streamed_in_chunks_is_rebuilt():
+    packed = gzip.compress(native.dumps(node_graph("n1")))
+    stream = GraphStream("n1")
+    for start in range(0, len(packed), 7):
+        stream.feed(packed[start : start + 7])
+    assert stream.graph().node(ids.process(7)).rank == 0
+
+
+def test_a_stream_past_the_size_limit_is_refused_while_it_arrives():
+    packed = gzip.compress(b" " * 10_000)  # 10 kB of JSON whitespace, ~40 bytes packed
+    stream = GraphStream("n9", limit=1000)
+    with pytest.raises(UserError, match="'n9' is over the size limit"):
+        stream.feed(packed)
+
+
+def test_a_stream_cut_short_is_refused():
+    packed = gzip.compress(native.dumps(node_graph("n1")))
+    stream = GraphStream("n1")
+    stream.feed(packed[: len(packed) // 2])
+    with pytest.raises(UserError, match="ended before its last chunk"):
+        stream.graph()
