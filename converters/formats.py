@@ -322,8 +322,11 @@ def _mermaid_picture(picture: Picture, level: str) -> str:
             text = f'|"{_mermaid_text(link.label)}"|' if link.label and level == "full" else ""
             lines.append(f"  {diagram_key(link.src)} {arrow}{text} {diagram_key(link.dst)}")
     for priority, colour in _PRIORITY_COLOURS.items():
+        # a box stands for what it holds when that is not drawn (hosts as single boxes)
         marked = [
-            diagram_key(b.id) for b in picture.boxes if b.priority == priority and b.id in keep
+            diagram_key(b.id)
+            for b in picture.boxes
+            if b.id in keep and (b.priority or (level == "hosts" and b.inner_priority)) == priority
         ]
         if marked:
             lines.append(f"  classDef {priority} stroke:{colour},stroke-width:3px,fill:#fff3f0")

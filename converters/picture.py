@@ -65,6 +65,7 @@ class Box:
     priority: str | None = None  # the most urgent finding naming it
     marks: list[int] = field(default_factory=list)  # indexes into Picture.marks
     folded: bool = False  # a host drawn closed at first (large clusters)
+    inner_priority: str | None = None  # the most urgent finding on anything inside it
 
 
 @dataclass(slots=True)
@@ -137,6 +138,7 @@ def _box_dict(box: Box) -> dict[str, Any]:
         "priority": box.priority,
         "marks": box.marks,
         "folded": box.folded,
+        "inner_priority": box.inner_priority,
     }
 
 
@@ -149,6 +151,7 @@ def build_picture(graph: Graph, findings: Iterable[FindingLike] = (), title: str
         builder.add_host(prefix, folded=len(hosts) >= FOLD_HOSTS_FROM)
     builder.add_flows()
     builder.add_marks(findings)
+    builder.roll_up_priorities()
     return Picture(
         title=title or _title(graph, hosts),
         boxes=builder.boxes,
@@ -340,6 +343,18 @@ class _Builder:
             self.links.append(Link(edge.src, edge.dst, "flow", label))
         if len(flows) > MAX_FLOWS:
             self.notes.append(f"{len(flows) - MAX_FLOWS} smaller flows not drawn")
+
+    def roll_up_priorities(self) -> None:
+        """Each container learns the most urgent finding inside it, so a folded host still
+        shows that it holds a P0."""
+        for box in self.boxes:
+            if box.priority is None:
+                continue
+            parent = self.by_id.get(box.parent) if box.parent else None
+            while parent is not None:
+                if _priority_rank(box.priority) < _priority_rank(parent.inner_priority):
+                    parent.inner_priority = box.priority
+                parent = self.by_id.get(parent.parent) if parent.parent else None
 
     @cached_property
     def links_from(self) -> dict[str, list[Link]]:

@@ -177,6 +177,7 @@ function start(data) {
       transform: `translate(${p.x},${p.y})`,
     }, scene);
     if (box.priority) g.setAttribute("data-priority", box.priority);
+    if (!isOpen && box.inner_priority) g.classList.add(`inner-${box.inner_priority}`);
     el("rect", { width: p.w, height: p.h, rx: box.kind === "process" ? 8 : 3 }, g);
     const title = el("title", {}, g);
     title.textContent = tooltip(box);

@@ -121,6 +121,9 @@ def test_a_cluster_page_opens_with_hosts_folded_and_a_host_opens_on_click(open_p
     assert opened.console == []
     hosts = ids_of(page, 'g.box[data-kind="host"]')
     assert len(hosts) == 8 and ids_of(page, 'g.box[data-kind="numa"]') == []
+    # a folded host holding a P0 says so: its box is dashed in the P0 colour
+    assert set(ids_of(page, "g.box.inner-P0")) <= set(hosts)
+    assert ids_of(page, "g.box.inner-P0")
     for a, b in combinations(hosts, 2):
         assert not overlap(rect_of(page, a), rect_of(page, b))
     page.click(f'g.box[data-id="{hosts[0]}"] > rect', position=HEADER)

@@ -79,6 +79,12 @@ def test_a_p0_marks_the_rank_and_its_npu_with_the_findings_title(witty_picture):
     assert 0 in witty_picture.box("npu:0").marks
 
 
+def test_containers_know_the_most_urgent_finding_inside_them(witty_picture):
+    inner = {b.id: b.inner_priority for b in witty_picture.boxes if b.kind in ("host", "numa")}
+    assert inner["host"] == "P0" and inner["numa:7"] == "P0" and inner["numa:6"] == "P0"
+    assert inner["numa:0"] is None and inner["numa:5"] is None  # nothing marked there
+
+
 def test_unrelated_processes_are_folded_into_a_count(witty_picture, witty):
     shown = [b for b in witty_picture.boxes if b.kind == "process"]
     folded = witty_picture.box("folded:processes")
