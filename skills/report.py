@@ -198,8 +198,13 @@ class Report:
             f"{self.skill}: {len(self.findings)} findings "
             + " ".join(f"{p}={counts[p]}" for p in PRIORITIES)
         ]
+        printed: set[str] = set()  # a plan's commands shared by several findings: once
         for item in self.ranked():
-            action = f" → {item.command}" if item.command else ""
+            steps = item.command.split(" && ") if item.command else []
+            action = f" → {item.command}" if steps else ""
+            if steps and printed.issuperset(steps):
+                action = " → the commands above"
+            printed.update(steps)
             lines.append(_line(f"{item.priority} {item.id} {item.title}{action}"))
         return _fit(lines, max_tokens)
 

@@ -97,6 +97,9 @@ async def test_four_steps_fit_the_budget_and_every_printed_name_works(server, al
               f"{session.tokens} tokens including the catalog")  # fmt: skip
         assert session.calls <= MAX_CALLS and session.tokens <= MAX_TOKENS
         assert len(path["urgent"]) >= 4
+        brief = session.answers[3]  # the overlaps' fix is the P0s' plan: not printed twice
+        assert brief.count("taskset -a -c -p 144-155 1895087") == 1
+        assert "→ the commands above" in brief
         printed = "\n".join(session.answers)
         plan = session.answers[-1]
         assert "verified: re-diagnosis" in plan and "taskset -a -c -p 144-155 1895087" in plan
