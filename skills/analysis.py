@@ -325,7 +325,9 @@ class Analysis:
 
     @cached_property
     def ranks(self) -> set[str]:
-        return {m for g in self.groups for m in g.members}
+        # a cluster collection marks the processes whose environment names their rank
+        declared = {p.id for p in self.graph.of_kind("process") if p.get("rank") is not None}
+        return {m for g in self.groups for m in g.members} | declared
 
     def _device_groups(self) -> list[Group]:
         by_parent: dict[str | None, list[str]] = defaultdict(list)

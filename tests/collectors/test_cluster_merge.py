@@ -194,3 +194,11 @@ def test_the_cluster_rule_names_the_host_whose_link_loses_packets(cluster):
     lossy = outcomes["L4.cluster-lossy-host"]
     assert [f.subject for f in lossy] == ["host:host-a"]  # a's packets are dropped on arrival
     assert lossy[0].priority == "P0" and "host-a" in lossy[0].title  # a link between ranks
+
+
+def test_the_lossy_flow_is_a_link_between_ranks_across_hosts(cluster):
+    # the per-host rule now sees the remote rank through the joined peer edge
+    outcomes = {o.rule.id: o.result for o in evaluate(cluster["merged"])}
+    sender = ids.with_host("host-a", ids.process(cluster["sender"]))
+    (finding,) = [f for f in outcomes["L4.flow-retransmits"] if sender in f.title]
+    assert finding.priority == "P0" and "(link between ranks)" in finding.title
