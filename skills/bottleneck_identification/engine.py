@@ -128,10 +128,10 @@ def plan_section(check: plan.PlanCheck, graph: Graph) -> Section:
         "|---|---|---|---|---|---|",
     ]
     for b in check.bindings.values():
+        who = code(b.process) + (f" (loader of {code(b.serves)})" if b.serves else "")
         live = f"`{b.live}`" if b.live and check.offered else "-"
-        rows.append(
-            f"| {code(b.process)} | {code(b.device)} | {b.node} | {b.cpus} | {live} | `{b.launch}` |"
-        )
+        launch = "its rank's" if b.serves else f"`{b.launch}`" if check.offered else "-"
+        rows.append(f"| {who} | {code(b.device)} | {b.node} | {b.cpus} | {live} | {launch} |")
     body = [check.verdict() + ".", "", *rows]
     wrapper = plan.launcher_wrapper(graph, check.bindings) if check.offered else None
     if wrapper:

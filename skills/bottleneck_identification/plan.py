@@ -3,7 +3,7 @@
 A plan (``Analysis.bindings``: disjoint CPUs per rank on its device's node, memory there) is
 applied to a copy of the graph — affinity of the process and every thread, CPU time and
 pages moved to the node — and every rule of the engine runs again on the copy. A plan that
-leaves a P0/P1 finding on its ranks, or creates any finding, is not offered.
+leaves a P0/P1 placement finding on its processes, or creates any P0/P1, is not offered.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from wp_mcp.graph import ids as graph_ids
 from ..analysis import Analysis, Binding, host_prefix
 from ..report import Finding
 
-_MEMO = "_plan_check"
-_SHARE_EDGES = (
-    "cpu_on",
-    "mem_on",
-)  # edges carrying a process's per-node shares  # the check is cached on the Analysis: diagnose asks twice
+_MEMO = "_plan_check"  # the check is cached on the Analysis: diagnose asks twice
+_SHARE_EDGES = ("cpu_on", "mem_on")  # edges carrying a process's per-node shares
+
+# What a placement plan fixes; a rank's other findings (an idle device, a slow peer) stay.
+PLACEMENT_RULES = frozenset(
+    {"L3.device-numa-mismatch", "L3.remote-memory", "L6.ranks-share-cpus",
+     "L7.data-path-cross-numa"}
+)  # fmt: skip
 
 
 @dataclass
@@ -160,17 +163,6 @@ def launcher_wrapper(graph: Graph, bindings: dict[str, Binding]) -> list[str] | 
         "esac",
         'exec numactl --physcpubind="$cpus" --membind="$mem" "$@"',
     ]
-
-
-# What a placement plan fixes; a rank's other findings (an idle device, a slow peer) stay.
-PLACEMENT_RULES = frozenset(
-    {
-        "L3.device-numa-mismatch",
-        "L3.remote-memory",
-        "L6.ranks-share-cpus",
-        "L7.data-path-cross-numa",
-    }
-)
 
 
 def addresses(finding: Finding, processes: set[str]) -> bool:
