@@ -676,16 +676,15 @@ def _register_skill_tools(server: WpServer, state: ServerState) -> None:
         max_tokens: Annotated[int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS)] = 1500,
     ) -> CallToolResult:
         from wp_mcp.converters import count_tokens
-        from wp_mcp.skills import diagnose, run_skill
+        from wp_mcp.skills import run_skill
 
         sid = state.resolve_snapshot(snapshot)
-        graph = state.graph(sid)
         if skill == "all":
             if options:
                 raise UserError("options apply to one skill; run that skill alone to use them")
-            report = diagnose(graph)
+            report = _diagnosis(state, sid)  # the one wp_diff computes, when it did
         else:
-            report = run_skill(skill, graph, **(options or {}))
+            report = run_skill(skill, state.graph(sid), **(options or {}))
         report_id = state.store.put_report(
             sid, report.skill, report.to_dict(), report.to_markdown()
         )
