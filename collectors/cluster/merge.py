@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 import orjson
-from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
+from wp_mcp.graph import CollectorStatus, Graph, Meta, UserError, ids
 from wp_mcp.graph.safetext import excerpt
 
 from ..ipc import socket_links
@@ -55,14 +55,13 @@ def merge_hosts(graphs: dict[str, Graph], missing: dict[str, str] | None = None)
     snapshot says which nodes it lacks). The input graphs are not modified.
     """
     labels = _labels(list(graphs) + list(missing or {}))
-    merged = Graph()
     nodes, edges = [], []
     for name, graph in graphs.items():
         label = labels[name]
         _refuse_multi_host(name, graph)
         nodes += _prefixed_nodes(graph, label)
         edges += _prefixed_edges(graph, label)
-    merged, duplicate, dangling = Graph.from_validated(merged.meta, nodes, edges)
+    merged, duplicate, dangling = Graph.from_validated(Meta(), nodes, edges)
     if duplicate is not None or dangling is not None:  # inputs were checked graphs: a bug
         raise UserError("host graphs could not be merged: a node or an edge end is missing")
     _merge_meta(merged, graphs, labels, missing or {})

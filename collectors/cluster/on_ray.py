@@ -43,6 +43,7 @@ POLL_S = 0.2
 CONNECT_TIMEOUT_S = 5.0
 CHUNK_BYTES = 4 << 20  # per object in Ray's object store
 CLOCK_SAMPLES = 3
+CLOCK_TIMEOUT_S = 5.0  # one reading; a node that cannot answer gets no clock entry
 
 
 @dataclass
@@ -86,8 +87,8 @@ def cluster_collector(spec: str, node_timeout_s: float = NODE_TIMEOUT_S, files: 
     return lambda ctx: collect_ray(address, ctx, node_timeout_s=node_timeout_s)
 
 
-def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_TIMEOUT_S,
-                nodes_wanted: int | None = None) -> Graph:  # fmt: skip
+def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_TIMEOUT_S
+                ) -> Graph:  # fmt: skip
     """The cluster graph of every alive node (see the module docstring)."""
     ray = import_ray()
     # Ray's driver-side warnings (e.g. no SIGTERM handler off the main thread, where the CLI
@@ -112,7 +113,7 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
         raise UserError(f"no Ray node returned a graph ({excerpt(reasons, 240)})")
     merged = merge_hosts(graphs, missing)
     merged.meta.origin = f"ray cluster of {len(nodes)} nodes"
-    if getattr(ctx.cancel, "is_set", lambda: False)():
+    if ctx.cancel.is_set():
         merged.meta.cancelled = True  # type: ignore[attr-defined]
     return merged
 
@@ -161,7 +162,11 @@ def _run_on_nodes(ray: Any, nodes: list[RayNode], ctx: Context, node_timeout_s: 
     for node in nodes:
         on_node = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
         pending[collect.options(scheduling_strategy=on_node).remote(params)] = node
-    clocks = {n.label: _read_clock(ray, clock, n, NodeAffinitySchedulingStrategy) for n in nodes}
+    clocks = {}
+    for node in nodes:  # during the lead and the window, while the collections run
+        if ctx.cancel.is_set():
+            break
+        clocks[node.label] = _read_clock(ray, clock, node, NodeAffinitySchedulingStrategy)
     deadline = start_at + ctx.window_s + node_timeout_s
     graphs, missing = _gather(ray, pending, ctx, deadline)
     for label, graph in graphs.items():
@@ -173,7 +178,8 @@ def _run_on_nodes(ray: Any, nodes: list[RayNode], ctx: Context, node_timeout_s: 
 def _read_clock(ray: Any, clock: Any, node: RayNode, strategy: type) -> dict | None:
     on_node = clock.options(scheduling_strategy=strategy(node_id=node.node_id, soft=False))
     try:
-        return clock_offset(lambda: ray.get(on_node.remote(), timeout=10), CLOCK_SAMPLES)
+        return clock_offset(lambda: ray.get(on_node.remote(), timeout=CLOCK_TIMEOUT_S),
+                            CLOCK_SAMPLES)  # fmt: skip
     except Exception:  # a node gone mid-way: its collection task says why
         return None
 
