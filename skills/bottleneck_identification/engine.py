@@ -15,6 +15,8 @@ from .rulebook import LAYERS, RULES, SKILL, NotEvaluable, Rule, RuleContext
 
 log = logging.getLogger(__name__)
 
+_OUTCOMES = "_rule_outcomes"  # evaluate's results, cached on the Analysis they used
+
 
 class Outcome(NamedTuple):
     """One rule's result: its findings or why it could not run, and whom it did not judge."""
@@ -29,8 +31,12 @@ def layer_title(layer: int) -> str:
 
 
 def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
-    """Each rule with its findings, or the reason it could not be evaluated."""
+    """Each rule with its findings, or the reason it could not be evaluated (once per
+    Analysis: the skills of one diagnosis share it)."""
     analysis = analysis or Analysis(graph)
+    cached = getattr(analysis, _OUTCOMES, None)
+    if cached is not None:
+        return cached
     results: list[Outcome] = []
     for item in RULES:
         ctx = RuleContext(graph, analysis, item)
@@ -38,7 +44,16 @@ def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
             results.append(Outcome(item, item.check(ctx), ctx.skipped))
         except NotEvaluable as exc:
             results.append(Outcome(item, str(exc), {}))
+    setattr(analysis, _OUTCOMES, results)
     return results
+
+
+def verified_plan(graph: Graph, analysis: Analysis) -> plan.PlanCheck:
+    """The fix plan, checked by re-diagnosing a copy (once per Analysis)."""
+    every = [
+        f for o in evaluate(graph, analysis) if not isinstance(o.result, str) for f in o.result
+    ]
+    return plan.check(graph, analysis, every)
 
 
 def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None = None) -> Report:
@@ -46,13 +61,11 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
     if not wanted <= set(LAYERS):
         raise UserError(f"no layer {sorted(wanted - set(LAYERS))}; layers are 1-7")
     analysis = analysis or Analysis(graph)
-    outcomes = evaluate(graph, analysis)
-    every = [f for o in outcomes if not isinstance(o.result, str) for f in o.result]
-    results = [o for o in outcomes if o.rule.layer in wanted]
+    results = [o for o in evaluate(graph, analysis) if o.rule.layer in wanted]
     report = Report(skill=SKILL, title="Bottleneck identification (7 layers)")
     for layer in sorted(wanted):
         report.sections.append(_layer_section(report, layer, results))
-    check = plan.check(graph, analysis, every)
+    check = verified_plan(graph, analysis)
     if check.bindings:
         annotate(report.findings, check)
         report.sections.append(plan_section(check, graph))

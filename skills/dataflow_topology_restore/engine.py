@@ -14,6 +14,7 @@ from typing import Any
 from wp_mcp.graph import Graph, Node
 
 from ..analysis import Analysis, Group, grade, host_prefix
+from ..bottleneck_identification.engine import annotate, verified_plan
 from ..bottleneck_identification.interconnect import placement_finding
 from ..bottleneck_identification.rulebook import RULES, RuleContext
 from ..report import Report, Section, code, safe
@@ -314,6 +315,8 @@ def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None
         section.finding_ids.append(finding.id)
     if section.finding_ids:
         section.status = "findings"
+        # the plan's commands only once re-diagnosis of a planned copy came out clean
+        annotate(report.findings, verified_plan(graph, analysis))
     report.sections.append(section)
 
 
