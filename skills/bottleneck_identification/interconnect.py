@@ -80,19 +80,19 @@ def placement_impact(ctx: RuleContext, place: Placement) -> str:
             unknown.append((share, part))
         else:
             (far if distance >= CROSS_SOCKET_DISTANCE else near).append((share, part))
-    parts = []
-    if far:
-        parts.append(f"{sum(s for s, _ in far):.0%} of its CPU time crosses sockets to reach "
-                     f"{place.device} ({_named(far)})")  # fmt: skip
-    if near:
-        parts.append(f"{sum(s for s, _ in near):.0%} runs on a same-socket neighbour of node "
-                     f"{node} ({_named(near)})")  # fmt: skip
-    if unknown:
-        parts.append(f"{sum(s for s, _ in unknown):.0%} runs off node {node} at an unknown "
-                     f"distance ({_named(unknown)})")  # fmt: skip
+    clauses = (
+        (far, f"of its CPU time crosses sockets to reach {place.device}"),
+        (near, f"runs on a same-socket neighbour of node {node}"),
+        (unknown, f"runs off node {node} at an unknown distance"),
+    )
+    parts = [f"{_total(g):.0%} {what} ({_named(g)})" for g, what in clauses if _total(g) >= 0.005]
     if place.pages_on_device_node is not None:
         parts.append(f"{1 - place.pages_on_device_node:.0%} of its pages are off node {node}")
     return "; ".join(parts) or f"its CPU time is {place.cpu_on_device_node:.0%} on node {node}"
+
+
+def _total(parts: list[tuple[float, str]]) -> float:
+    return sum(share for share, _ in parts)
 
 
 def _named(parts: list[tuple[float, str]]) -> str:
