@@ -3,8 +3,8 @@
 Each node runs ``wp-mcp collect --out DIR/<node>.json.gz``; ``merge_directory(DIR)`` reads
 every ``*.json`` / ``*.json.gz`` file directly in DIR (each within the graph-file limits,
 checked and redacted like any imported file) and merges them. A node is named by the host
-its graph records, else by its file name; a file that cannot be read is listed as missing
-with the reason, as a node that failed on Ray is.
+its graph records, else (or when that name is taken) by its file name; a file that cannot
+be read is listed as missing with the reason, as a node that failed on Ray is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.safetext import excerpt
 
-from .merge import merge_hosts
+from .merge import merge_hosts, unique_labels
 
 MAX_FILES = 4096  # far beyond any cluster's node count; a wrong directory is said, not read
 
@@ -29,17 +29,21 @@ def merge_directory(directory: str | Path) -> Graph:
         raise UserError(f"--cluster dir: no .json or .json.gz node graphs in {excerpt(folder)}")
     if len(files) > MAX_FILES:
         raise UserError(f"--cluster dir: {len(files)} files in {excerpt(folder)}, over {MAX_FILES}")
-    graphs: dict[str, Graph] = {}
-    missing: dict[str, str] = {}
+    loaded: list[tuple[list[str], Graph | str]] = []
     for path in files:
         stem = path.name.removesuffix(".gz").removesuffix(".json")
         try:
             graph = load_any(path)
         except UserError as exc:  # one unreadable node must not lose the others
-            missing[stem] = excerpt(exc, 160, quoted=False)
+            loaded.append(([stem], excerpt(exc, 160, quoted=False)))
             continue
-        name = graph.meta.hosts[0] if len(graph.meta.hosts) == 1 else stem
-        graphs[stem if name in graphs else name] = graph
+        names = graph.meta.hosts[:1] if len(graph.meta.hosts) == 1 else []
+        loaded.append(([*names, stem], graph))
+    labels = unique_labels([names for names, _ in loaded])
+    graphs = {label: got for label, (_, got) in zip(labels, loaded, strict=True)
+              if isinstance(got, Graph)}  # fmt: skip
+    missing = {label: got for label, (_, got) in zip(labels, loaded, strict=True)
+               if isinstance(got, str)}  # fmt: skip
     if not graphs:
         raise UserError(f"--cluster dir: no node graph in {excerpt(folder)} could be read")
     merged = merge_hosts(graphs, missing)

@@ -48,6 +48,35 @@ def host_label(name: str) -> str:
     return label
 
 
+def unique_labels(choices: list[list[str]]) -> list[str]:
+    """One distinct id prefix per node from its names in order of preference (a host name,
+    then what tells nodes with the same host name apart); a node none of whose names is
+    free gets its first usable name with ``-2``, ``-3``… appended."""
+    taken: set[str] = set()
+    labels = []
+    for index, names in enumerate(choices):
+        usable = [label for label in map(_label_or_none, names) if label] or [f"node{index}"]
+        free = [label for label in usable if label not in taken]
+        label = free[0] if free else _numbered(usable[0], taken)
+        taken.add(label)
+        labels.append(label)
+    return labels
+
+
+def _label_or_none(name: str) -> str | None:
+    try:
+        return host_label(name)
+    except UserError:
+        return None
+
+
+def _numbered(label: str, taken: set[str]) -> str:
+    number = 2
+    while f"{label[: MAX_HOST_LABEL - 6]}-{number}" in taken:
+        number += 1
+    return f"{label[: MAX_HOST_LABEL - 6]}-{number}"
+
+
 def merge_hosts(graphs: dict[str, Graph], missing: dict[str, str] | None = None) -> Graph:
     """Merge host graphs (host name → its single-host graph) into one cluster graph.
 

@@ -32,7 +32,7 @@ from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
 from wp_mcp.graph.safetext import excerpt
 
 from ..base import Context
-from .merge import merge_hosts
+from .merge import merge_hosts, unique_labels
 from .node import clock_offset, collect_node, netns_inode, own_netns_inode
 
 INSTALL_HINT = "Ray is not installed here: pip install 'wp-mcp[ray]'"
@@ -134,16 +134,16 @@ def alive_nodes(ray: Any) -> list[RayNode]:
     """Alive nodes, each labelled by host name — with its address, or its node id, where
     several nodes share a host name (several nodes on one machine)."""
     found = [n for n in ray.nodes() if n.get("Alive")]
-    names = Counter(n.get("NodeManagerHostname") or "node" for n in found)
-    pairs = Counter((n.get("NodeManagerHostname"), n.get("NodeManagerAddress")) for n in found)
-    nodes = []
+    shared = Counter(n.get("NodeManagerHostname") or "node" for n in found)
+    choices = []
     for n in found:
         name, addr = n.get("NodeManagerHostname") or "node", n.get("NodeManagerAddress") or "?"
-        label = name
-        if names[name] > 1:
-            label = f"{name}-{addr}" if pairs[(name, addr)] == 1 else f"{name}-{n['NodeID'][:8]}"
-        nodes.append(RayNode(n["NodeID"], label, addr))
-    return nodes
+        distinct = [f"{name}-{addr}", f"{name}-{n['NodeID'][:8]}"]
+        # nodes sharing a host name are all named by address, none by the bare name
+        choices.append(distinct if shared[name] > 1 else [name, *distinct])
+    labels = unique_labels(choices)
+    return [RayNode(n["NodeID"], label, n.get("NodeManagerAddress") or "?")
+            for n, label in zip(found, labels, strict=True)]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- driving

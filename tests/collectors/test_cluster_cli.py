@@ -124,3 +124,13 @@ def test_a_stream_cut_short_is_refused():
     stream.feed(packed[: len(packed) // 2])
     with pytest.raises(UserError, match="ended before its last chunk"):
         stream.graph()
+
+
+def test_two_node_graphs_naming_one_host_are_both_kept(capsys, store_dir, tmp_path):
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    native.dump(node_graph("n1"), nodes / "a.json")
+    native.dump(node_graph("n1"), nodes / "b.json")  # a copied image: same host name
+    code, err = run_cli(capsys, "--cluster", f"dir:{nodes}", "--out", str(tmp_path / "c.json"))
+    assert code == 0, err
+    assert native.load(tmp_path / "c.json").meta.hosts == ["n1", "b"]

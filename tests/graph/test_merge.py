@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 from wp_mcp.collectors.cluster import host_label, merge_hosts
+from wp_mcp.collectors.cluster.merge import unique_labels
 from wp_mcp.collectors.cluster.node import clock_offset
 from wp_mcp.graph import CollectorStatus, Graph, UserError, ids
 
@@ -143,3 +144,12 @@ def test_skew_is_the_spread_of_offsets_and_corrects_window_starts():
 def test_without_clock_readings_the_skew_says_it_was_not_measured():
     clock = merge_hosts({"a": host_graph("a", [])}).meta.cluster["clock"]
     assert clock == {"measured": False, "reason": "no host graph carries a clock reading"}
+
+
+def test_node_labels_are_distinct_whatever_the_host_names():
+    assert unique_labels([["vm", "vm-10.0.0.1"], ["vm", "vm-10.0.0.2"], ["a/b"], ["a:b"]]) == [
+        "vm", "vm-10.0.0.2", "a-b", "a-b-2",
+    ]  # fmt: skip
+    # a name with nothing to keep falls back to the next choice, then to its position
+    assert unique_labels([["///", "n7"], ["\\n"]]) == ["n7", "n"]
+    assert unique_labels([["///"]]) == ["node0"]
