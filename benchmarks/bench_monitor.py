@@ -38,6 +38,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def store_bytes(folder: Path) -> int:
+    """The database and its WAL (which SQLite reuses once checkpointed: it holds up to
+    ~4 MiB before the first checkpoint, so growth is judged after that)."""
     return sum(p.stat().st_size for p in folder.glob("store.sqlite3*"))
 
 
@@ -76,13 +78,15 @@ def measure(pid: int, store_dir: Path, args: argparse.Namespace) -> dict:
     quiet_cpu = quiet_s = 0.0
     sizes: list[tuple[float, int, int]] = []
     cycle_ends: list[float] = []
+    store = None
     while time.monotonic() < end:
         time.sleep(0.1)
-        if not (store_dir / "store.sqlite3").exists():
-            continue
         try:
-            listed = Store(store_dir).list()
-        except Exception:  # the schema is being created
+            if store is None and (store_dir / "store.sqlite3").exists():
+                store = Store(store_dir)
+            listed = store.list() if store is not None else []
+        except Exception:  # the daemon is still creating the schema
+            store = None
             continue
         new = [s for s in listed if s.id not in seen]
         if not new:
