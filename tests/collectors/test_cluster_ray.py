@@ -1,12 +1,13 @@
-"""A real Ray cluster on this machine: a head and a worker node, each in its own network
-namespace with its own address (veths to a bridge in a third namespace), each limited to
-one CPU and a 100 MB object store kept in the test's own directory. A 2-rank job (RANK /
-WORLD_SIZE / MASTER_ADDR in its environment) runs one rank per node, and nftables drops
-~5 % of what the head receives from the worker. ``wp-mcp collect --cluster`` is run from
-the head's namespace: the cluster graph holds each rank on its node, the job's connection
-joined across the two nodes with the worker's retransmissions, and both nodes' clocks. A
-second collection whose worker node is killed mid-window still stores a cluster graph,
-naming the missing node.
+"""A real Ray cluster on this machine: a head and two worker nodes, each in its own network
+namespace with its own address (veths to a bridge in another namespace), each limited to one
+CPU and a 100 MB object store kept in the test's own directory. A 3-rank torch.distributed
+gloo job (RANK / WORLD_SIZE / MASTER_ADDR in its environment) runs one rank per node over a
+second network (a second bridge, so the job's traffic alone can be made lossy), and
+nftables drops ~5 % of what the head receives from worker 1 on it. ``wp-mcp collect
+--cluster`` is run from the head's namespace: the cluster graph holds each rank on its node,
+the job's connections joined across nodes with worker 1's retransmissions, every node's
+clock, and the cluster rule names worker 1. ``wp_collect`` stores the same through MCP;
+Ctrl-C cancels the task on every node; a node killed mid-window is named missing.
 
 Everything started here is stopped by process group and by namespace; ``ray stop`` (which
 stops every Ray node of the machine) is never called.
@@ -36,24 +37,26 @@ from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
 
-HEAD_IP, WORKER_IP, GCS_PORT, JOB_PORT = "10.79.0.1", "10.79.0.2", 46379, 5401
+NODES = ("head", "w1", "w2")
+RAY_IPS = {"head": "10.79.0.1", "w1": "10.79.0.2", "w2": "10.79.0.3"}  # Ray's network
+JOB_IPS = {"head": "10.80.0.1", "w1": "10.80.0.2", "w2": "10.80.0.3"}  # the job's network
+RANKS = {"head": 0, "w1": 1, "w2": 2}
+HEAD_IP, GCS_PORT, JOB_PORT = RAY_IPS["head"], 46379, 5401
 RAY_LIMITS = ("--num-cpus", "1", "--object-store-memory", "100000000")
 WP_MCP = str(Path(sys.executable).with_name("wp-mcp"))
-RECEIVER = f"""
-import socket
-server = socket.create_server(("{HEAD_IP}", {JOB_PORT}))
-print("listening", flush=True)
-conn, _ = server.accept()
-while conn.recv(1 << 16):
-    pass
-"""
-SENDER = f"""
-import socket, time
-conn = socket.create_connection(("{HEAD_IP}", {JOB_PORT}))
-chunk = b"d" * (1 << 16)
-while True:
-    conn.sendall(chunk)
-    time.sleep(0.002)
+GLOO_RANK = """
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+grads = torch.ones(1 << 18)
+for step in range(1 << 62):
+    dist.all_reduce(grads)
+    grads.mul_(1.0 / 3)
+    if step == 2:
+        print("ready", flush=True)
+    time.sleep(0.01)
 """
 
 
@@ -83,9 +86,10 @@ def named_netns_inode(name: str) -> int:
     return os.stat(f"/run/netns/{name}").st_ino
 
 
-def job_env(rank: int) -> dict[str, str]:
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
-            "MASTER_ADDR": HEAD_IP, "MASTER_PORT": str(JOB_PORT)}  # fmt: skip
+def rank_env(cluster: Cluster, node: str) -> dict[str, str]:
+    return {**cluster.env, "RANK": str(RANKS[node]), "LOCAL_RANK": "0", "WORLD_SIZE": "3",
+            "MASTER_ADDR": JOB_IPS["head"], "MASTER_PORT": str(JOB_PORT),
+            "GLOO_SOCKET_IFNAME": f"{cluster.tag}{node}j", "OMP_NUM_THREADS": "1"}  # fmt: skip
 
 
 class Cluster:
@@ -93,7 +97,7 @@ class Cluster:
 
     def __init__(self) -> None:
         self.tag = f"wpr{os.getpid() % 100000}"
-        self.ns = {name: f"{self.tag}{name}" for name in ("sw", "head", "work")}
+        self.ns = {name: f"{self.tag}{name}" for name in ("sw", *NODES)}
         self.made: list[str] = []
         self.groups: dict[str, subprocess.Popen] = {}
         self.temp = tempfile.mkdtemp(prefix="wpray")  # short: Ray's socket paths live here
@@ -106,22 +110,27 @@ class Cluster:
         for ns in self.ns.values():
             sh("ip", "netns", "add", ns)
             self.made.append(ns)
-        sh("ip", "-n", self.ns["sw"], "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", self.ns["sw"], "link", "set", "br0", "up")
-        for node, ip in (("head", HEAD_IP), ("work", WORKER_IP)):
-            ns, dev = self.ns[node], f"{self.tag}{node}"
-            sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name",
-               f"{dev}s", "netns", self.ns["sw"])  # fmt: skip
-            sh("ip", "-n", self.ns["sw"], "link", "set", f"{dev}s", "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
+        for bridge in ("br0", "br1"):  # br0 carries Ray, br1 the job
+            sh("ip", "-n", self.ns["sw"], "link", "add", bridge, "type", "bridge")
+            sh("ip", "-n", self.ns["sw"], "link", "set", bridge, "up")
+        for node in NODES:
+            ns = self.ns[node]
+            for suffix, bridge, ip in (("r", "br0", RAY_IPS[node]), ("j", "br1", JOB_IPS[node])):
+                dev = f"{self.tag}{node}{suffix}"
+                sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name",
+                   f"{dev}s", "netns", self.ns["sw"])  # fmt: skip
+                sh("ip", "-n", self.ns["sw"], "link", "set", f"{dev}s", "master", bridge, "up")
+                sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+                sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", ns, "route", "add", "default", "dev", dev)
+            sh("ip", "-n", ns, "route", "add", "default", "dev", f"{self.tag}{node}r")
+        # drop on arrival: a drop in the sender's own output path is reported to TCP as a
+        # local send failure and re-sent without counting as a retransmission
         nft = ("ip", "netns", "exec", self.ns["head"], "nft")
         sh(*nft, "add", "table", "ip", "wpmcp")
         sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
-        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", WORKER_IP, "tcp", "dport",
-           str(JOB_PORT), "numgen", "random", "mod", "100", "<", "5", "counter", "drop")  # fmt: skip
+        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", JOB_IPS["w1"], "numgen",
+           "random", "mod", "100", "<", "5", "counter", "drop")  # fmt: skip
 
     def start(
         self, name: str, node: str, *command: str, env: dict | None = None
@@ -163,7 +172,7 @@ def ray_cluster() -> Iterator[Cluster]:
     try:
         import ray  # noqa: F401
     except ImportError:
-        unavailable("needs Ray: pip install 'wp-mcp[ray]' (.ci/setup.d/60-ray.sh installs it)")
+        unavailable("needs Ray: pip install 'wp-mcp[ray]' (.ci/setup.d/70-ray.sh installs it)")
     if not (shutil.which("ip") and shutil.which("nft")):
         unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
     cluster = Cluster()
@@ -171,10 +180,12 @@ def ray_cluster() -> Iterator[Cluster]:
         cluster.wire()
         cluster.start_ray_node("head", HEAD_IP, "--head", "--port", str(GCS_PORT), "--include-dashboard=false",
                                "--temp-dir", os.path.join(cluster.temp, "t"))  # fmt: skip
-        cluster.start_ray_node("work", WORKER_IP, "--address", f"{HEAD_IP}:{GCS_PORT}")
-        receiver = cluster.start("rank0", "head", sys.executable, "-c", RECEIVER, env=job_env(0))
-        wait_for_line(receiver, "listening", timeout_s=30)
-        cluster.start("rank1", "work", sys.executable, "-c", SENDER, env=job_env(1))
+        for node in ("w1", "w2"):
+            cluster.start_ray_node(node, RAY_IPS[node], "--address", f"{HEAD_IP}:{GCS_PORT}")
+        ranks = [cluster.start(f"rank{RANKS[node]}", node, sys.executable, "-c", GLOO_RANK,
+                               env=rank_env(cluster, node)) for node in NODES]  # fmt: skip
+        for rank in ranks:
+            wait_for_line(rank, "ready", timeout_s=90)
         yield cluster
     finally:
         cluster.close()
@@ -187,33 +198,49 @@ def collect_cluster(cluster: Cluster, out: Path, *options: str) -> subprocess.Co
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=cluster.env)
 
 
-def test_the_cluster_graph_holds_both_nodes_ranks_and_the_joined_lossy_flow(ray_cluster, tmp_path):
+def labels_by_node(graph) -> dict[str, str]:
+    return {node: next(h for h in graph.meta.hosts if h.endswith(ip)) for node, ip in RAY_IPS.items()
+            if any(h.endswith(ip) for h in graph.meta.hosts)}  # fmt: skip
+
+
+def rank_id(cluster: Cluster, label: str, node: str) -> str:
+    return ids.with_host(label, ids.process(cluster.groups[f"rank{RANKS[node]}"].pid))
+
+
+def test_the_cluster_graph_holds_every_rank_and_the_joined_lossy_flows(ray_cluster, tmp_path):
     done = collect_cluster(ray_cluster, tmp_path / "cluster.json.gz", "--duration", "1")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""  # on a pipe: nothing but the snapshot id, no Ray chatter
     graph = native.load(tmp_path / "cluster.json.gz")
-    hosts = {ids.split_host(node_id)[0] for node_id in graph.nodes}
-    labels = set(graph.meta.hosts)
-    assert len(labels) == 2 and hosts == labels and graph.meta.cluster["missing"] == {}
-    head, worker = (next(h for h in labels if h.endswith(ip)) for ip in (HEAD_IP, WORKER_IP))
-    rank0, rank1 = ray_cluster.groups["rank0"].pid, ray_cluster.groups["rank1"].pid
-    # each node collected itself: its own namespace's processes only
+    labels = labels_by_node(graph)
+    assert len(graph.meta.hosts) == 3 and set(labels) == set(NODES)
+    assert {ids.split_host(node_id)[0] for node_id in graph.nodes} == set(graph.meta.hosts)
+    assert graph.meta.cluster["missing"] == {}
+    # each node collected itself (its own namespace's processes only): every rank on its node
     ranks = graph.meta.cluster["ranks"]
-    assert ranks["by_rank"] == {"0": ids.with_host(head, ids.process(rank0)),
-                                "1": ids.with_host(worker, ids.process(rank1))}  # fmt: skip
-    assert ranks["missing"] == [] and ranks["masters"] == [f"{HEAD_IP}:{JOB_PORT}"]
-    assert ids.with_host(head, ids.process(rank1)) not in graph
-    (link,) = [
-        e
-        for e in graph.out_edges(ids.with_host(worker, ids.process(rank1)), "talks_to")
-        if e.dst == ids.with_host(head, ids.process(rank0))
+    assert ranks["by_rank"] == {
+        str(RANKS[node]): rank_id(ray_cluster, labels[node], node) for node in NODES
+    }
+    assert ranks["missing"] == [] and ranks["masters"] == [f"{JOB_IPS['head']}:{JOB_PORT}"]
+    assert rank_id(ray_cluster, labels["head"], "w1") not in graph
+    # the gloo connections between ranks are joined across nodes, both sides' counters on them
+    w1, head = (
+        rank_id(ray_cluster, labels["w1"], "w1"),
+        rank_id(ray_cluster, labels["head"], "head"),
+    )
+    links = [
+        e for e in graph.edges("talks_to") if e.get("cross_host") and {e.src, e.dst} == {w1, head}
     ]
-    assert link.cross_host is True and link.src_bytes_sent > 0 and link.src_retrans_total > 0
+    assert links, "no joined flow between rank 1 and rank 0"
+    w1_retrans = sum(
+        e.get("src_retrans_total" if e.src == w1 else "dst_retrans_total") for e in links
+    )
+    assert w1_retrans > 0 and all(e.src_bytes_sent > 0 for e in links)
     clock = graph.meta.cluster["clock"]
-    assert clock["measured"] is True and set(clock["hosts"]) == labels
-    # the cluster rule names the node whose packets are dropped (the worker's, on arrival)
+    assert clock["measured"] is True and set(clock["hosts"]) == set(graph.meta.hosts)
+    # the cluster rule names the node whose packets are dropped (worker 1's, on arrival)
     outcomes = {o.rule.id: o.result for o in evaluate(graph)}
-    assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{worker}"]
+    assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{labels['w1']}"]
 
 
 MCP_CALL = """
@@ -243,13 +270,13 @@ def test_wp_collect_stores_the_cluster_graph(ray_cluster, tmp_path):
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["error"] is False, answer["text"]
     assert answer["text"].startswith("collected snapshot ")
-    assert "hosts=2" in answer["text"] and answer["structured"]["nodes"] > 0
+    assert "hosts=3" in answer["text"] and answer["structured"]["nodes"] > 0
 
 
 def running_node_tasks(cluster: Cluster) -> dict[str, int]:
     """Processes running a collection task (Ray titles a worker by its task), per node."""
     found = {}
-    for node in ("head", "work"):
+    for node in NODES:
         for pid in netns_pids(Path("/proc"), named_netns_inode(cluster.ns[node])):
             try:
                 title = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -268,8 +295,8 @@ def test_ctrl_c_cancels_the_task_on_every_node(ray_cluster, tmp_path):
                             env=ray_cluster.env)  # fmt: skip
     try:
         deadline = time.monotonic() + 40
-        while set(running_node_tasks(ray_cluster)) != {"head", "work"}:
-            assert time.monotonic() < deadline, "the tasks never started on both nodes"
+        while set(running_node_tasks(ray_cluster)) != set(NODES):
+            assert time.monotonic() < deadline, "the tasks never started on every node"
             time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
@@ -294,7 +321,7 @@ def test_a_node_killed_mid_collection_is_named_missing(ray_cluster, tmp_path):
                             env=ray_cluster.env)  # fmt: skip
     try:
         time.sleep(4)  # the tasks are running their window
-        ray_cluster.stop_group("work")
+        ray_cluster.stop_group("w2")
         stdout, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
@@ -303,8 +330,7 @@ def test_a_node_killed_mid_collection_is_named_missing(ray_cluster, tmp_path):
     assert proc.returncode == 0, stderr[-2000:]
     graph = native.load(out)
     (missing,) = graph.meta.cluster["missing"]
-    assert missing.endswith(WORKER_IP) and graph.meta.hosts == [
-        f"{missing[: -len(WORKER_IP)]}{HEAD_IP}"
-    ]
+    assert missing.endswith(RAY_IPS["w2"]) and len(graph.meta.hosts) == 2
+    assert {h[-len("10.79.0.1") :] for h in graph.meta.hosts} == {HEAD_IP, RAY_IPS["w1"]}
     failed = [s for s in graph.meta.collectors if s.status == "failed"]
     assert [(s.name, s.host) for s in failed] == [(f"{missing}/collection", missing)]
