@@ -173,6 +173,10 @@ def ray_cluster() -> Iterator[Cluster]:
         import ray  # noqa: F401
     except ImportError:
         unavailable("needs Ray: pip install 'wp-mcp[ray]' (.ci/setup.d/70-ray.sh installs it)")
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        unavailable("needs torch for the gloo job (.ci/setup.d/20-collectors.sh installs it)")
     if not (shutil.which("ip") and shutil.which("nft")):
         unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
     cluster = Cluster()
