@@ -16,6 +16,7 @@ stops every Ray node of the machine) is never called.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -173,9 +174,7 @@ def ray_cluster() -> Iterator[Cluster]:
         import ray  # noqa: F401
     except ImportError:
         unavailable("needs Ray: pip install 'wp-mcp[ray]' (.ci/setup.d/70-ray.sh installs it)")
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:  # the ranks import it, not this process
         unavailable("needs torch for the gloo job (.ci/setup.d/20-collectors.sh installs it)")
     if not (shutil.which("ip") and shutil.which("nft")):
         unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
