@@ -26,7 +26,7 @@ from ..orchestrator import SHARED_KINDS, collect_snapshot
 SOURCE = "cluster-node"
 # environment variable -> (process attribute, type); launchers set different names
 RANK_VARIABLES: dict[str, tuple[str, type]] = {
-    "RANK": ("rank", int),  # torchrun, torch.distributed, Ray Train
+    "RANK": ("rank", int),  # torchrun, torch.distributed launchers, Slurm wrappers
     "OMPI_COMM_WORLD_RANK": ("rank", int),  # Open MPI
     "PMI_RANK": ("rank", int),  # MPICH, Intel MPI
     "LOCAL_RANK": ("local_rank", int),
@@ -90,10 +90,15 @@ def netns_pids(proc_root: Path, netns: int) -> set[int]:
 def keep_only(graph: Graph, pids: set[int]) -> None:
     """Remove processes (and their threads) outside ``pids``, then what none of the kept
     processes holds: a pid filter keeps whole families, a namespace is not one."""
-    for kind in ("process", "thread"):
-        for node in graph.of_kind(kind):
-            if node.get("pid") not in pids:
-                graph.remove_node(node.id)
+    for proc in graph.of_kind("process"):
+        if proc.get("pid") not in pids:
+            graph.remove_node(proc.id)
+    for thread in graph.of_kind("thread"):
+        pid = thread.get("pid")
+        # a thread some source saw without its pid goes when its process went
+        orphan = not graph.in_edges(thread.id, "has_thread")
+        if (pid is None and orphan) or (pid is not None and pid not in pids):
+            graph.remove_node(thread.id)
     for kind in SHARED_KINDS:
         for node in graph.of_kind(kind):
             if not graph.in_edges(node.id, "holds"):

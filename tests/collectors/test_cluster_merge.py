@@ -128,6 +128,8 @@ def test_each_host_graph_holds_only_its_own_namespace(cluster):
     sender, receiver = ids.process(cluster["sender"]), ids.process(cluster["receiver"])
     assert sender in cluster["graphs"]["host-a"] and receiver not in cluster["graphs"]["host-a"]
     assert receiver in cluster["graphs"]["host-b"] and sender not in cluster["graphs"]["host-b"]
+    # a kept process keeps its threads
+    assert cluster["graphs"]["host-a"].successors(sender, "has_thread")
     # the collecting test process is in neither namespace
     for graph in cluster["graphs"].values():
         assert ids.process(os.getpid()) not in graph
