@@ -6,7 +6,9 @@
   across hosts give no baseline;
 - ``L1.cluster-straggler``: one rank waits for a CPU far longer than the job's other ranks
   (run delay, the share of the window a runnable thread waited): in a synchronous job every
-  step waits for the slowest rank, as msprof-analyze's slow-rank analysis flags.
+  step waits for the slowest rank, as msprof-analyze's slow-rank analysis flags;
+- ``L3.cluster-placement-outlier``: one host's ranks are far less NUMA-local than the other
+  hosts' ranks (hosts of one role placed differently: a binding missing on one node).
 
 Single-host graphs make both rules *not evaluable*, with the reason. The per-host rules
 (retransmitting flows, NIC errors, placement…) already run on every host of a cluster graph.
@@ -19,6 +21,7 @@ from statistics import median
 
 from wp_mcp.graph import ids
 
+from ..analysis import GRADES
 from ..report import Evidence, Finding
 from .network import MSS_BYTES
 from .rulebook import NotEvaluable, RuleContext, rule
@@ -29,6 +32,8 @@ MIN_RETRANS = 3
 BASELINE_SEGMENTS = 1000  # a peer host counts towards the baseline from this many segments
 STRAGGLER_POINTS = 10.0  # run-delay percentage points above the ranks' median
 STRAGGLER_TIMES = 2.0
+PLACEMENT_GAP = 0.3  # mean NUMA locality below the hosts' median
+PLACEMENT_GOOD = GRADES[0][0]  # the "good" NUMA locality grade
 
 
 def _hosts_or_explain(ctx: RuleContext) -> list[str]:
@@ -154,6 +159,57 @@ def straggler(ctx: RuleContext) -> list[Finding]:
                 impact="every synchronous step waits for the slowest rank",
                 action=f"Find what competes for {host}'s CPUs (wp-mcp hotspot threads on that "
                 "host) and give the rank dedicated cores, as its peers have.",
+            )
+        )
+    return out
+
+
+@rule(
+    "L3.cluster-placement-outlier",
+    3,
+    "One host places its ranks differently from the others",
+    "mean numa_locality of a host's rank processes vs the hosts' median",
+    f"≥ {PLACEMENT_GAP:g} below the hosts' median and < {PLACEMENT_GOOD:g}",
+)
+def placement_outlier(ctx: RuleContext) -> list[Finding]:
+    _hosts_or_explain(ctx)
+    by_host: dict[str, list] = defaultdict(list)
+    for proc in ctx.graph.of_kind("process"):
+        if proc.get("rank") is not None and proc.get("numa_locality") is not None:
+            by_host[ids.split_host(proc.id)[0]].append(proc)
+    if len(by_host) < 2:
+        raise NotEvaluable("fewer than two hosts with ranks whose NUMA locality was measured")
+    locality = {h: sum(p.get("numa_locality") for p in ps) / len(ps) for h, ps in by_host.items()}
+    middle = median(locality.values())
+    out = []
+    for host, value in sorted(locality.items()):
+        if middle - value < PLACEMENT_GAP or value >= PLACEMENT_GOOD:
+            continue
+        ranks = sorted(by_host[host], key=lambda p: p.get("numa_locality"))
+        out.append(
+            ctx.finding(
+                subject=f"host:{host}",
+                value=round(value, 2),
+                priority="P1",
+                title=f"host {host}'s ranks run {value:.0%} NUMA-local, the other hosts' "
+                f"{middle:.0%}: its placement differs",
+                evidence=[
+                    Evidence(
+                        "aggregate",
+                        [p.id for p in ranks][:8],
+                        {
+                            "host": host,
+                            "ranks": len(ranks),
+                            "mean_numa_locality": round(value, 3),
+                            "hosts_median": round(middle, 3),
+                        },
+                        ctx.window_s,
+                        "least local ranks first",
+                    ),
+                ],
+                impact="its ranks pay remote-memory latency the others do not; steps wait for them",
+                action=f"Compare how {host} launches its ranks (numactl / taskset / the "
+                "launcher's CPU binding) with a host whose ranks are local, and apply the same.",
             )
         )
     return out

@@ -11,7 +11,7 @@ MB = 1 << 20
 
 
 def node(name: str, ip: str, peers: dict[str, int], retrans: int = 0,
-         run_delay: float = 2.0, sent: int = 10 * MB) -> Graph:  # fmt: skip
+         run_delay: float = 2.0, sent: int = 10 * MB, locality: float = 0.95) -> Graph:  # fmt: skip
     """One host running rank process 10 that sends ``sent`` bytes to each peer ip (port 5000
     + its last octet), retransmitting ``retrans`` segments on each, and serves port 5000 +
     its own."""
@@ -19,7 +19,7 @@ def node(name: str, ip: str, peers: dict[str, int], retrans: int = 0,
     graph.meta.hosts, graph.meta.window_s = [name], 1.0
     graph.add("host", ids.host(), hostname=name)
     graph.add("process", ids.process(10), pid=10, rank=int(ip.rsplit(".", 1)[1]),
-              world_size=3, run_delay_pct=run_delay)  # fmt: skip
+              world_size=3, run_delay_pct=run_delay, numa_locality=locality)  # fmt: skip
     own = 5000 + int(ip.rsplit(".", 1)[1])
     sockets = [{"local_addr": ip, "local_port": own, "state": "LISTEN"}]
     for peer_ip, sport in peers.items():
@@ -44,13 +44,16 @@ def _accepted(ip: str) -> dict[str, int]:
     return {src: 40000 + int(src[-1]) for src, dst in RING.items() if dst == ip}
 
 
-def ring(lossy: str | None = None, slow: str | None = None, chatty: str | None = None) -> Graph:
-    """Three hosts in a ring; ``chatty`` sends only 10 KB with one retransmission."""
+def ring(lossy: str | None = None, slow: str | None = None, chatty: str | None = None,
+         unbound: str | None = None) -> Graph:  # fmt: skip
+    """Three hosts in a ring; ``chatty`` sends only 10 KB with one retransmission;
+    ``unbound``'s rank runs mostly away from its memory."""
     return merge_hosts({
         name: node(name, ip, {RING[ip]: 40000 + int(ip[-1])},
                    retrans=60 if name == lossy else (1 if name == chatty else 0),
                    run_delay=45.0 if name == slow else 2.0,
-                   sent=10_000 if name == chatty else 10 * MB)
+                   sent=10_000 if name == chatty else 10 * MB,
+                   locality=0.4 if name == unbound else 0.95)
         for name, ip in IPS.items()
     })  # fmt: skip
 
@@ -79,6 +82,7 @@ def test_a_host_that_sent_little_is_no_baseline():
 def test_clean_hosts_raise_nothing():
     found = results(ring())
     assert found["L4.cluster-lossy-host"] == [] and found["L1.cluster-straggler"] == []
+    assert found["L3.cluster-placement-outlier"] == []
 
 
 def test_the_rank_waiting_for_cpu_is_the_straggler():
@@ -86,8 +90,15 @@ def test_the_rank_waiting_for_cpu_is_the_straggler():
     assert finding.subject == "h2/proc:10" and "rank 2 on h2" in finding.title
 
 
+def test_the_host_placing_its_ranks_differently_is_named():
+    (finding,) = results(ring(unbound="h0"))["L3.cluster-placement-outlier"]
+    assert finding.subject == "host:h0" and finding.value == 0.4
+    assert results(ring())["L3.cluster-placement-outlier"] == []
+
+
 def test_a_single_host_graph_is_not_evaluable():
     single = node("h0", "10.0.0.0", {"10.0.0.1": 40000})
     found = results(single)
     assert "single-host graph" in found["L4.cluster-lossy-host"]
     assert "single-host graph" in found["L1.cluster-straggler"]
+    assert "single-host graph" in found["L3.cluster-placement-outlier"]

@@ -424,7 +424,10 @@ NEEDS_PMU_OR_TRACE = {
     # fed by an imported training trace (tests/skills/test_trace_rules.py)
     **dict.fromkeys(TRACE_RULE_IDS, "trace"),
     # cross-host rules need a cluster graph (tests/collectors/test_cluster_rules.py)
-    **dict.fromkeys(("L1.cluster-straggler", "L4.cluster-lossy-host"), "cluster graph"),
+    **dict.fromkeys(
+        ("L1.cluster-straggler", "L3.cluster-placement-outlier", "L4.cluster-lossy-host"),
+        "cluster graph",
+    ),
 }
 
 
