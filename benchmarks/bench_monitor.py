@@ -106,8 +106,10 @@ def measure(pid: int, store_dir: Path, args: argparse.Namespace) -> dict:
             time.sleep(max(0.0, quiet_to - time.monotonic()))
             quiet_cpu += cpu_seconds(pid) - a
             quiet_s += quiet_to - quiet_from
+    files = ", ".join(f"{p.name} {p.stat().st_size / 1024:.0f} KiB"
+                      for p in sorted(store_dir.glob("store.sqlite3*")))  # fmt: skip
     return {"elapsed": time.monotonic() - started, "cpu": cpu_seconds(pid) - cpu_started,
-            "quiet_cpu": quiet_cpu, "quiet_s": quiet_s, "sizes": sizes}  # fmt: skip
+            "quiet_cpu": quiet_cpu, "quiet_s": quiet_s, "sizes": sizes, "files": files}  # fmt: skip
 
 
 def report(m: dict, args: argparse.Namespace) -> None:
@@ -119,6 +121,7 @@ def report(m: dict, args: argparse.Namespace) -> None:
         print(f"CPU between cycles: {share:.2f} % of one core over {m['quiet_s']:.0f} s "
               "(target <= 2 %)")  # fmt: skip
     print(f"CPU overall (cycles included): {100 * m['cpu'] / m['elapsed']:.1f} % of one core")
+    print(f"at the end: {m['files']}")
     if sizes:
         half = [s for s in sizes if s[0] >= m["elapsed"] * 0.6]
         peak = max(s[1] for s in sizes)

@@ -44,6 +44,7 @@ _CACHE_SIZE = 4  # graphs kept parsed in memory: views of one snapshot must not 
 # Below this much free space an I/O error is the disk being full: SQLite reports a full
 # disk met while mapping its shared-memory file as "disk I/O error".
 _NEARLY_FULL_BYTES = 1 << 20
+_WAL_LIMIT_BYTES = 4 << 20
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS snapshots (
@@ -146,6 +147,9 @@ class Store:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
+        # a checkpoint cut short by a reader lets the WAL grow past its usual ~4 MiB; trim it
+        # back once it is reused, so a long-running monitor's store stays bounded
+        db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
         return db
 
     def _open_read_only(self) -> sqlite3.Connection:
