@@ -22,6 +22,7 @@ from wp_mcp.graph.safetext import escape
 from .cli_graph import open_store
 
 MAX_DURATION_S = 600.0
+MAX_START_DELAY_S = 3600.0  # --start-at: a job's nodes start together, not tomorrow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(docs/clusters.md)")  # fmt: skip
     p.add_argument("--node-timeout", type=float, default=60.0, metavar="S",
                    help="with --cluster: seconds past the window a node may take (default 60)")  # fmt: skip
+    p.add_argument("--ranks", action="store_true",
+                   help="mark processes with RANK/WORLD_SIZE/MASTER_ADDR… in their environment "
+                   "(one node of a Slurm or Kubernetes job)")  # fmt: skip
+    p.add_argument("--start-at", type=float, metavar="EPOCH",
+                   help="open the window at this Unix time, the same on every node of a job "
+                   "(implies --ranks)")  # fmt: skip
     p.set_defaults(handler=cmd_collect)
 
 
@@ -76,9 +83,14 @@ def _context(args: argparse.Namespace) -> Context:
 
 
 def _collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
-    """This host's collection, or with --cluster every node's, merged."""
+    """This host's collection (as one node of a job with --ranks/--start-at), or with
+    --cluster every node's, merged."""
     if not args.cluster:
-        return collect_snapshot
+        return (
+            _node_collector(args) if args.ranks or args.start_at is not None else collect_snapshot
+        )
+    if args.ranks or args.start_at is not None:
+        raise UserError("--ranks and --start-at are for one node: --cluster sets both itself")
     from wp_mcp.collectors.cluster.on_ray import cluster_collector
 
     if args.pid:
@@ -86,6 +98,16 @@ def _collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
     if not 0 < args.node_timeout <= MAX_DURATION_S:
         raise UserError(f"--node-timeout must be between 0 and {MAX_DURATION_S:g} seconds")
     return cluster_collector(args.cluster, args.node_timeout, files=True)
+
+
+def _node_collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
+    from wp_mcp.collectors.cluster.node import collect_node
+
+    start_at = args.start_at
+    if start_at is not None and not -MAX_DURATION_S < start_at - time.time() <= MAX_START_DELAY_S:
+        raise UserError("--start-at must be a Unix time within the next hour "
+                        "(e.g. $(( $(date +%s) + 10 )))")  # fmt: skip
+    return lambda ctx: collect_node(ctx, start_at=start_at)
 
 
 def _run(ctx: Context, interactive: bool,

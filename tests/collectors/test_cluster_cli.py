@@ -6,7 +6,10 @@ graphs a Slurm or Kubernetes job wrote; the MCP tool reads no directory that way
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
 import sys
+import time
 
 import pytest
 from mcp import Client
@@ -134,3 +137,35 @@ def test_two_node_graphs_naming_one_host_are_both_kept(capsys, store_dir, tmp_pa
     code, err = run_cli(capsys, "--cluster", f"dir:{nodes}", "--out", str(tmp_path / "c.json"))
     assert code == 0, err
     assert native.load(tmp_path / "c.json").meta.hosts == ["n1", "b"]
+
+
+def test_one_node_of_a_job_records_its_ranks_and_opens_the_window_when_told(
+    capsys, store_dir, tmp_path
+):
+    env = {**os.environ, "RANK": "5", "WORLD_SIZE": "8", "MASTER_ADDR": "10.1.2.3"}
+    rank = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        start_at = time.time() + 1.0
+        out = tmp_path / "node.json"
+        code, err = run_cli(capsys, "--duration", "0", "--pid", str(rank.pid),
+                            "--start-at", f"{start_at:.3f}", "--out", str(out))  # fmt: skip
+    finally:
+        rank.kill()
+        rank.wait()
+    assert code == 0, err
+    graph = native.load(out)
+    proc = graph.node(ids.process(rank.pid))
+    assert (proc.rank, proc.world_size, proc.master_addr) == (5, 8, "10.1.2.3")
+    assert graph.meta.started_at >= start_at
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--start-at", "1"], "--start-at must be a Unix time within the next hour"),
+        (["--cluster", "ray", "--ranks"], "--ranks and --start-at are for one node"),
+    ],
+)
+def test_node_options_refuse_in_one_line(capsys, store_dir, argv, message):
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
