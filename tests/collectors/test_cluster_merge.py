@@ -8,13 +8,12 @@ the retransmissions show on the sender's side of the joined flow."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import netns_link
 import pytest
 from coll_helpers import needs_root
 from wp_mcp.collectors import Context
@@ -22,32 +21,10 @@ from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.collectors.cluster.node import clock_offset, collect_node
 from wp_mcp.graph import ids, native
 from wp_mcp.skills.bottleneck_identification import evaluate
-from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
 
 RECEIVER_IP, SENDER_IP, PORT = "10.78.0.1", "10.78.0.2", 5301
-
-RECEIVER = f"""
-import socket
-server = socket.create_server(("{RECEIVER_IP}", {PORT}))
-print("listening", flush=True)
-conn, _ = server.accept()
-while conn.recv(1 << 16):
-    pass
-"""
-SENDER = f"""
-import socket, time
-conn = socket.create_connection(("{RECEIVER_IP}", {PORT}))
-chunk = b"d" * (1 << 16)
-while True:
-    conn.sendall(chunk)
-    time.sleep(0.002)
-"""
-
-
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True, timeout=30)
 
 
 def netns_inode(pid: int) -> int:
@@ -62,45 +39,11 @@ def rank_env(rank: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def two_hosts() -> Iterator[dict]:
-    if not (shutil.which("ip") and shutil.which("nft")):
-        unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
-    tag = f"wpcl{os.getpid() % 100000}"
-    namespaces = {"a": f"{tag}a", "b": f"{tag}b"}
-    procs: list[subprocess.Popen] = []
-    made: list[str] = []
-    try:
-        for ns in namespaces.values():
-            sh("ip", "netns", "add", ns)
-            made.append(ns)
-        sh("ip", "link", "add", f"{tag}va", "netns", namespaces["a"], "type", "veth", "peer",
-           "name", f"{tag}vb", "netns", namespaces["b"])  # fmt: skip
-        for host, ip in (("a", SENDER_IP), ("b", RECEIVER_IP)):
-            ns, dev = namespaces[host], f"{tag}v{host}"
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        nft = ("ip", "netns", "exec", namespaces["b"], "nft")
-        sh(*nft, "add", "table", "ip", "wpmcp")
-        sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
-        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", SENDER_IP, "numgen",
-           "random", "mod", "100", "<", "5", "counter", "drop")  # fmt: skip
-        receiver = subprocess.Popen(
-            ["ip", "netns", "exec", namespaces["b"], sys.executable, "-c", RECEIVER],
-            stdout=subprocess.PIPE, text=True, env=rank_env(0))  # fmt: skip
-        procs.append(receiver)
-        assert receiver.stdout.readline().strip() == "listening"
-        sender = subprocess.Popen(
-            ["ip", "netns", "exec", namespaces["a"], sys.executable, "-c", SENDER],
-            env=rank_env(1))  # fmt: skip
-        procs.append(sender)
-        time.sleep(1.0)  # let loss and retransmissions happen
-        yield {"namespaces": namespaces, "sender": sender.pid, "receiver": receiver.pid}
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+    """Host a holds the sender (rank 1), host b the receiver (rank 0)."""
+    with netns_link.lossy_link("wpcl", RECEIVER_IP, SENDER_IP, PORT,
+                               receiver_env=rank_env(0), sender_env=rank_env(1)) as link:  # fmt: skip
+        namespaces = link["namespaces"]
+        yield {**link, "namespaces": {"a": namespaces["tx"], "b": namespaces["rx"]}}
 
 
 def remote_clock(namespace: str) -> float:

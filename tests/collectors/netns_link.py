@@ -1,0 +1,93 @@
+"""Two network namespaces joined by a veth pair, with nftables loss on the receiving side and
+a TCP sender streaming to a receiver across it: a lossy link between two "hosts".
+
+Everything is made under names derived from the test's own pid and removed afterwards
+(processes by pid, namespaces by the names made here), so nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+from wp_require import unavailable
+
+RECEIVER = """
+import socket, sys
+server = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print("listening", flush=True)
+conn, _ = server.accept()
+while conn.recv(1 << 16):
+    pass
+"""
+SENDER = """
+import socket, sys, time
+conn = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+chunk = b"d" * (1 << 16)
+while True:
+    conn.sendall(chunk)
+    time.sleep(0.002)
+"""
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def lossy_link(
+    prefix: str, receiver_ip: str, sender_ip: str, port: int, *, loss_pct: int = 5,
+    receiver_env: Mapping[str, str] | None = None, sender_env: Mapping[str, str] | None = None,
+    settle_s: float = 1.0,
+) -> Iterator[dict]:  # fmt: skip
+    """Yields ``{"namespaces": {"rx": …, "tx": …}, "receiver": pid, "sender": pid}``."""
+    if not (shutil.which("ip") and shutil.which("nft")):
+        unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
+    tag = f"{prefix}{os.getpid() % 100000}"
+    namespaces = {"rx": f"{tag}rx", "tx": f"{tag}tx"}
+    made: list[str] = []
+    procs: list[subprocess.Popen] = []
+    try:
+        for ns in namespaces.values():
+            sh("ip", "netns", "add", ns)
+            made.append(ns)
+        sh("ip", "link", "add", f"{tag}a", "netns", namespaces["rx"], "type", "veth", "peer",
+           "name", f"{tag}b", "netns", namespaces["tx"])  # fmt: skip
+        for side, ip, dev in (("rx", receiver_ip, f"{tag}a"), ("tx", sender_ip, f"{tag}b")):
+            sh("ip", "-n", namespaces[side], "addr", "add", f"{ip}/24", "dev", dev)
+            sh("ip", "-n", namespaces[side], "link", "set", dev, "up")
+            sh("ip", "-n", namespaces[side], "link", "set", "lo", "up")
+        # drop on arrival: a drop in the sender's own output path is reported to TCP as a
+        # local send failure and re-sent without counting as a retransmission
+        nft = ("ip", "netns", "exec", namespaces["rx"], "nft")
+        sh(*nft, "add", "table", "ip", "wpmcp")
+        sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
+        sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", sender_ip, "numgen",
+           "random", "mod", "100", "<", str(loss_pct), "counter", "drop")  # fmt: skip
+        receiver = subprocess.Popen(
+            ["ip", "netns", "exec", namespaces["rx"], sys.executable, "-c", RECEIVER,
+             receiver_ip, str(port)],
+            stdout=subprocess.PIPE, text=True, env=_env(receiver_env))  # fmt: skip
+        procs.append(receiver)
+        assert receiver.stdout is not None and receiver.stdout.readline().strip() == "listening"
+        sender = subprocess.Popen(
+            ["ip", "netns", "exec", namespaces["tx"], sys.executable, "-c", SENDER,
+             receiver_ip, str(port)], env=_env(sender_env))  # fmt: skip
+        procs.append(sender)
+        time.sleep(settle_s)  # let loss and retransmissions happen
+        yield {"namespaces": namespaces, "receiver": receiver.pid, "sender": sender.pid}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
+    return {**os.environ, **extra} if extra else None
