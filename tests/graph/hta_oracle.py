@@ -7,9 +7,10 @@ as a subprocess and compares what it prints with what wp_mcp.graph.trace derives
     .venv-hta/bin/python tests/graph/hta_oracle.py TRACE...
 
 Each trace is analysed alone (one rank per TraceAnalysis). HTA's ns rounding is disabled
-(HTA_DISABLE_NS_ROUNDING, its own option): HTA floors nanosecond-resolution timestamps to whole
-µs to work around overlapping events of old PyTorch builds, which would move the shares of
-NCCL's ns trace by up to 0.6 point for a reason that is not the algorithm under test.
+(HTA_DISABLE_NS_ROUNDING, its own option): HTA rounds nanosecond-resolution events inward to
+whole µs (start up, end down) to work around overlapping events of old PyTorch builds, which
+would move the shares of NCCL's ns trace by up to 0.6 point for a reason that is not the
+algorithm under test.
 """
 
 from __future__ import annotations
