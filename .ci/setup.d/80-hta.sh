@@ -4,7 +4,8 @@
 # .venv-hta at the repository root (ignored by git), because it requires jupyterlab and its
 # server stack, pandas, plotly and pydot, which must never enter the project's venv. Pinned
 # with the pandas and numpy its figures were checked with. Measured on a 2-CPU machine: 78 s
-# without pip's cache (102 wheels, 87 MB downloaded), ~500 MB installed. Idempotent: reinstalls only on a version mismatch.
+# without pip's cache (102 wheels, 87 MB downloaded), ~500 MB installed. Idempotent:
+# reinstalls only on a version mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
