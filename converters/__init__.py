@@ -66,7 +66,7 @@ def render_view(
     if view == "summary":
         if cursor:
             raise ViewError("the summary has a single page; call it without a cursor")
-        return render_summary(graph, fmt if fmt == "json" else "txt", budget, snapshot_id)
+        return render_summary(graph, fmt if fmt == "json" else "txt", budget, snapshot_id, filters)
     return paged(
         graph,
         view,

@@ -1,4 +1,5 @@
-"""Filters that narrow a view: kind, pid (the process and its family), name glob, min_<metric>.
+"""Filters that narrow a view: kind, pid (the process and its family), name glob, host
+(one host of a cluster graph and what touches it), min_<metric>.
 
 Values come from models and shells as strings or numbers; they are checked here and a bad
 one gets one line saying what is accepted.
@@ -20,7 +21,7 @@ from .cursor import ViewError
 from .items import Item
 from .text import escape, word
 
-KEYS = ("kind", "pid", "name")
+KEYS = ("kind", "pid", "name", "host")
 METRICS = {
     "cpu": "CPU % (100 = one CPU)",
     "sw": "voluntary switches/s",
@@ -48,7 +49,7 @@ _NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([kmgt]i?)?\s*(%|ms|b|b/s|/s)?\s*\
 def usage() -> str:
     return (
         "filters: kind=<node kind, e.g. thread>, pid=<pid or proc id: it, its ancestors and "
-        "descendants>, name=<glob>, min_<metric>=<number> with metric one of "
+        "descendants>, name=<glob>, host=<host name or glob, comma list: one host of a cluster>, min_<metric>=<number> with metric one of "
         + ", ".join(sorted(METRICS))
     )
 
@@ -84,9 +85,9 @@ def parse(filters: Mapping[str, Any] | None) -> Filters:
         key = str(raw_key).strip().lower()
         if value is None or value == "":
             continue
-        if key == "kind":
-            kinds = tuple(sorted({k.strip() for k in str(value).split(",") if k.strip()}))
-            out.append((key, kinds))
+        if key in ("kind", "host"):
+            words = tuple(sorted({k.strip()[:100] for k in str(value).split(",") if k.strip()}))
+            out.append((key, words))
         elif key == "pid":
             out.append((key, _pid(value)))
         elif key == "name":
@@ -131,8 +132,41 @@ def _test(graph: Graph, key: str, value: Any) -> Callable[[Item], bool]:
     if key == "pid":
         family = graph.process_family(value)
         return lambda item: not (family.isdisjoint(item.procs) and family.isdisjoint(item.ids))
+    if key == "host":
+        return _on_hosts(graph, hosts_named(graph, value))
     if key == "name":
         pattern = re.compile(fnmatch.translate(value), re.IGNORECASE | re.DOTALL)
         return lambda item: item.name is not None and bool(pattern.match(item.name))
     metric = key[4:]
     return lambda item: item.metrics.get(metric, float("-inf")) >= value
+
+
+def hosts_named(graph: Graph, patterns: tuple[str, ...]) -> set[str]:
+    """The graph's hosts each pattern (a name or a glob) names; one that names none is an
+    error listing a few hosts, so a typo never reads as an empty host."""
+    hosts = graph.meta.hosts
+    named: set[str] = set()
+    for pattern in patterns:
+        matching = fnmatch.filter(hosts, pattern)
+        if not matching:
+            some = " ".join(word(h, 30) for h in hosts[:5]) + (" …" if len(hosts) > 5 else "")
+            raise ViewError(
+                f"no host {escape(pattern, 40)} in this graph; its hosts: {some or 'none recorded'}"
+            )
+        named.update(matching)
+    return named
+
+
+def _on_hosts(graph: Graph, hosts: set[str]) -> Callable[[Item], bool]:
+    """Items with an entity, process or edge end on one of ``hosts``: a cross-host flow
+    belongs to both its hosts. In a single-host graph ids carry no prefix: they are its host's."""
+    unprefixed = graph.meta.hosts[0] if len(graph.meta.hosts) == 1 else None
+
+    def host_of(node_id: str) -> str | None:
+        return ids.split_host(node_id)[0] or unprefixed
+
+    def test(item: Item) -> bool:
+        ends = (end for edge in item.edges for end in (edge.src, edge.dst))
+        return any(host_of(i) in hosts for i in (*item.ids, *item.procs, *ends))
+
+    return test

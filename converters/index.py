@@ -32,6 +32,7 @@ class ViewIndex:
         self.layouts: OrderedDict[tuple, list[int]] = OrderedDict()
         self.search_haystacks: list[tuple[Any, str]] | None = None  # built by search()
         self.summary_layers: dict[str, dict[str, Any]] | None = None  # built by the summary
+        self.parts: OrderedDict[tuple, Graph] = OrderedDict()  # host drill-downs (cluster.py)
         self._lock = threading.RLock()
 
     def items(self, view: str, build: Callable[[Facts], list[Item]]) -> list[Item]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wp_mcp.graph import ids
 from wp_mcp.graph.model import Edge, Node
 
 from .facts import attr
@@ -142,6 +143,10 @@ def _shared_pattern(nodes: list[Node]) -> str | None:
     return next(iter(patterns)) if len(patterns) == 1 else None
 
 
+def _on_host(node_id: str, key: Any) -> Any:
+    return None if key is None else (ids.split_host(node_id)[0], key)
+
+
 def aggregate(
     nodes: list[Node],
     key: Callable[[Node], Any],
@@ -151,8 +156,10 @@ def aggregate(
 ) -> list[Item]:
     """One item per node, except runs of ``min_group`` or more alike nodes (same ``key``,
     ``None`` meaning "not aggregatable") which become one group item at the first one's place.
+    Nodes on different hosts of a cluster graph never share a group: a host's drill-down
+    (the ``host`` filter) keeps whole groups, each of its own nodes only.
     """
-    keys = [key(node) for node in nodes]
+    keys = [_on_host(node.id, key(node)) for node in nodes]
     buckets: dict[Any, list[Node]] = {}
     for node, k in zip(nodes, keys, strict=True):
         if k is not None:

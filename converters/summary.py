@@ -1,14 +1,19 @@
 """The ``summary`` view: hosts, counts, coverage, top signals per layer and what each layer
-would cost — at most 300 tokens, so an assistant can always afford it first.
+would cost — at most 300 tokens, so an assistant can always afford it first. A cluster graph
+adds its ranks, the nodes that did not collect, clock skew, cross-host traffic and the worst
+hosts (cluster.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from wp_mcp.graph.graph import Graph
 
+from . import filters as filtering
+from .cluster import cluster_facts, cluster_lines, host_part
 from .estimate import estimate_layer
 from .facts import attr
 from .formats import dumps
@@ -27,9 +32,21 @@ SMALL_GRAPH_NODES = 5_000
 PAGE_OVERHEAD = 110
 COST_SAMPLE = 400
 SIGNAL_CHARS = (110, 80, 56, 36, 20, 0)
+CLUSTER_KINDS = 4
 
 
-def render_summary(graph: Graph, fmt: str, budget: int, snapshot_id: str | None) -> Page:
+def render_summary(
+    graph: Graph,
+    fmt: str,
+    budget: int,
+    snapshot_id: str | None,
+    filters: Mapping[str, Any] | None = None,
+) -> Page:
+    """The summary of the graph, or of one host's part of a cluster graph when ``filters``
+    hold ``host`` (the summary's only filter; others are for the paged views)."""
+    hosts = dict(filtering.parse(filters).items).get("host")
+    if hosts:
+        graph = host_part(graph, filtering.hosts_named(graph, hosts))
     index = index_for(graph)
     limit = min(SUMMARY_MAX_TOKENS, budget)
     facts = _facts(graph, index, snapshot_id)
@@ -72,6 +89,7 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         "kinds": kinds,
         "coverage": coverage,
         "layers": _layers(graph, index),
+        "cluster": cluster_facts(graph),
     }
 
 
@@ -158,7 +176,11 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
     ]
     if hosts:
         lines.append(f"hosts: {host_text}")
-    kinds = ", ".join(f"{word(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:9])
+    if facts["cluster"]:
+        lines += cluster_lines(facts["cluster"], width)
+    # a cluster's own lines take the room of its rarer kinds
+    shown = CLUSTER_KINDS if facts["cluster"] else 9
+    kinds = ", ".join(f"{word(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:shown])
     lines.append(f"nodes {fmt_count(facts['nodes'])} ({kinds}) edges {fmt_count(facts['edges'])}")
     coverage = facts["coverage"]
     if coverage:
@@ -168,9 +190,11 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
     for name, layer in facts["layers"].items():
         tokens, exact = layer["tokens"]
         cost = f"{'' if exact else '~'}{fmt_count(tokens)}tok"
-        top = _short(layer["top"], width)
-        lines.append(f"{name} {cost} ({layer['items']}): {top or 'no data'}")
-    lines.append("#end more: topology flows entity search")
+        top = _short(layer["top"], width) if layer["top"] else "no data"
+        # a top line cut to nothing for room is left out, not called "no data"
+        lines.append(f"{name} {cost} ({layer['items']})" + (f": {top}" if top else ""))
+    drill = " filter host=H" if facts["cluster"] else ""
+    lines.append(f"#end more: topology flows entity search{drill}")
     return "\n".join(lines)
 
 
@@ -202,6 +226,7 @@ def _as_json(facts: dict[str, Any], width: int) -> str:
         "edges": facts["edges"],
         "kinds": dict(facts["kinds"][:9]),
         "coverage": {k: v[:4] for k, v in facts["coverage"].items()},
+        "cluster": _cluster_json(facts["cluster"]),
         "layers": {
             name: {
                 "tokens": layer["tokens"][0],
@@ -212,3 +237,16 @@ def _as_json(facts: dict[str, Any], width: int) -> str:
         },
     }
     return dumps(record)
+
+
+def _cluster_json(cluster: dict[str, Any] | None) -> dict[str, Any] | None:
+    if cluster is None:
+        return None
+    unfinished = list(cluster["unfinished"].items())
+    return dict(
+        cluster,
+        worst=[f"{word(host, 30)} {why}" for host, why in cluster["worst"]],
+        unfinished={word(host, 30): escape(why, 60) for host, why in unfinished[:3]},
+        unfinished_total=len(unfinished),
+        cross_host_loss=round(cluster["cross_host_loss"], 5),
+    )

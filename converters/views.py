@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from wp_mcp.graph import ids
 from wp_mcp.graph.model import Node
 
 from .facts import Facts, attr
@@ -144,14 +145,16 @@ def flows(facts: Facts) -> list[Item]:
     shapes: dict[tuple, list[Item]] = {}
     for item in unmeasured:
         edge = item.edges[0]
-        shape = (
+        shape = (  # per pair of hosts, so a host's drill-down holds only its own flows
+            ids.split_host(edge.src)[0],
+            ids.split_host(edge.dst)[0],
             name_pattern(facts.name_of(edge.src) or ""),
             name_pattern(facts.name_of(edge.dst) or ""),
             attr(edge, "transport"),
         )
         shapes.setdefault(shape, []).append(item)
     folded: list[Item] = []
-    for (src, dst, transport), group in shapes.items():
+    for (_, _, src, dst, transport), group in shapes.items():
         if len(group) < 3:
             folded += group
             continue

@@ -1,0 +1,173 @@
+"""What a cluster graph says about its hosts, for the summary and the cross-host rules:
+each host's ranks, its traffic to other hosts and the loss on it, the nodes that did not
+collect, the clock skew, and the worst hosts (docs/clusters.md).
+
+One scan of the processes and one of the joined cross-host flows; no layer is built.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from wp_mcp.graph import ids
+from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.model import Meta, Node
+
+from .index import index_for
+from .text import fmt_bytes, word
+
+HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
+MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
+WORST_HOSTS = 3
+
+
+@dataclass(slots=True)
+class HostTraffic:
+    """What one host sent over joined cross-host flows, as its own sockets counted it."""
+
+    sent: int = 0
+    retrans: int = 0
+    ends: set[str] = field(default_factory=set)  # its processes at either end of those flows
+
+    @property
+    def segments(self) -> int:
+        return -(-self.sent // MSS_BYTES) + self.retrans
+
+    @property
+    def loss(self) -> float:
+        return self.retrans / max(1, self.segments)
+
+
+def cross_host_traffic(graph: Graph, transport: str | None = "tcp") -> dict[str, HostTraffic]:
+    """Per host, its side of every joined cross-host ``talks_to`` edge (``transport`` only,
+    or all when None): the merge keeps each side's own bytes and retransmissions."""
+    traffic: dict[str, HostTraffic] = defaultdict(HostTraffic)
+    for edge in graph.edges("talks_to"):
+        if not edge.get("cross_host") or transport not in (None, edge.get("transport")):
+            continue
+        for end, side in ((edge.src, "src"), (edge.dst, "dst")):
+            host = traffic[ids.split_host(end)[0]]
+            host.sent += edge.get(f"{side}_bytes_sent", 0) or 0
+            host.retrans += edge.get(f"{side}_retrans_total", 0) or 0
+            host.ends.add(end)
+    return dict(traffic)
+
+
+def ranks_by_host(graph: Graph) -> dict[str, list[Node]]:
+    """Processes marked with a RANK, per host, in rank order."""
+    by_host: dict[str, list[Node]] = defaultdict(list)
+    for proc in graph.of_kind("process"):
+        if proc.get("rank") is not None:
+            by_host[ids.split_host(proc.id)[0]].append(proc)
+    for procs in by_host.values():
+        procs.sort(key=lambda p: (p.get("rank"), p.id))
+    return dict(by_host)
+
+
+def unfinished_nodes(graph: Graph) -> dict[str, str]:
+    """Hosts whose ``<host>/collection`` status is not ok (missing, failed, cancelled), with
+    the status and reason."""
+    out = {}
+    for status in graph.meta.collectors:
+        host, name = ids.split_host(status.name)
+        if host and name == "collection" and status.status != "ok":
+            out[host] = f"{status.status}: {status.reason}" if status.reason else status.status
+    return out
+
+
+def cluster_facts(graph: Graph) -> dict[str, Any] | None:
+    """The cluster part of the summary; None for a single-host graph."""
+    if len(graph.meta.hosts) < 2:
+        return None
+    ranks = ranks_by_host(graph)
+    traffic = cross_host_traffic(graph, transport=None)
+    clock = (getattr(graph.meta, "cluster", None) or {}).get("clock") or {}
+    sent = sum(t.sent for t in traffic.values())
+    retrans = sum(t.retrans for t in traffic.values())
+    flows = sum(1 for e in graph.edges("talks_to") if e.get("cross_host"))
+    return {
+        "ranks": sum(len(p) for p in ranks.values()),
+        "ranks_per_host": sorted({len(p) for p in ranks.values()}),
+        "hosts_with_ranks": len(ranks),
+        "unfinished": unfinished_nodes(graph),
+        "skew_s": clock.get("skew_s") if clock.get("measured") else None,
+        "cross_host_flows": flows,
+        "cross_host_bytes": sent,
+        "cross_host_loss": retrans / max(1, -(-sent // MSS_BYTES) + retrans),
+        "worst": _worst_hosts(traffic, ranks),
+    }
+
+
+def _worst_hosts(
+    traffic: dict[str, HostTraffic], ranks: dict[str, list[Node]]
+) -> list[tuple[str, str]]:
+    """(host, why) for the hosts losing most of what they send across hosts, then the host
+    of the rank that waits longest for a CPU (what the cross-host rules look at first)."""
+    lossy = sorted((t.loss, h) for h, t in traffic.items() if t.retrans)
+    worst = [(h, f"loss {loss:.1%}") for loss, h in reversed(lossy[-WORST_HOSTS:])]
+    delays = [(p.get("run_delay_pct"), h, p) for h, ps in ranks.items() for p in ps
+              if p.get("run_delay_pct") is not None]  # fmt: skip
+    if delays:
+        delay, host, proc = max(delays, key=lambda d: (d[0], d[1]))
+        worst.append((host, f"rank {proc.get('rank')} run-delay {delay:.0f}%"))
+    return worst
+
+
+def cluster_lines(facts: dict[str, Any], width: int) -> list[str]:
+    """Two lines: ranks, the nodes that did not collect (their reasons are on the coverage
+    line) and skew; cross-host traffic and the worst hosts. ``width`` is the summary's room
+    for top lines: when it is short, host names are cut and lists shortened to one."""
+    name_chars, listed = (30, 4) if width >= 36 else (12, 4) if width else (12, 1)
+    per_host = "-".join(str(n) for n in sorted({min(facts["ranks_per_host"], default=0),
+                                                max(facts["ranks_per_host"], default=0)}))  # fmt: skip
+    ranks = f"{facts['ranks']} ranks ({per_host}/host)" if facts["ranks"] else "no ranks marked"
+    unfinished = list(facts["unfinished"])
+    more = f",+{len(unfinished) - listed}" if len(unfinished) > listed else ""
+    named = ",".join(word(h, name_chars) for h in unfinished[:listed])
+    nodes = (
+        f"not collected {len(unfinished)}: {named}{more}" if unfinished else "every node collected"
+    )
+    skew = facts["skew_s"]
+    clock = f"clock skew {skew * 1000:.1f}ms" if skew is not None else "clock skew unmeasured"
+    worst = ", ".join(f"{word(h, name_chars)} {why}" for h, why in facts["worst"][:listed])
+    return [
+        f"cluster: {ranks} | {nodes} | {clock}",
+        f"cross-host: {facts['cross_host_flows']:,} flows {fmt_bytes(facts['cross_host_bytes'])} "
+        f"loss {facts['cross_host_loss']:.2%} | worst: {worst or 'none stands out'}",
+    ]
+
+
+def host_part(graph: Graph, hosts: set[str]) -> Graph:
+    """The part of a cluster graph on ``hosts``: their nodes, the edges between them and
+    their collector statuses (what the summary of a one-host drill-down counts; its
+    cross-host flows are in the paged views' host filter). Nodes are shared, not copied; a
+    few parts are kept per graph."""
+    index = index_for(graph)
+    key = tuple(sorted(hosts))
+    with index._lock:
+        part = index.parts.get(key)
+        if part is None:
+            part = index.parts[key] = _build_part(graph, hosts)
+            while len(index.parts) > HOST_PARTS_KEPT:
+                index.parts.popitem(last=False)
+        return part
+
+
+def _build_part(graph: Graph, hosts: set[str]) -> Graph:
+    def on_hosts(node_id: str) -> bool:
+        return ids.split_host(node_id)[0] in hosts
+
+    edges = [e for e in graph.edges() if on_hosts(e.src) and on_hosts(e.dst)]
+    keep = [node for node_id, node in graph.nodes.items() if on_hosts(node_id)]
+    meta = Meta(
+        hosts=[h for h in graph.meta.hosts if h in hosts],
+        started_at=graph.meta.started_at,
+        window_s=graph.meta.window_s,
+        collectors=[c for c in graph.meta.collectors if ids.split_host(c.name)[0] in hosts],
+        tool_version=graph.meta.tool_version,
+        origin=graph.meta.origin,
+    )
+    part, _, _ = Graph.from_validated(meta, keep, edges)
+    return part

@@ -1,0 +1,136 @@
+"""Cluster views: the summary of a cluster graph says what the cluster is (ranks per host,
+nodes that did not collect, clock skew, cross-host traffic and its loss, the worst hosts)
+within 300 tokens, and every view drills down to one host with the ``host`` filter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from wp_mcp.collectors.cluster import merge_hosts
+from wp_mcp.converters import VIEWS, ViewError, render_view, view_items
+from wp_mcp.graph import Graph, Meta, ids
+from wp_mcp.graph.synthetic import cluster_graph
+
+MB = 1 << 20
+
+
+def node(name: str, octet: int, *, connects_to: int | None, retrans: int = 0,
+         offset_s: float = 0.0, run_delay: float = 2.0) -> Graph:  # fmt: skip
+    """One node's own graph: ranks 2·octet and 2·octet+1 (pids 10, 11), a server socket on
+    port 5000, and rank pid 10 connected to ``connects_to``'s server, sending 10 MiB."""
+    graph = Graph(Meta(hosts=[name], window_s=1.0, started_at=1000.0))
+    graph.meta.clock = {"offset_s": offset_s, "uncertainty_s": 0.0001}
+    graph.add("host", ids.host(), hostname=name)
+    for local in (0, 1):
+        graph.add("process", ids.process(10 + local), pid=10 + local, name="python",
+                  rank=2 * octet + local, local_rank=local, world_size=4,
+                  run_delay_pct=run_delay if local else 2.0)  # fmt: skip
+    ip = f"10.0.0.{octet}"
+    sockets = [{"local_addr": ip, "local_port": 5000, "state": "LISTEN"}]
+    if connects_to is not None:
+        sockets.append({"local_addr": ip, "local_port": 40000, "remote_addr": f"10.0.0.{connects_to}",
+                        "remote_port": 5000, "bytes_sent": 10 * MB, "retrans_total": retrans})  # fmt: skip
+    else:  # the server side of the one connection
+        sockets.append({"local_addr": ip, "local_port": 5000, "remote_addr": "10.0.0.0",
+                        "remote_port": 40000, "bytes_received": 10 * MB})  # fmt: skip
+    for index, attrs in enumerate(sockets):
+        graph.add("socket", ids.socket_inode(100 + index), proto="tcp", **attrs)
+        graph.link("holds", ids.process(10), ids.socket_inode(100 + index))
+    return graph
+
+
+def two_nodes_and_a_missing_one() -> Graph:
+    """h0 sends to h1 over a lossy link; h1's clock is 3 ms ahead and its rank 3 waits for a
+    CPU; h2 never answered."""
+    return merge_hosts(
+        {"h0": node("h0", 0, connects_to=1, retrans=300),
+         "h1": node("h1", 1, connects_to=None, offset_s=0.003, run_delay=40.0)},
+        missing={"h2": "timed out after 60 s"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_cluster() -> Graph:
+    return two_nodes_and_a_missing_one()
+
+
+def test_the_cluster_summary_says_ranks_missing_nodes_skew_loss_and_worst_hosts(small_cluster):
+    text = render_view(small_cluster, "summary").text
+    assert "cluster: 4 ranks (2/host) | not collected 1: h2 | clock skew 3.0ms" in text
+    assert "cross-host: 1 flows" in text and "worst: h0 loss 4.0%, h1 rank 3 run-delay 40%" in text
+    assert "timed out after 60 s" in text  # the reason, on the coverage line
+    assert text.splitlines()[-1].endswith("filter host=H")
+
+
+def test_the_json_summary_carries_the_same_cluster_facts(small_cluster):
+    cluster = json.loads(render_view(small_cluster, "summary", fmt="json").text)["cluster"]
+    assert cluster["ranks"] == 4 and cluster["ranks_per_host"] == [2]
+    assert cluster["unfinished"] == {"h2": "failed: timed out after 60 s"}
+    assert cluster["skew_s"] == 0.003 and cluster["cross_host_flows"] == 1
+    assert cluster["worst"][0] == "h0 loss 4.0%"
+
+
+def test_a_single_host_summary_has_no_cluster_lines():
+    text = render_view(node("h0", 0, connects_to=1), "summary").text
+    assert "cluster:" not in text and "cross-host:" not in text and "host=H" not in text
+
+
+def test_the_host_filter_keeps_that_hosts_items_and_its_cross_host_flows(small_cluster):
+    compute = view_items(small_cluster, "compute", filters={"host": "h1"})
+    assert compute and all(
+        ids.split_host(i)[0] == "h1" for item in compute for i in (*item.ids, *item.procs)
+    )
+    (flow,) = view_items(small_cluster, "flows", filters={"host": "h1"})
+    assert {flow.edges[0].src, flow.edges[0].dst} == {"h0/proc:10", "h1/proc:10"}
+    page = render_view(small_cluster, "compute", filters={"host": "h1"})
+    assert "host=h1" in page.text.splitlines()[0]  # the header says what was narrowed
+
+
+def test_every_view_accepts_the_host_filter(small_cluster):
+    for view in VIEWS:
+        options = {"entity": "h1/proc:10"} if view == "entity" else {}
+        page = render_view(small_cluster, view, filters={"host": "h1"}, **options)
+        # only flows (and the entity's edges) reach the other host
+        assert "h0/" not in page.text or view in ("network", "flows", "entity"), view
+
+
+def test_the_summary_of_one_host_counts_only_that_host(small_cluster):
+    text = render_view(small_cluster, "summary", filters={"host": "h1"}).text
+    assert "hosts=1" in text and "hosts: h1" in text and "cluster:" not in text
+    assert "nodes 5 " in text  # its host, two ranks, two sockets
+
+
+def test_host_globs_and_lists_name_several_hosts(small_cluster):
+    both = view_items(small_cluster, "compute", filters={"host": "h*"})
+    assert len(both) == len(view_items(small_cluster, "compute"))
+    assert len(view_items(small_cluster, "compute", filters={"host": "h0,h1"})) == len(both)
+
+
+def test_an_unknown_host_is_one_line_naming_the_hosts(small_cluster):
+    with pytest.raises(ViewError) as error:
+        render_view(small_cluster, "compute", filters={"host": "h9" + "x" * 500})
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 200 and "its hosts: h0 h1" in message
+
+
+def test_a_single_host_graph_is_all_its_one_host():
+    graph = node("solo", 0, connects_to=1)
+    assert len(view_items(graph, "compute", filters={"host": "solo"})) == len(
+        view_items(graph, "compute")
+    )
+
+
+def test_the_summary_of_128_hosts_by_8_devices_fits_300_tokens_and_names_the_worst():
+    graph = cluster_graph(128, 8)
+    ranks = (p for p in graph.of_kind("process") if graph.out_edges(p.id, "uses_device"))
+    for index, proc in enumerate(ranks):
+        proc.rank, proc.run_delay_pct = index, 60.0 if index == 700 else 2.0
+    for edge in graph.edges("talks_to"):
+        src, dst = ids.split_host(edge.src)[0], ids.split_host(edge.dst)[0]
+        if src != dst:
+            edge.cross_host, edge.src_bytes_sent, edge.dst_bytes_sent = True, 100 * MB, 100 * MB
+            edge.src_retrans_total = 5000 if src == "h42" else 0
+    page = render_view(graph, "summary")
+    assert page.tokens <= 300
+    assert "worst: h42 loss" in page.text and "rank 700 run-delay 60%" in page.text
