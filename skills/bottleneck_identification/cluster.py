@@ -8,7 +8,16 @@
   (run delay, the share of the window a runnable thread waited): in a synchronous job every
   step waits for the slowest rank, as msprof-analyze's slow-rank analysis flags;
 - ``L3.cluster-placement-outlier``: one host's ranks are far less NUMA-local than the other
-  hosts' ranks (hosts of one role placed differently: a binding missing on one node).
+  hosts' ranks (hosts of one role placed differently: a binding missing on one node);
+- ``L3.cluster-pairs-across-hosts``: cross-host traffic that should be intra-host. Two
+  hosts A and B hold at least two disjoint pairs of ranks of one job (r on A, p on B; r' on
+  A, p' on B) where each pair's traffic is its ranks' heaviest exchange, is at least
+  ``PAIR_MIN_BYTES`` and ``PAIR_TIMES_LOCAL`` × what either rank of it exchanges with any
+  rank on its own host. Swapping p and r' would make both pairs local (the tensor-parallel
+  group split across nodes by a rank order that interleaves hosts). It stays quiet for a
+  ring or tree all-reduce (each rank exchanges as much with a local neighbour), for one
+  heavy pair per host pair (nothing to swap with), for one rank per host, and between
+  ranks of different jobs (world size and master address differ).
 
 Single-host graphs make both rules *not evaluable*, with the reason. The per-host rules
 (retransmitting flows, NIC errors, placement…) already run on every host of a cluster graph.
@@ -19,7 +28,10 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import median
 
+from wp_mcp.converters.cluster import cross_host_traffic
 from wp_mcp.graph import ids
+from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.model import Edge
 
 from ..analysis import GRADES
 from ..report import Evidence, Finding
@@ -34,6 +46,8 @@ STRAGGLER_POINTS = 10.0  # run-delay percentage points above the ranks' median
 STRAGGLER_TIMES = 2.0
 PLACEMENT_GAP = 0.3  # mean NUMA locality below the hosts' median
 PLACEMENT_GOOD = GRADES[0][0]  # the "good" NUMA locality grade
+PAIR_MIN_BYTES = 64 << 20  # in the window: less is control traffic, not a data exchange
+PAIR_TIMES_LOCAL = 2.0  # the remote exchange dwarfs every local one of both ranks
 
 
 def _hosts_or_explain(ctx: RuleContext) -> list[str]:
@@ -102,20 +116,14 @@ def lossy_host(ctx: RuleContext) -> list[Finding]:
 def _per_host_sending(ctx: RuleContext) -> tuple[dict, dict, dict]:
     """Bytes each host sent over joined cross-host TCP flows, its retransmissions, and the
     processes on it those flows belong to."""
-    sent: dict[str, int] = defaultdict(int)
-    retrans: dict[str, int] = defaultdict(int)
-    links: dict[str, set[str]] = defaultdict(set)
-    for edge in ctx.graph.edges("talks_to"):
-        if not edge.get("cross_host") or edge.get("transport") != "tcp":
-            continue
-        for end, side in ((edge.src, "src"), (edge.dst, "dst")):
-            host = ids.split_host(end)[0]
-            sent[host] += edge.get(f"{side}_bytes_sent", 0)
-            retrans[host] += edge.get(f"{side}_retrans_total", 0)
-            links[host].add(end)
-    if not sent:
+    traffic = cross_host_traffic(ctx.graph)
+    if not traffic:
         raise NotEvaluable("no cross-host TCP flows were joined in this cluster graph")
-    return sent, retrans, links
+    return (
+        {h: t.sent for h, t in traffic.items()},
+        {h: t.retrans for h, t in traffic.items()},
+        {h: t.ends for h, t in traffic.items()},
+    )
 
 
 @rule(
@@ -213,3 +221,129 @@ def placement_outlier(ctx: RuleContext) -> list[Finding]:
             )
         )
     return out
+
+
+@rule(
+    "L3.cluster-pairs-across-hosts",
+    3,
+    "Ranks exchange their heaviest traffic across hosts in pairs one swap would make local",
+    "bytes between two ranks of one job on two hosts vs each rank's largest exchange on its "
+    "own host",
+    f"≥ 2 disjoint pairs between the same two hosts, each ≥ {PAIR_MIN_BYTES >> 20} MiB, "
+    f"its ranks' heaviest exchange and ≥ {PAIR_TIMES_LOCAL:g} × their largest local one",
+)
+def pairs_across_hosts(ctx: RuleContext) -> list[Finding]:
+    _hosts_or_explain(ctx)
+    exchange = _rank_exchange(ctx.graph)
+    if not exchange:
+        raise NotEvaluable("no traffic between rank processes of one job was measured")
+    heavy = _heavy_remote_pairs(exchange)
+    by_hosts: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for a, b in heavy:
+        by_hosts[(_host(a), _host(b))].append((a, b))
+    out = []
+    for (host_a, host_b), pairs in sorted(by_hosts.items()):
+        disjoint = _disjoint(pairs)
+        if len(disjoint) >= 2:
+            out.append(_pairs_finding(ctx, host_a, host_b, disjoint, exchange))
+    return out
+
+
+def _host(node_id: str) -> str:
+    return ids.split_host(node_id)[0]
+
+
+def _job(graph: Graph, proc_id: str) -> tuple | None:
+    """What makes ranks one job: world size and master address (None: not a rank)."""
+    proc = graph.node(proc_id)
+    if proc is None or proc.get("rank") is None:
+        return None
+    return proc.get("world_size"), proc.get("master_addr"), proc.get("master_port")
+
+
+def _rank_exchange(graph: Graph) -> dict[str, dict[str, int]]:
+    """Bytes each rank exchanged with each other rank of its job, both directions summed."""
+    exchange: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for edge in graph.edges("talks_to"):
+        job = _job(graph, edge.src)
+        if job is None or job != _job(graph, edge.dst) or edge.src == edge.dst:
+            continue
+        moved = _bytes(edge)
+        exchange[edge.src][edge.dst] += moved
+        exchange[edge.dst][edge.src] += moved
+    return exchange
+
+
+def _bytes(edge: Edge) -> int:
+    """A joined cross-host flow's bytes as both senders counted them, else its own total."""
+    sides = (edge.get("src_bytes_sent") or 0) + (edge.get("dst_bytes_sent") or 0)
+    return sides or edge.get("bytes") or 0
+
+
+def _heavy_remote_pairs(exchange: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
+    """(a, b) on two hosts, a's host first, where a↔b is both ranks' heaviest exchange,
+    large, and dwarfs what either exchanges on its own host."""
+
+    def local_max(rank: str) -> int:
+        return max((n for p, n in exchange[rank].items() if _host(p) == _host(rank)), default=0)
+
+    def heaviest(rank: str) -> int:
+        return max(exchange[rank].values())
+
+    pairs = []
+    for a, peers in exchange.items():
+        for b, moved in peers.items():
+            if a >= b or _host(a) == _host(b) or moved < PAIR_MIN_BYTES:
+                continue
+            if moved < heaviest(a) or moved < heaviest(b):
+                continue
+            if moved < PAIR_TIMES_LOCAL * max(local_max(a), local_max(b)):
+                continue
+            pairs.append((a, b) if _host(a) <= _host(b) else (b, a))
+    return sorted(pairs)
+
+
+def _disjoint(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Pairs sharing no rank (a rank in two heavy pairs can be local with only one)."""
+    used: set[str] = set()
+    out = []
+    for a, b in pairs:
+        if a not in used and b not in used:
+            used.update((a, b))
+            out.append((a, b))
+    return out
+
+
+def _pairs_finding(ctx: RuleContext, host_a: str, host_b: str, pairs: list[tuple[str, str]],
+                   exchange: dict[str, dict[str, int]]) -> Finding:  # fmt: skip
+    graph = ctx.graph
+    rank = {p: graph.node(p).get("rank") for pair in pairs for p in pair}
+    moved = sum(exchange[a][b] for a, b in pairs)
+    far, near = pairs[0][1], pairs[1][0]  # one swap: the first pair's B rank, the second's A
+    return ctx.finding(
+        subject=f"hosts:{host_a},{host_b}",
+        value=len(pairs),
+        priority="P1",
+        title=f"{len(pairs)} rank pairs split between {host_a} and {host_b} exchange "
+        f"{moved / (1 << 30):.1f} GiB across hosts, each far more than with any local rank",
+        evidence=[
+            Evidence(
+                "aggregate",
+                [p for pair in pairs for p in pair][:8],
+                {
+                    "hosts": [host_a, host_b],
+                    "pairs": [f"rank {rank[a]}@{host_a}↔rank {rank[b]}@{host_b}" for a, b in pairs][
+                        :4
+                    ],
+                    "bytes_across_hosts": moved,
+                },
+                ctx.window_s,
+                "talks_to between rank processes of one job, both directions",
+            ),
+        ],
+        impact="their heaviest exchange crosses the network instead of NVLink/PCIe/shared "
+        "memory on one host; every step waits for it",
+        action=f"Place each pair on one host: swapping rank {rank[far]} ({host_b}) with "
+        f"rank {rank[near]} ({host_a}) makes two pairs local. Fix the rank order (the "
+        "launcher's host list or rank mapping) so ranks that exchange most share a node.",
+    )

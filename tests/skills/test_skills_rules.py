@@ -425,7 +425,12 @@ NEEDS_PMU_OR_TRACE = {
     **dict.fromkeys(TRACE_RULE_IDS, "trace"),
     # cross-host rules need a cluster graph (tests/collectors/test_cluster_rules.py)
     **dict.fromkeys(
-        ("L1.cluster-straggler", "L3.cluster-placement-outlier", "L4.cluster-lossy-host"),
+        (
+            "L1.cluster-straggler",
+            "L3.cluster-placement-outlier",
+            "L3.cluster-pairs-across-hosts",
+            "L4.cluster-lossy-host",
+        ),
         "cluster graph",
     ),
 }
