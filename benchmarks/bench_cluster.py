@@ -1,6 +1,9 @@
 """Cluster benchmark: merge 128 node graphs of 8 accelerators each into one cluster graph,
-then render every view and run every rule on it; one node's link is lossy and one rank is a
-straggler, and both must be found.
+then render every view, every view of one host's drill-down (``host`` filter) and run every
+rule on it; one node's link is lossy, one rank is a straggler, one node did not answer and
+two neighbouring nodes got interleaved rank numbers (h10 even, h11 odd ranks of their two
+blocks, so their ring pairs are ranks one node should hold), and the summary and the rules
+must name them.
 
     .venv/bin/python benchmarks/bench_cluster.py [--hosts 128] [--accelerators 8]
 
@@ -26,6 +29,7 @@ from wp_mcp.skills.bottleneck_identification import evaluate
 BUDGETS = {"summary": 300}  # every other first page: 4,000 tokens (docs/views.md)
 PAGE_BUDGET = 4000
 SERVER_PORT = 29500
+INTERLEAVED = ("h10", "h11")
 
 
 def node_graphs(hosts: int, accelerators: int, lossy: str, straggler: str) -> dict[str, Graph]:
@@ -52,6 +56,9 @@ def node_graphs(hosts: int, accelerators: int, lossy: str, straggler: str) -> di
         if sock.get("bytes_sent"):
             sock.retrans_total = sock.bytes_sent // 1448 // 20
     parts[straggler].node(ids.process(_rank_pid(3))).run_delay_pct = 60.0
+    _interleave(parts, *INTERLEAVED, accelerators)
+    for number, graph in enumerate(parts.values()):  # clocks a few ms apart, as Ray reads them
+        graph.meta.clock = {"offset_s": (number % 5) * 0.002, "uncertainty_s": 0.0005}
     return parts
 
 
@@ -78,10 +85,35 @@ def _mark_ranks(graph: Graph, hosts: list[str], host: str, accelerators: int) ->
         proc.run_delay_pct = 2.0
 
 
+def _interleave(parts: dict[str, Graph], first: str, second: str, accelerators: int) -> None:
+    """The two hosts' ranks numbered alternately across both blocks, as a launcher given
+    the wrong node order per rank would."""
+    base = min(parts[first].node(ids.process(_rank_pid(0))).rank,
+               parts[second].node(ids.process(_rank_pid(0))).rank)  # fmt: skip
+    for offset, host in enumerate((first, second)):
+        for local in range(accelerators):
+            parts[host].node(ids.process(_rank_pid(local))).rank = base + 2 * local + offset
+
+
 def timed(action):
     start = time.perf_counter()
     result = action()
     return result, time.perf_counter() - start
+
+
+def _drill_down(merged: Graph, host: str) -> bool:
+    """Every view filtered to one host: its tokens, latency and that it shows only that host
+    (and the far ends of its cross-host flows)."""
+    print(f"drill-down filters={{'host': {host!r}}}")
+    print(f"{'view':<13}{'tokens':>8}{'items':>8}{'ms':>8}")
+    within = True
+    for view in VIEWS:
+        if view in ("summary", "entity"):
+            continue
+        page, seconds = timed(lambda v=view: render_view(merged, v, filters={"host": host}))
+        within &= page.tokens <= PAGE_BUDGET
+        print(f"{view:<13}{page.tokens:>8,}{page.total_items:>8,}{seconds * 1000:>8.0f}")
+    return within
 
 
 def main() -> int:
@@ -94,7 +126,8 @@ def main() -> int:
     nodes = sum(len(g.nodes) for g in parts.values())
     print(f"== {args.hosts} node graphs × {args.accelerators} accelerators: {nodes:,} nodes "
           f"(split in {built:.1f}s); load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    merged, merge_s = timed(lambda: merge_hosts(parts))
+    missing = {"h-gone": "node died during the window"}
+    merged, merge_s = timed(lambda: merge_hosts(parts, missing))
     flows = merged.meta.cluster["flows"]
     print(f"merge: {merge_s:.2f}s → {len(merged.nodes):,} nodes, {merged.edge_count:,} edges; "
           f"cross-host peers {flows['cross_host_peers']:,}, talks_to "
@@ -110,16 +143,27 @@ def main() -> int:
         budget = BUDGETS.get(view, PAGE_BUDGET)
         worst_ok &= page.tokens <= budget
         print(f"{view:<13}{page.tokens:>8,}{budget:>8,}{seconds * 1000:>8.0f}")
+    summary = render_view(merged, "summary").text
+    print(summary)
+    worst_ok &= "h-gone" in summary and lossy in summary and straggler in summary
+    worst_ok &= _drill_down(merged, straggler)
     outcomes, rules_s = timed(lambda: evaluate(merged))
     found = {o.rule.id: o.result for o in outcomes}
     lossy_found = [f.subject for f in found["L4.cluster-lossy-host"]]
     straggler_found = [f.subject for f in found["L1.cluster-straggler"]]
+    misplaced = found["L3.cluster-pairs-across-hosts"]
     print(f"rules: {len(outcomes)} in {rules_s:.2f}s")
+    split = [f.subject for f in misplaced]
+    print(f"rank pairs split across hosts (injected {','.join(INTERLEAVED)}): {split}")
     print(f"lossy host (injected {lossy}): {lossy_found}")
     print(f"straggler (injected {straggler}/rank 3): {straggler_found}")
-    ok = (worst_ok and lossy_found == [f"host:{lossy}"]
+    ok = (worst_ok and split == [f"hosts:{','.join(INTERLEAVED)}"] and lossy_found == [f"host:{lossy}"]
           and straggler_found == [ids.with_host(straggler, ids.process(_rank_pid(3)))])  # fmt: skip
-    print("every view within budget, lossy host and straggler found" if ok else "TARGET MISSED")
+    print(
+        "every view within budget; lossy host, straggler, split rank pairs, missing node found"
+        if ok
+        else "TARGET MISSED"
+    )
     return 0 if ok else 1
 
 

@@ -9,15 +9,17 @@
   step waits for the slowest rank, as msprof-analyze's slow-rank analysis flags;
 - ``L3.cluster-placement-outlier``: one host's ranks are far less NUMA-local than the other
   hosts' ranks (hosts of one role placed differently: a binding missing on one node);
-- ``L3.cluster-pairs-across-hosts``: cross-host traffic that should be intra-host. Two
-  hosts A and B hold at least two disjoint pairs of ranks of one job (r on A, p on B; r' on
-  A, p' on B) where each pair's traffic is its ranks' heaviest exchange, is at least
-  ``PAIR_MIN_BYTES`` and ``PAIR_TIMES_LOCAL`` × what either rank of it exchanges with any
-  rank on its own host. Swapping p and r' would make both pairs local (the tensor-parallel
-  group split across nodes by a rank order that interleaves hosts). It stays quiet for a
-  ring or tree all-reduce (each rank exchanges as much with a local neighbour), for one
-  heavy pair per host pair (nothing to swap with), for one rank per host, and between
-  ranks of different jobs (world size and master address differ).
+- ``L3.cluster-pairs-across-hosts``: cross-host traffic that should be intra-host. A job
+  launched the usual way (torchrun, Slurm, Ray Train) gives each node a block of
+  consecutive ranks, and frameworks put the ranks that exchange most (a tensor-parallel
+  group) in one block, so on one node. The rule fires when two hosts A and B exchange at
+  least ``PAIR_MIN_BYTES`` in each of two or more disjoint pairs of ranks of one job (same
+  world size and master address) that belong to one block (rank // ranks-per-host equal):
+  the job's rank order interleaves its nodes, and swapping one rank of each pair makes both
+  local. Data-parallel traffic (rank r with rank r + ranks-per-host), one rank per host,
+  one such pair between two hosts (nothing to swap with), little traffic and ranks of
+  different jobs stay quiet. Intra-host rank traffic over NVLink or CUDA IPC is not a flow,
+  so the rule reads only which ranks talk across hosts, never how much they talk locally.
 
 Single-host graphs make both rules *not evaluable*, with the reason. The per-host rules
 (retransmitting flows, NIC errors, placement…) already run on every host of a cluster graph.
@@ -25,13 +27,13 @@ Single-host graphs make both rules *not evaluable*, with the reason. The per-hos
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from statistics import median
 
 from wp_mcp.converters.cluster import cross_host_traffic
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.model import Edge
+from wp_mcp.graph.model import Edge, Node
 
 from ..analysis import GRADES
 from ..report import Evidence, Finding
@@ -47,7 +49,6 @@ STRAGGLER_TIMES = 2.0
 PLACEMENT_GAP = 0.3  # mean NUMA locality below the hosts' median
 PLACEMENT_GOOD = GRADES[0][0]  # the "good" NUMA locality grade
 PAIR_MIN_BYTES = 64 << 20  # in the window: less is control traffic, not a data exchange
-PAIR_TIMES_LOCAL = 2.0  # the remote exchange dwarfs every local one of both ranks
 
 
 def _hosts_or_explain(ctx: RuleContext) -> list[str]:
@@ -226,26 +227,24 @@ def placement_outlier(ctx: RuleContext) -> list[Finding]:
 @rule(
     "L3.cluster-pairs-across-hosts",
     3,
-    "Ranks exchange their heaviest traffic across hosts in pairs one swap would make local",
-    "bytes between two ranks of one job on two hosts vs each rank's largest exchange on its "
-    "own host",
-    f"≥ 2 disjoint pairs between the same two hosts, each ≥ {PAIR_MIN_BYTES >> 20} MiB, "
-    f"its ranks' heaviest exchange and ≥ {PAIR_TIMES_LOCAL:g} × their largest local one",
+    "Ranks one node should hold together exchange their traffic across hosts",
+    "bytes between two ranks of one job on two hosts that share a block of consecutive ranks "
+    "(rank // ranks per host)",
+    f"≥ 2 disjoint such pairs between the same two hosts, each ≥ {PAIR_MIN_BYTES >> 20} MiB",
 )
 def pairs_across_hosts(ctx: RuleContext) -> list[Finding]:
     _hosts_or_explain(ctx)
-    exchange = _rank_exchange(ctx.graph)
-    if not exchange:
-        raise NotEvaluable("no traffic between rank processes of one job was measured")
-    heavy = _heavy_remote_pairs(exchange)
-    by_hosts: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-    for a, b in heavy:
-        by_hosts[(_host(a), _host(b))].append((a, b))
+    jobs = _jobs(ctx.graph)
+    if not any(len({_host(p.id) for p in ranks}) > 1 for ranks in jobs.values()):
+        raise NotEvaluable("no job has ranks on two or more hosts")
+    by_hosts: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
+    for a, b, moved in _split_pairs(ctx.graph, jobs):
+        by_hosts[(_host(a), _host(b))].append((a, b, moved))
     out = []
     for (host_a, host_b), pairs in sorted(by_hosts.items()):
         disjoint = _disjoint(pairs)
         if len(disjoint) >= 2:
-            out.append(_pairs_finding(ctx, host_a, host_b, disjoint, exchange))
+            out.append(_pairs_finding(ctx, host_a, host_b, disjoint))
     return out
 
 
@@ -253,25 +252,37 @@ def _host(node_id: str) -> str:
     return ids.split_host(node_id)[0]
 
 
-def _job(graph: Graph, proc_id: str) -> tuple | None:
-    """What makes ranks one job: world size and master address (None: not a rank)."""
-    proc = graph.node(proc_id)
-    if proc is None or proc.get("rank") is None:
-        return None
+def _job_of(proc: Node) -> tuple:
+    """What makes ranks one job: world size and master address."""
     return proc.get("world_size"), proc.get("master_addr"), proc.get("master_port")
 
 
-def _rank_exchange(graph: Graph) -> dict[str, dict[str, int]]:
-    """Bytes each rank exchanged with each other rank of its job, both directions summed."""
-    exchange: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+def _jobs(graph: Graph) -> dict[tuple, list[Node]]:
+    jobs: dict[tuple, list[Node]] = defaultdict(list)
+    for proc in graph.of_kind("process"):
+        if proc.get("rank") is not None:
+            jobs[_job_of(proc)].append(proc)
+    return jobs
+
+
+def _split_pairs(graph: Graph, jobs: dict[tuple, list[Node]]) -> list[tuple[str, str, int]]:
+    """(a, b, bytes) for two ranks of one job and one block on two hosts (a's host first)
+    exchanging at least PAIR_MIN_BYTES, both directions summed."""
+    block_size = {
+        job: max(Counter(_host(p.id) for p in ranks).values()) for job, ranks in jobs.items()
+    }
+    moved: dict[tuple[str, str], int] = defaultdict(int)
     for edge in graph.edges("talks_to"):
-        job = _job(graph, edge.src)
-        if job is None or job != _job(graph, edge.dst) or edge.src == edge.dst:
+        src, dst = graph.node(edge.src), graph.node(edge.dst)
+        if src is None or dst is None or _host(src.id) == _host(dst.id):
             continue
-        moved = _bytes(edge)
-        exchange[edge.src][edge.dst] += moved
-        exchange[edge.dst][edge.src] += moved
-    return exchange
+        if src.get("rank") is None or dst.get("rank") is None or _job_of(src) != _job_of(dst):
+            continue
+        size = block_size[_job_of(src)]
+        if int(src.get("rank")) // size == int(dst.get("rank")) // size:
+            a, b = sorted((src.id, dst.id), key=lambda p: (_host(p), p))
+            moved[(a, b)] += _bytes(edge)
+    return sorted((a, b, n) for (a, b), n in moved.items() if n >= PAIR_MIN_BYTES)
 
 
 def _bytes(edge: Edge) -> int:
@@ -280,70 +291,46 @@ def _bytes(edge: Edge) -> int:
     return sides or edge.get("bytes") or 0
 
 
-def _heavy_remote_pairs(exchange: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
-    """(a, b) on two hosts, a's host first, where a↔b is both ranks' heaviest exchange,
-    large, and dwarfs what either exchanges on its own host."""
-
-    def local_max(rank: str) -> int:
-        return max((n for p, n in exchange[rank].items() if _host(p) == _host(rank)), default=0)
-
-    def heaviest(rank: str) -> int:
-        return max(exchange[rank].values())
-
-    pairs = []
-    for a, peers in exchange.items():
-        for b, moved in peers.items():
-            if a >= b or _host(a) == _host(b) or moved < PAIR_MIN_BYTES:
-                continue
-            if moved < heaviest(a) or moved < heaviest(b):
-                continue
-            if moved < PAIR_TIMES_LOCAL * max(local_max(a), local_max(b)):
-                continue
-            pairs.append((a, b) if _host(a) <= _host(b) else (b, a))
-    return sorted(pairs)
-
-
-def _disjoint(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Pairs sharing no rank (a rank in two heavy pairs can be local with only one)."""
+def _disjoint(pairs: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Pairs sharing no rank (a rank in two pairs can be local with only one of them)."""
     used: set[str] = set()
     out = []
-    for a, b in pairs:
+    for a, b, moved in pairs:
         if a not in used and b not in used:
             used.update((a, b))
-            out.append((a, b))
+            out.append((a, b, moved))
     return out
 
 
-def _pairs_finding(ctx: RuleContext, host_a: str, host_b: str, pairs: list[tuple[str, str]],
-                   exchange: dict[str, dict[str, int]]) -> Finding:  # fmt: skip
-    graph = ctx.graph
-    rank = {p: graph.node(p).get("rank") for pair in pairs for p in pair}
-    moved = sum(exchange[a][b] for a, b in pairs)
+def _pairs_finding(ctx: RuleContext, host_a: str, host_b: str,
+                   pairs: list[tuple[str, str, int]]) -> Finding:  # fmt: skip
+    rank = {p: ctx.graph.node(p).get("rank") for a, b, _ in pairs for p in (a, b)}
+    moved = sum(n for _, _, n in pairs)
     far, near = pairs[0][1], pairs[1][0]  # one swap: the first pair's B rank, the second's A
     return ctx.finding(
         subject=f"hosts:{host_a},{host_b}",
         value=len(pairs),
         priority="P1",
-        title=f"{len(pairs)} rank pairs split between {host_a} and {host_b} exchange "
-        f"{moved / (1 << 30):.1f} GiB across hosts, each far more than with any local rank",
+        title=f"{len(pairs)} pairs of ranks one node should hold together are split between "
+        f"{host_a} and {host_b} and exchange {moved / (1 << 30):.1f} GiB across hosts",
         evidence=[
             Evidence(
                 "aggregate",
-                [p for pair in pairs for p in pair][:8],
+                [p for a, b, _ in pairs for p in (a, b)][:8],
                 {
                     "hosts": [host_a, host_b],
-                    "pairs": [f"rank {rank[a]}@{host_a}↔rank {rank[b]}@{host_b}" for a, b in pairs][
-                        :4
-                    ],
+                    "pairs": [
+                        f"rank {rank[a]}@{host_a}↔rank {rank[b]}@{host_b}" for a, b, _ in pairs
+                    ][:4],
                     "bytes_across_hosts": moved,
                 },
                 ctx.window_s,
-                "talks_to between rank processes of one job, both directions",
+                "talks_to between rank processes of one job and one block of consecutive ranks",
             ),
         ],
-        impact="their heaviest exchange crosses the network instead of NVLink/PCIe/shared "
-        "memory on one host; every step waits for it",
-        action=f"Place each pair on one host: swapping rank {rank[far]} ({host_b}) with "
-        f"rank {rank[near]} ({host_a}) makes two pairs local. Fix the rank order (the "
-        "launcher's host list or rank mapping) so ranks that exchange most share a node.",
+        impact="traffic meant for NVLink, PCIe or shared memory inside one node crosses the "
+        "network; every step waits for it",
+        action=f"Give each node a block of consecutive ranks (the launcher's node rank and "
+        f"host order, or the rank mapping): swapping rank {rank[far]} ({host_b}) with rank "
+        f"{rank[near]} ({host_a}) alone makes two pairs local.",
     )

@@ -106,44 +106,47 @@ def test_a_single_host_graph_is_not_evaluable():
 
 
 GIB = 1 << 30
+INTERLEAVED = {0: "h0/proc:10", 2: "h0/proc:11", 1: "h1/proc:10", 3: "h1/proc:11"}
+BLOCKS = {0: "h0/proc:10", 1: "h0/proc:11", 2: "h1/proc:10", 3: "h1/proc:11"}
 
 
-def paired(pairs: list[tuple[int, int]], local: int = 0) -> Graph:
-    """Two hosts with ranks 0 and 2 on h0 (pids 10, 11) and 1 and 3 on h1, one job; each
-    (rank, rank) in ``pairs`` exchanges 1 GiB across hosts, and the ranks on each host
-    exchange ``local`` bytes with each other over shared memory."""
+def paired(pairs: list[tuple[int, int]], where: dict[int, str], moved: int = GIB) -> Graph:
+    """One 4-rank job on two hosts, ranks placed ``where``; each (rank, rank) in ``pairs``
+    exchanges ``moved`` bytes across hosts (half each way, as each sender counted)."""
     graph = Graph()
     graph.meta.hosts, graph.meta.window_s = ["h0", "h1"], 1.0
-    where = {0: "h0/proc:10", 2: "h0/proc:11", 1: "h1/proc:10", 3: "h1/proc:11"}
     for rank, proc in where.items():
         graph.add("process", proc, pid=int(proc[-2:]), rank=rank, world_size=4,
                   master_addr="10.0.0.0", master_port=29500)  # fmt: skip
     for a, b in pairs:
         graph.link("talks_to", where[a], where[b], transport="tcp", cross_host=True,
-                   src_bytes_sent=GIB // 2, dst_bytes_sent=GIB // 2)  # fmt: skip
-    if local:
-        for a, b in ((0, 2), (1, 3)):
-            graph.link("talks_to", where[a], where[b], transport="shm", bytes=local)
+                   src_bytes_sent=moved // 2, dst_bytes_sent=moved // 2)  # fmt: skip
     return graph
 
 
-def test_pairs_one_swap_would_make_local_are_named_with_both_hosts():
-    (finding,) = results(paired([(0, 1), (2, 3)]))["L3.cluster-pairs-across-hosts"]
+def test_ranks_of_one_block_split_between_two_hosts_are_named_with_the_swap():
+    # ranks 0,1 and 2,3 belong together (2 per host); an interleaved order splits both pairs
+    (finding,) = results(paired([(0, 1), (2, 3)], INTERLEAVED))["L3.cluster-pairs-across-hosts"]
     assert finding.subject == "hosts:h0,h1" and finding.value == 2
     assert finding.evidence[0].values["pairs"] == ["rank 0@h0↔rank 1@h1", "rank 2@h0↔rank 3@h1"]
     assert "swapping rank 1 (h1) with rank 2 (h0)" in finding.action
 
 
-def test_pairs_across_hosts_stay_quiet_when_local_traffic_is_as_heavy():
-    # a ring all-reduce: each rank exchanges as much with its local neighbour as across
-    assert results(paired([(0, 1), (2, 3)], local=GIB))["L3.cluster-pairs-across-hosts"] == []
+def test_data_parallel_traffic_between_blocks_is_quiet():
+    # ranks 0,1 on h0 and 2,3 on h1: rank r with r + 2 is what data parallelism exchanges
+    assert results(paired([(0, 2), (1, 3)], BLOCKS))["L3.cluster-pairs-across-hosts"] == []
 
 
-def test_one_heavy_pair_between_two_hosts_has_nothing_to_swap():
-    assert results(paired([(0, 1)]))["L3.cluster-pairs-across-hosts"] == []
+def test_one_split_pair_has_nothing_to_swap_with():
+    assert results(paired([(0, 1)], INTERLEAVED))["L3.cluster-pairs-across-hosts"] == []
+
+
+def test_little_traffic_between_split_pairs_is_quiet():
+    found = results(paired([(0, 1), (2, 3)], INTERLEAVED, moved=1 << 20))
+    assert found["L3.cluster-pairs-across-hosts"] == []
 
 
 def test_ranks_of_different_jobs_are_not_paired():
-    graph = paired([(0, 1), (2, 3)])
+    graph = paired([(0, 1), (2, 3)], INTERLEAVED)
     graph.node("h1/proc:11").world_size = 8
     assert results(graph)["L3.cluster-pairs-across-hosts"] == []
