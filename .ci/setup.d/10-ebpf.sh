@@ -4,15 +4,7 @@
 # no BPF program is left loaded. Idempotent: safe to run again on a set-up machine.
 set -euo pipefail
 
-packages=(bpfcc-tools python3-bpfcc linux-headers-amd64 nftables bpftool iproute2)
-missing=()
-for pkg in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "$0")/../apt-install.sh" bpfcc-tools python3-bpfcc linux-headers-amd64 nftables bpftool iproute2
 
 # The VM's kernel ships no headers; bcc only needs some to parse its C (tracepoint layouts
 # come from tracefs), so point the running kernel's module dir at Debian's newest ones.

@@ -5,15 +5,7 @@
 # pip) for the real torch.distributed gloo test. Idempotent: safe to run again.
 set -euo pipefail
 
-packages=(iproute2 nftables procps)
-missing=()
-for pkg in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "$0")/../apt-install.sh" iproute2 nftables procps
 
 venv="${VENV:-$PWD/.venv}"
 if ! "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then

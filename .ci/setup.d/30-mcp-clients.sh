@@ -7,7 +7,6 @@ cd "$(dirname "$0")/../.."
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     # The project's machines ship Node 20; Debian's own nodejs (18) is enough for both clients.
-    apt-get update
-    apt-get install -y nodejs npm
+    bash .ci/apt-install.sh nodejs npm
 fi
 bash clients/install.sh

@@ -4,12 +4,4 @@
 # with taskset (util-linux). Idempotent: installs only what is missing.
 set -euo pipefail
 
-packages=(iproute2 nftables util-linux)
-missing=()
-for pkg in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "$0")/../apt-install.sh" iproute2 nftables util-linux

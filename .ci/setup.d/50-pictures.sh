@@ -6,17 +6,8 @@
 # Mermaid picture in that Chromium, as mermaid-cli would) comes from converters/assets'
 # package-lock.json, beside the vendored elkjs it checks. Idempotent.
 set -euo pipefail
+bash "$(dirname "$0")/../apt-install.sh" chromium graphviz fonts-dejavu-core
 cd "$(dirname "$0")/../.."
-
-packages=(chromium graphviz fonts-dejavu-core)
-missing=()
-for pkg in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
 
 assets=converters/assets
 stamp=$assets/node_modules/.wp-mcp-lock.sha256
