@@ -496,14 +496,20 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         annotations=READ_ONLY,
         description=(
             "Summary of a snapshot in a few hundred tokens: host, counts, coverage, top "
-            "signals and what each layer would cost. Start here."
+            "signals and what each layer would cost; a cluster's ranks, missing nodes, skew, "
+            "cross-host loss and worst hosts. Start here; host=h42 for one host of a cluster."
         ),
     )
     @_user_errors
     def wp_summary(
-        snapshot: Snapshot = "latest", fmt: Literal["txt", "json"] = "txt"
+        snapshot: Snapshot = "latest",
+        fmt: Literal["txt", "json"] = "txt",
+        host: Annotated[
+            str | None, Field(description="one host of a cluster graph (comma list or glob)")
+        ] = None,
     ) -> CallToolResult:
-        page, sid = _render(state, snapshot, "summary", fmt=fmt)
+        filters = {"host": host} if host else None
+        page, sid = _render(state, snapshot, "summary", fmt=fmt, filters=filters)
         return _page_result(page, sid, "")
 
     @server.tool(
@@ -516,7 +522,8 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
             "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
             "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid "
             "(the process with its ancestors and descendants; add kind to narrow), name "
-            "(glob), min_<metric> (e.g. min_cpu). One entity: wp_entity."
+            "(glob), host (one host of a cluster graph, e.g. h42), min_<metric> (e.g. "
+            "min_cpu). One entity: wp_entity."
         ),
     )
     @_user_errors

@@ -198,7 +198,11 @@ async def test_diff_of_two_imports_shows_no_change(server, allowed: Path) -> Non
             {"skill": "bottleneck-identification", "reference": "../../etc/passwd"},
             "references",
         ),
-        ("wp_summary", {"snapshot": "latest", "colour": "red"}, "valid arguments: fmt, snapshot"),
+        (
+            "wp_summary",
+            {"snapshot": "latest", "colour": "red"},
+            "valid arguments: fmt, host, snapshot",
+        ),
         ("wp_layer", {"view": "compute", "max_tokens": 100000}, "max_tokens"),
         ("wp_collect", {"pids": [999999999], "window_s": 0}, "no such process: 999999999"),
     ],
