@@ -15,8 +15,11 @@ from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Meta, Node
 
+from .facts import Facts
 from .index import index_for
-from .text import fmt_bytes, word
+from .items import Item
+from .layers import kv, parts
+from .text import escape, fmt_bytes, fmt_pct, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
 MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
@@ -171,3 +174,82 @@ def _build_part(graph: Graph, hosts: set[str]) -> Graph:
     )
     part, _, _ = Graph.from_validated(meta, keep, edges)
     return part
+
+
+# --------------------------------------------------------------------------- hosts view
+
+
+def hosts_view(facts: Facts) -> list[Item]:
+    """One line per host, worst first: the nodes that did not collect, then by the loss on
+    what a host sends across hosts, its slowest rank's run delay, its ranks' NUMA locality.
+    The step between the summary and one host's drill-down (``host`` filter)."""
+    graph = facts.graph
+    ranks = ranks_by_host(graph)
+    traffic = cross_host_traffic(graph, transport=None)
+    host_nodes = {ids.split_host(n.id)[0]: n for n in graph.of_kind("host")}
+    present = graph.meta.hosts or sorted(host_nodes)
+    lone = present[0] if len(present) == 1 else None  # a single-host graph's ids are bare
+    rows = [
+        _host_row(h, host_nodes.get("" if h == lone else h), ranks.get("" if h == lone else h, []),
+                  traffic.get("" if h == lone else h))
+        for h in present
+    ]  # fmt: skip
+    rows.sort(key=lambda row: row.order)
+    missing = [
+        _missing_item(h, why) for h, why in unfinished_nodes(graph).items() if h not in present
+    ]
+    return missing + [row.item for row in rows]
+
+
+@dataclass(slots=True)
+class _HostRow:
+    order: tuple
+    item: Item
+
+
+def _host_row(
+    host: str, node: Node | None, ranks: list[Node], sent: HostTraffic | None
+) -> _HostRow:
+    delays = [p.get("run_delay_pct") for p in ranks if p.get("run_delay_pct") is not None]
+    local = [p.get("numa_locality") for p in ranks if p.get("numa_locality") is not None]
+    metrics = {
+        "cpu": node.get("cpu_busy_pct") if node is not None else None,
+        "run": max(delays) if delays else None,
+        "locality": sum(local) / len(local) if local else None,
+        "bytes": sent.sent if sent else None,
+        "retrans": sent.retrans if sent else None,
+    }
+    loss = sent.loss if sent else 0.0
+    numbers = sorted(int(p.get("rank")) for p in ranks)
+
+    def render() -> str:
+        return parts(
+            word(host, 40),
+            f"ranks={len(numbers)} ({numbers[0]}-{numbers[-1]})" if numbers else "ranks=0",
+            kv("cpu", metrics["cpu"], fmt_pct),
+            f"xhost-sent={fmt_bytes(sent.sent)} loss={loss:.2%}" if sent else None,
+            kv("run-max", metrics["run"], fmt_pct),
+            kv("loc", metrics["locality"], lambda v: f"{v:.2f}"),
+        )
+
+    item = Item(
+        ids=(node.id,) if node is not None else (),
+        kind="host",
+        render=render,
+        procs=tuple(p.id for p in ranks),
+        name=host,
+        measure={k: float(v) for k, v in metrics.items() if v is not None},
+        nodes=(node,) if node is not None else (),
+    )
+    order = (-loss, -(metrics["run"] or 0.0), metrics["locality"] or 1.0, host)
+    return _HostRow(order, item)
+
+
+def _missing_item(host: str, why: str) -> Item:
+    return Item(
+        ids=(),
+        kind="host",
+        render=lambda: f"{word(host, 40)} not collected ({escape(why, 80)})",
+        name=host,
+        group={"group": "not collected", "host": word(host, 40), "reason": escape(why, 80)},
+    )

@@ -33,7 +33,7 @@ from .views import VIEW_BUILDERS
 
 VIEWS = (
     "summary", "compute", "memory", "interconnect", "network", "storage", "control", "data",
-    "topology", "flows", "entity",
+    "topology", "flows", "hosts", "entity",
 )  # fmt: skip
 BUILDERS: dict[str, Callable[[Facts], list[Item]]] = {**LAYERS, **VIEW_BUILDERS}
 LEGENDS = {**LAYER_LEGENDS, **VIEW_LEGENDS}

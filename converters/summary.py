@@ -193,7 +193,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         top = _short(layer["top"], width) if layer["top"] else "no data"
         # a top line cut to nothing for room is left out, not called "no data"
         lines.append(f"{name} {cost} ({layer['items']})" + (f": {top}" if top else ""))
-    drill = " filter host=H" if facts["cluster"] else ""
+    drill = " hosts, one host: filter host=H" if facts["cluster"] else ""
     lines.append(f"#end more: topology flows entity search{drill}")
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""Views besides the layers: ``topology`` (process tree, devices, NUMA map) and ``flows``."""
+"""Views besides the layers: ``topology`` (process tree, devices, NUMA map), ``flows`` and
+``hosts`` (one line per host of a cluster, cluster.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from functools import partial
 from wp_mcp.graph import ids
 from wp_mcp.graph.model import Node
 
+from .cluster import hosts_view
 from .facts import Facts, attr
 from .items import Item, aggregate, group_item, node_item
 from .layers import ACCELERATORS, escape_short, flow_items, kv, named, parts
@@ -186,10 +188,13 @@ def _flow_group(src: str, dst: str, transport: object, group: list[Item]) -> Ite
     )
 
 
-VIEW_BUILDERS = {"topology": topology, "flows": flows}
+VIEW_BUILDERS = {"topology": topology, "flows": flows, "hosts": hosts_view}
 
 LEGENDS = {
     "topology": "numa cpus mem | dev numa pci users | ctr runtime procs | proc tree (indent = "
     "child) dev ctr cmd; N× leaf = childless look-alike siblings",
     "flows": "A → B transport bytes rate window flows retrans (process to process, biggest first)",
+    "hosts": "host ranks (numbers) host-cpu xhost-sent loss (sent across hosts, retransmitted) "
+    "run-max (slowest rank's run delay) loc (ranks' NUMA locality); worst first, nodes not "
+    "collected on top; one host: filter host=H",
 }

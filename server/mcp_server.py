@@ -519,7 +519,7 @@ def _register_view_tools(server: WpServer, state: ServerState) -> None:
         meta=PICTURE_APP_META,
         description=(
             "One layer (compute, memory, interconnect, network, storage, control, data) or view "
-            "(topology, flows) of a snapshot as compact text (txt), native JSON slice (json) or "
+            "(topology, flows, hosts) of a snapshot as compact text (txt), native JSON slice (json) or "
             "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid "
             "(the process with its ancestors and descendants; add kind to narrow), name "
             "(glob), host (one host of a cluster graph, e.g. h42), min_<metric> (e.g. "

@@ -60,7 +60,7 @@ def test_the_cluster_summary_says_ranks_missing_nodes_skew_loss_and_worst_hosts(
     assert "cluster: 4 ranks (2/host) | not collected 1: h2 | clock skew 3.0ms" in text
     assert "cross-host: 1 flows" in text and "worst: h0 loss 4.0%, h1 rank 3 run-delay 40%" in text
     assert "timed out after 60 s" in text  # the reason, on the coverage line
-    assert text.splitlines()[-1].endswith("filter host=H")
+    assert text.splitlines()[-1].endswith("hosts, one host: filter host=H")
 
 
 def test_the_json_summary_carries_the_same_cluster_facts(small_cluster):
@@ -134,3 +134,25 @@ def test_the_summary_of_128_hosts_by_8_devices_fits_300_tokens_and_names_the_wor
     page = render_view(graph, "summary")
     assert page.tokens <= 300
     assert "worst: h42 loss" in page.text and "rank 700 run-delay 60%" in page.text
+
+
+def test_the_hosts_view_lists_every_host_worst_first_and_the_missing_on_top(small_cluster):
+    lines = render_view(small_cluster, "hosts").text.splitlines()[2:-1]
+    assert lines == [
+        "h2 not collected (failed: timed out after 60 s)",
+        "h0 ranks=2 (0-1) xhost-sent=10M loss=3.98% run-max=2%",
+        "h1 ranks=2 (2-3) xhost-sent=0B loss=0.00% run-max=40%",
+    ]
+
+
+def test_the_hosts_view_filters_on_host_metrics(small_cluster):
+    (slow,) = view_items(small_cluster, "hosts", filters={"min_run": 20})
+    assert slow.name == "h1" and slow.ids == ("h1/host",)
+    (lossy,) = view_items(small_cluster, "hosts", filters={"min_retrans": 1})
+    assert lossy.name == "h0"
+
+
+def test_the_hosts_view_of_128_hosts_pages_within_budget():
+    graph = cluster_graph(128, 2)
+    page = render_view(graph, "hosts")
+    assert page.tokens <= 4000 and page.total_items == 128
