@@ -32,7 +32,10 @@ class OpenPage:
     console: list[str] = field(default_factory=list)  # errors and warnings, as text
 
 
-@pytest.fixture(scope="session")
+# Per module, never per session: Playwright's sync API keeps an asyncio loop running in the
+# main thread while it is open, and every later anyio test of the session would then fail
+# with "Cannot run the event loop while another loop is running".
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory) -> Iterator[object]:
     if not os.access(CHROMIUM, os.X_OK):
         unavailable(f"{CHROMIUM} is missing (.ci/setup.d/50-pictures.sh installs it)")
