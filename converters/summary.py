@@ -32,7 +32,7 @@ SMALL_GRAPH_NODES = 5_000
 PAGE_OVERHEAD = 110
 COST_SAMPLE = 400
 SIGNAL_CHARS = (110, 80, 56, 36, 20, 0)
-CLUSTER_KINDS = 4
+CLUSTER_KINDS = 3
 
 
 def render_summary(
@@ -193,8 +193,11 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         top = _short(layer["top"], width) if layer["top"] else "no data"
         # a top line cut to nothing for room is left out, not called "no data"
         lines.append(f"{name} {cost} ({layer['items']})" + (f": {top}" if top else ""))
-    drill = " hosts, one host: filter host=H" if facts["cluster"] else ""
-    lines.append(f"#end more: topology flows entity search{drill}")
+    # a cluster's next step is a host (its per-host view, then one host's filter)
+    more = (
+        "hosts filter host=H entity search" if facts["cluster"] else "topology flows entity search"
+    )
+    lines.append(f"#end more: {more}")
     return "\n".join(lines)
 
 
