@@ -22,7 +22,7 @@ from .layers import kv, parts
 from .text import escape, fmt_bytes, fmt_pct, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
-MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
+MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU (as the L4 rules count)
 WORST_HOSTS = 3
 
 
@@ -87,8 +87,9 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
     ranks = ranks_by_host(graph)
     traffic = cross_host_traffic(graph, transport=None)
     clock = (getattr(graph.meta, "cluster", None) or {}).get("clock") or {}
-    sent = sum(t.sent for t in traffic.values())
-    retrans = sum(t.retrans for t in traffic.values())
+    total = HostTraffic(
+        sum(t.sent for t in traffic.values()), sum(t.retrans for t in traffic.values())
+    )
     flows = sum(1 for e in graph.edges("talks_to") if e.get("cross_host"))
     return {
         "ranks": sum(len(p) for p in ranks.values()),
@@ -97,8 +98,8 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
         "unfinished": unfinished_nodes(graph),
         "skew_s": clock.get("skew_s") if clock.get("measured") else None,
         "cross_host_flows": flows,
-        "cross_host_bytes": sent,
-        "cross_host_loss": retrans / max(1, -(-sent // MSS_BYTES) + retrans),
+        "cross_host_bytes": total.sent,
+        "cross_host_loss": total.loss,
         "worst": _worst_hosts(traffic, ranks),
     }
 

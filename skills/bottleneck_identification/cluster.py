@@ -37,7 +37,6 @@ from wp_mcp.graph.model import Edge, Node
 
 from ..analysis import GRADES
 from ..report import Evidence, Finding
-from .network import MSS_BYTES
 from .rulebook import NotEvaluable, RuleContext, rule
 
 LOSS_FLOOR = 0.005  # the ratio L4.flow-retransmits starts at
@@ -68,22 +67,25 @@ def _hosts_or_explain(ctx: RuleContext) -> list[str]:
 )
 def lossy_host(ctx: RuleContext) -> list[Finding]:
     _hosts_or_explain(ctx)
-    sent, retrans, links = _per_host_sending(ctx)
-    if len(sent) < 2:
+    # each host's side of the joined cross-host TCP flows (the summary reads the same)
+    traffic = cross_host_traffic(ctx.graph)
+    if not traffic:
+        raise NotEvaluable("no cross-host TCP flows were joined in this cluster graph")
+    if len(traffic) < 2:
         raise NotEvaluable("fewer than two hosts with joined cross-host TCP flows")
-    segments = {h: -(-sent[h] // MSS_BYTES) + retrans[h] for h in sent}
-    ratio = {h: retrans[h] / max(1, segments[h]) for h in sent}
     out = []
-    for host, value in sorted(ratio.items()):
+    for host, sent in sorted(traffic.items()):
         # a host that sent a few control messages has no meaningful ratio: one retransmit
         # in ten segments must not make a peer's 6 % look normal
-        baseline = [v for h, v in ratio.items() if h != host and segments[h] >= BASELINE_SEGMENTS]
+        baseline = [t.loss for h, t in traffic.items()
+                    if h != host and t.segments >= BASELINE_SEGMENTS]  # fmt: skip
         peers = median(baseline) if baseline else 0.0
-        if retrans[host] < MIN_RETRANS or value < LOSS_FLOOR:
+        value = sent.loss
+        if sent.retrans < MIN_RETRANS or value < LOSS_FLOOR:
             continue
         if value < LOSS_TIMES_PEERS * max(peers, LOSS_FLOOR / LOSS_TIMES_PEERS):
             continue
-        ranked = any(ctx.graph.node(p).get("rank") is not None for p in links[host])
+        ranked = any(ctx.graph.node(p).get("rank") is not None for p in sent.ends)
         out.append(
             ctx.finding(
                 subject=f"host:{host}",
@@ -94,11 +96,11 @@ def lossy_host(ctx: RuleContext) -> list[Finding]:
                 evidence=[
                     Evidence(
                         "aggregate",
-                        sorted(links[host])[:8],
+                        sorted(sent.ends)[:8],
                         {
                             "host": host,
-                            "segments_retransmitted": retrans[host],
-                            "bytes_sent": sent[host],
+                            "segments_retransmitted": sent.retrans,
+                            "bytes_sent": sent.sent,
                             "other_hosts_median_pct": round(peers * 100, 3),
                         },
                         ctx.window_s,
@@ -112,19 +114,6 @@ def lossy_host(ctx: RuleContext) -> list[Finding]:
             )
         )
     return out
-
-
-def _per_host_sending(ctx: RuleContext) -> tuple[dict, dict, dict]:
-    """Bytes each host sent over joined cross-host TCP flows, its retransmissions, and the
-    processes on it those flows belong to."""
-    traffic = cross_host_traffic(ctx.graph)
-    if not traffic:
-        raise NotEvaluable("no cross-host TCP flows were joined in this cluster graph")
-    return (
-        {h: t.sent for h, t in traffic.items()},
-        {h: t.retrans for h, t in traffic.items()},
-        {h: t.ends for h, t in traffic.items()},
-    )
 
 
 @rule(
