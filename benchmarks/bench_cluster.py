@@ -145,6 +145,7 @@ def main() -> int:
         print(f"{view:<13}{page.tokens:>8,}{budget:>8,}{seconds * 1000:>8.0f}")
     summary = render_view(merged, "summary").text
     print(summary)
+    print(render_view(merged, "hosts").text)
     worst_ok &= "h-gone" in summary and lossy in summary and straggler in summary
     worst_ok &= _drill_down(merged, straggler)
     outcomes, rules_s = timed(lambda: evaluate(merged))

@@ -19,11 +19,17 @@ from .facts import Facts
 from .index import index_for
 from .items import Item
 from .layers import kv, parts
-from .text import escape, fmt_bytes, fmt_pct, word
+from .text import escape, fmt_bytes, fmt_pct, id_ranges, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
 MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU (as the L4 rules count)
 WORST_HOSTS = 3
+# A host below all of these is folded as quiet in the hosts view: the floors the cross-host
+# rules start from (loss as L4.flow-retransmits, run delay as the straggler's margin, the
+# "good" NUMA locality grade).
+QUIET_LOSS = 0.005
+QUIET_RUN_PCT = 10.0
+QUIET_LOCALITY = 0.8
 
 
 @dataclass(slots=True)
@@ -199,13 +205,48 @@ def hosts_view(facts: Facts) -> list[Item]:
     missing = [
         _missing_item(h, why) for h, why in unfinished_nodes(graph).items() if h not in present
     ]
-    return missing + [row.item for row in rows]
+    standing_out = [row.item for row in rows if not row.quiet]
+    return missing + standing_out + _fold_quiet([row for row in rows if row.quiet])
 
 
 @dataclass(slots=True)
 class _HostRow:
     order: tuple
     item: Item
+    quiet: bool  # nothing stands out: below every floor of the cross-host rules
+    rank_count: int
+
+
+def _fold_quiet(rows: list[_HostRow]) -> list[Item]:
+    """Quiet hosts folded per rank count (3 or more alike), so the hosts that stand out lead
+    and a thousand healthy hosts cost a line."""
+    by_ranks: dict[int, list[_HostRow]] = defaultdict(list)
+    for row in rows:
+        by_ranks[row.rank_count].append(row)
+    items: list[Item] = []
+    for count, alike in sorted(by_ranks.items()):
+        if len(alike) < 3:
+            items += [row.item for row in alike]
+            continue
+        names = [row.item.name or "" for row in alike]
+
+        def render(count: int = count, names: list[str] = names) -> str:
+            return (
+                f"{len(names)}× host ranks={count} quiet (loss<{QUIET_LOSS:.1%} "
+                f"run-max<{QUIET_RUN_PCT:g}% loc≥{QUIET_LOCALITY:g}) {id_ranges(names, 3)}"
+            )
+
+        items.append(
+            Item(
+                ids=tuple(i for row in alike for i in row.item.ids),
+                kind="host",
+                render=render,
+                procs=tuple(p for row in alike for p in row.item.procs),
+                name=names[0],
+                group={"group": "quiet hosts", "count": len(names), "ranks_per_host": count},
+            )
+        )
+    return items
 
 
 def _host_row(
@@ -243,7 +284,12 @@ def _host_row(
         nodes=(node,) if node is not None else (),
     )
     order = (-loss, -(metrics["run"] or 0.0), metrics["locality"] or 1.0, host)
-    return _HostRow(order, item)
+    quiet = (
+        loss < QUIET_LOSS
+        and (metrics["run"] or 0.0) < QUIET_RUN_PCT
+        and (metrics["locality"] if metrics["locality"] is not None else 1.0) >= QUIET_LOCALITY
+    )
+    return _HostRow(order, item, quiet, len(numbers))
 
 
 def _missing_item(host: str, why: str) -> Item:

@@ -196,5 +196,5 @@ LEGENDS = {
     "flows": "A → B transport bytes rate window flows retrans (process to process, biggest first)",
     "hosts": "host ranks (numbers) host-cpu xhost-sent loss (sent across hosts, retransmitted) "
     "run-max (slowest rank's run delay) loc (ranks' NUMA locality); worst first, nodes not "
-    "collected on top; one host: filter host=H",
+    "collected on top, N× quiet = hosts below every floor; one host: filter host=H",
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import pages
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.converters import VIEWS, ViewError, render_view, view_items
 from wp_mcp.graph import Graph, Meta, ids
@@ -152,7 +153,25 @@ def test_the_hosts_view_filters_on_host_metrics(small_cluster):
     assert lossy.name == "h0"
 
 
-def test_the_hosts_view_of_128_hosts_pages_within_budget():
-    graph = cluster_graph(128, 2)
-    page = render_view(graph, "hosts")
-    assert page.tokens <= 4000 and page.total_items == 128
+def ranked_cluster(hosts: int, run_delay: dict[str, float]) -> Graph:
+    """The synthetic cluster with its device users marked as ranks; each host's ranks wait
+    ``run_delay[host]`` % for a CPU (2 % when not given)."""
+    graph = cluster_graph(hosts, 2)
+    users = (p for p in graph.of_kind("process") if graph.out_edges(p.id, "uses_device"))
+    for index, proc in enumerate(users):
+        proc.rank = index
+        proc.run_delay_pct = run_delay.get(ids.split_host(proc.id)[0], 2.0)
+    return graph
+
+
+def test_quiet_hosts_fold_into_one_line_after_those_that_stand_out():
+    lines = render_view(ranked_cluster(128, {"h7": 50.0}), "hosts").text.splitlines()[2:-1]
+    assert lines[0].startswith("h7 ranks=2 (14-15)") and "run-max=50%" in lines[0]
+    assert lines[1:] == ["127× host ranks=2 quiet (loss<0.5% run-max<10% loc≥0.8) h0..6,8..127"]
+
+
+def test_the_hosts_view_pages_128_hosts_that_all_stand_out_within_budget():
+    graph = ranked_cluster(128, {f"h{i}": 20.0 + i / 10 for i in range(128)})
+    seen = [page for page in pages(graph, "hosts")]
+    assert all(page.tokens <= 4000 for page in seen)
+    assert sum(page.item_count for page in seen) == 128
