@@ -11,14 +11,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import UserError
 from .model import Edge, Meta, Node, edge_from_dict, node_from_dict
-
-if TYPE_CHECKING:
-    import networkx as nx
-
 
 _ID = attrgetter("id")
 _KIND = attrgetter("kind")
@@ -258,20 +254,6 @@ class Graph:
                     family.add(edge.dst)
                     stack.append(edge.dst)
         return family
-
-    def to_networkx(self) -> nx.MultiDiGraph:
-        """A networkx view for algorithms (attributes are the model objects' dumps)."""
-        import networkx as nx
-
-        view = nx.MultiDiGraph()
-        for node in self.nodes.values():
-            view.add_node(node.id, **node.attrs())
-        for edge in self._edges.values():
-            attrs = edge.attrs()
-            attrs.pop("src")
-            attrs.pop("dst")
-            view.add_edge(edge.src, edge.dst, key=(edge.kind, edge.key), **attrs)
-        return view
 
     def iter_nodes(self, kinds: Iterable[str] | None = None) -> Iterator[Node]:
         if kinds is None:
