@@ -7,6 +7,8 @@ import hmac
 import ipaddress
 import logging
 import os
+import socket
+import sys
 from typing import Any
 
 from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, error_line, excerpt
@@ -177,11 +179,48 @@ def _serve_http(
         allowed_origins=[f"http://{address}" for address in addresses],
     )
     add_picture_route(server, state, set(addresses))
+    add_health_route(server)
     app = server.streamable_http_app(transport_security=security, host=host, **sessions)
     if token:
         app = BearerAuth(app, token)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    anyio.run(uvicorn.Server(config).serve)
+    listener = bind_listener(host, port)
+    # the bound port, not the asked one: --port 0 picks a free port a script must learn
+    bound_port = listener.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    print(f"listening on http://{shown_host}:{bound_port}/mcp", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning")
+    anyio.run(uvicorn.Server(config).serve, [listener])
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's socket, bound here so a busy port is one clear line and the printed
+    address is the one clients reach."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        reason = exc.strerror or "cannot bind"
+        raise UserError(f"cannot listen on {excerpt(host)}:{port}: {reason}") from None
+    return listener
+
+
+HEALTH_PATH = "/healthz"
+
+
+def add_health_route(server: Any) -> None:
+    """GET /healthz: 200 and the server's name and version, for load balancers and
+    supervisors. It carries no host data, so it needs no token (BearerAuth lets it by)."""
+    from starlette.responses import JSONResponse
+
+    from wp_mcp import __version__
+
+    @server.custom_route(HEALTH_PATH, methods=["GET"])
+    async def health(request: Any) -> Any:
+        body = {"status": "ok", "server": "wp-mcp", "version": __version__}
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 
 PICTURE_PATH = "/picture/{snapshot}"
@@ -228,7 +267,8 @@ def _host_names(host: str, extra_hosts: list[str]) -> set[str]:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``.
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``,
+    but GET /healthz, which tells nothing about the host.
 
     The scheme is matched case-insensitively (RFC 7235: ``bearer`` is as good as ``Bearer``);
     the token is compared in constant time, so its prefix cannot be guessed by timing.
@@ -239,7 +279,7 @@ class BearerAuth:
         self._expected = token.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
+        if scope["type"] == "http" and not _is_health_probe(scope) and not self._authorized(scope):
             await send(
                 {
                     "type": "http.response.start",
@@ -260,3 +300,7 @@ class BearerAuth:
         return scheme.lower() == b"bearer" and hmac.compare_digest(
             credentials.strip(), self._expected
         )
+
+
+def _is_health_probe(scope: dict) -> bool:
+    return scope.get("method") == "GET" and scope.get("path") == HEALTH_PATH
