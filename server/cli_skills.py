@@ -75,6 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     install.add_argument("--dest", default=str(DEFAULT_SKILLS_DIR), metavar="DIR",
                          help=f"target folder (default {DEFAULT_SKILLS_DIR})")  # fmt: skip
+    install.add_argument("--force", action="store_true",
+                         help="overwrite installed files that differ from the bundles")  # fmt: skip
     install.set_defaults(handler=cmd_skills_install)
     p.set_defaults(handler=_usage(p))
 
@@ -143,7 +145,7 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
 
 def cmd_skills_install(args: argparse.Namespace) -> int:
     try:
-        written = install_bundles(Path(args.dest))
+        written = install_bundles(Path(args.dest), force=args.force)
     except OSError as exc:
         raise UserError(f"cannot install into {args.dest}: {exc.strerror or exc}") from exc
     for folder in written:

@@ -8,11 +8,11 @@ three into one report, ``install_bundles`` copies the bundles where an assistant
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.outfile import shown, write_output
 from wp_mcp.graph.safetext import excerpt
 
 from .analysis import Analysis
@@ -126,19 +126,52 @@ def skill_meta(name: str) -> dict[str, str]:
     return front_matter((bundle_dir(name) / "SKILL.md").read_text(encoding="utf-8"))
 
 
-def install_bundles(dest: Path) -> list[Path]:
-    """Copy every bundle to ``dest/<skill-name>/`` (SKILL.md + references/); returns the folders."""
+def install_bundles(dest: Path, *, force: bool = False) -> list[Path]:
+    """Copy every bundle to ``dest/<skill-name>/`` (SKILL.md + references/); returns the folders.
+
+    A file already there that differs from the bundle's copy (an edit the user made, or an
+    older release's text), or a file in ``references/`` the bundle does not have (which an
+    assistant would read as part of the skill), is replaced or removed only with ``force``;
+    otherwise a UserError names it before anything is written.
+    """
     dest = Path(dest).expanduser()
-    written = []
-    for name in SKILL_NAMES:
-        source, target = bundle_dir(name), dest / name
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / "SKILL.md", target / "SKILL.md")
-        if (target / "references").exists():
-            shutil.rmtree(target / "references")
-        shutil.copytree(source / "references", target / "references")
-        written.append(target)
-    return written
+    copies = [
+        (source, dest / name / source.relative_to(bundle_dir(name)))
+        for name in SKILL_NAMES
+        for source in _bundle_files(name)
+    ]
+    extras = _extra_references(dest, {target for _, target in copies})
+    if not force:
+        _refuse_changed(copies, extras)
+    for extra in extras:
+        extra.unlink()
+    for source, target in copies:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_output(target, source.read_bytes(), mode=0o644)  # refuses symlinks and devices
+    return [dest / name for name in SKILL_NAMES]
+
+
+def _bundle_files(name: str) -> list[Path]:
+    folder = bundle_dir(name)
+    return [folder / "SKILL.md", *sorted((folder / "references").glob("*.md"))]
+
+
+def _extra_references(dest: Path, bundled: set[Path]) -> list[Path]:
+    """Files (or links) in an installed references/ folder that no bundle has."""
+    folders = (dest / name / "references" for name in SKILL_NAMES)
+    found = (entry for folder in folders if folder.is_dir() for entry in sorted(folder.iterdir()))
+    return [entry for entry in found if entry not in bundled and not entry.is_dir()]
+
+
+def _refuse_changed(copies: list[tuple[Path, Path]], extras: list[Path]) -> None:
+    if extras:
+        raise UserError(f"{shown(extras[0])} is not in the bundle: pass --force to remove it")
+    for source, target in copies:
+        if target.is_file() and target.read_bytes() != source.read_bytes():
+            raise UserError(
+                f"{shown(target)} differs from the bundled copy (edited?): "
+                "pass --force to overwrite it"
+            )
 
 
 __all__ = [

@@ -35,7 +35,7 @@ def test_install_writes_one_folder_per_skill_named_by_its_front_matter(installed
 def test_install_twice_replaces_the_bundles(installed):
     dest, _ = installed
     (dest / SKILL_NAMES[0] / "references" / "stale.md").write_text("old")
-    install_bundles(dest)
+    install_bundles(dest, force=True)
     assert not (dest / SKILL_NAMES[0] / "references" / "stale.md").exists()
 
 
