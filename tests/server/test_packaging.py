@@ -4,13 +4,17 @@ into a fresh venv whose `wp-mcp` command serves MCP over stdio."""
 
 from __future__ import annotations
 
+import json
+import tomllib
 from pathlib import Path
 
+import jsonschema
 import pytest
 from wp_mcp.server.cli import main
 from wp_mcp.skills import SKILL_NAMES, bundle_dir
 
 REPO = Path(__file__).resolve().parents[2]
+REGISTRY_SCHEMA = Path(__file__).parents[1] / "fixtures" / "mcp-registry" / "server.schema.json"
 
 
 # ------------------------------------------------------------------ skills install
@@ -67,3 +71,42 @@ def test_skills_install_removes_a_file_the_bundle_does_not_have_only_with_force(
     assert stray.exists()
     assert install_skills(tmp_path, "--force") == 0
     assert not stray.exists()
+
+
+# ------------------------------------------------------------------ MCP registry manifest
+
+
+def registry_manifest() -> dict:
+    return json.loads((REPO / "server.json").read_text(encoding="utf-8"))
+
+
+def registry_errors(manifest: dict) -> list[str]:
+    schema = json.loads(REGISTRY_SCHEMA.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    return [error.message for error in validator.iter_errors(manifest)]
+
+
+def test_server_json_validates_against_the_registry_schema() -> None:
+    manifest = registry_manifest()
+    assert manifest["$schema"] == json.loads(REGISTRY_SCHEMA.read_text())["$id"]
+    assert registry_errors(manifest) == []
+
+
+def test_the_schema_check_catches_what_the_registry_refuses() -> None:
+    nameless = {key: value for key, value in registry_manifest().items() if key != "name"}
+    assert registry_errors(nameless) == ["'name' is a required property"]
+    wordy = {**registry_manifest(), "description": "x" * 101}
+    assert len(registry_errors(wordy)) == 1
+
+
+def test_server_json_names_the_release_and_command_the_project_declares() -> None:
+    """One version everywhere, the package and entry point pyproject.toml builds, and the
+    `mcp-name:` line in the README the registry looks for to prove the PyPI package is ours."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    manifest = registry_manifest()
+    (package,) = manifest["packages"]
+    assert manifest["version"] == package["version"] == project["version"]
+    assert package["identifier"] == project["name"] and "wp-mcp" in project["scripts"]
+    assert [arg["value"] for arg in package["packageArguments"]] == ["serve"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"mcp-name: {manifest['name']}" in readme
