@@ -14,6 +14,7 @@ from typing import Any
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Meta, Node
+from wp_mcp.graph.query import tcp_segments_estimate
 
 from .facts import Facts
 from .index import index_for
@@ -22,7 +23,6 @@ from .layers import kv, parts
 from .text import escape, fmt_bytes, fmt_pct, id_ranges, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
-MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU (as the L4 rules count)
 WORST_HOSTS = 3
 # A host below all of these is folded as quiet in the hosts view: the floors the cross-host
 # rules start from (loss as L4.flow-retransmits, run delay as the straggler's margin, the
@@ -42,7 +42,7 @@ class HostTraffic:
 
     @property
     def segments(self) -> int:
-        return -(-self.sent // MSS_BYTES) + self.retrans
+        return tcp_segments_estimate(self.sent, self.retrans)
 
     @property
     def loss(self) -> float:

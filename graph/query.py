@@ -138,3 +138,13 @@ def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:
         for t in threads
         if (allowed := cpu_set(t.get("cpus_allowed"))) and allowed != own
     }
+
+
+MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
+
+
+def tcp_segments_estimate(bytes_sent: int | None, retrans: int | None) -> int:
+    """Every transmission of a flow: first sends (≈ bytes / MSS) plus retransmissions, at
+    least 1. An estimate: on loopback or with jumbo frames segments are larger than the MSS
+    assumed here, so the count runs high and a loss ratio over it runs low."""
+    return max(1, -(-(bytes_sent or 0) // MSS_BYTES) + (retrans or 0))

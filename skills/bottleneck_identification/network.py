@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from wp_mcp.graph import Node
+from wp_mcp.graph.query import tcp_segments_estimate
 
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .rulebook import NotEvaluable, RuleContext, rule
-
-MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
 
 
 def _owner(ctx: RuleContext, sock: Node) -> str | None:
@@ -51,8 +50,7 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
     out = []
     for sock in _tcp_sockets(ctx, "retrans_total"):
         retrans = sock.get("retrans_total")
-        # every transmission, first sends (≈ bytes / MSS) plus retransmissions
-        segments = max(1, -(-(sock.get("bytes_sent") or 0) // MSS_BYTES) + retrans)
+        segments = tcp_segments_estimate(sock.get("bytes_sent"), retrans)
         ratio = retrans / segments
         # a ratio, not a rate: a busy flow on a healthy link retransmits now and then
         if retrans < 3 or ratio < 0.005:
