@@ -21,14 +21,3 @@ def witty(witty_path) -> Graph:
 def cluster() -> Graph:
     """Eight hosts of the benchmark generator: every kind of node, ~13K edges."""
     return cluster_graph(8)
-
-
-def pages(graph: Graph, view: str, **options) -> list:
-    """Every page of a view, following the cursors."""
-    from wp_mcp.converters import render_view
-
-    out = [render_view(graph, view, **options)]
-    while out[-1].next_cursor:
-        out.append(render_view(graph, view, cursor=out[-1].next_cursor, **options))
-        assert len(out) < 100_000, "paging does not end"
-    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import pages
+from view_pages import pages
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.converters import VIEWS, ViewError, render_view, view_items
 from wp_mcp.graph import Graph, Meta, ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import pages
+from view_pages import pages
 from wp_mcp.converters import ViewError, render_view, search
 from wp_mcp.graph.model import edge_from_dict, node_from_dict
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from conftest import pages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from view_pages import pages
 from wp_mcp.converters import VIEWS, render_view, search
 from wp_mcp.graph.graph import Graph
 

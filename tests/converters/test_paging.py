@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import pages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from view_pages import pages
 from wp_mcp.converters import ViewError, count_tokens, render_view
 from wp_mcp.graph.synthetic import cluster_graph
 

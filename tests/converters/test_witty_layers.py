@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import pages
+from view_pages import pages
 from wp_mcp.converters import VIEWS, count_tokens, render_view
 from wp_mcp.converters.text import fmt_count, fmt_per_node
 
