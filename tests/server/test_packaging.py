@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -230,3 +231,24 @@ async def test_the_installed_command_serves_mcp_over_stdio(
         tools = await client.list_tools()
     assert len(tools.tools) == 12
     assert {"wp_snapshots", "wp_layer", "wp_run_skill"} <= {tool.name for tool in tools.tools}
+
+
+SDIST_MUST_HOLD = ("LICENSE", "README.md", "server.json", "docs/mcp.md", "tests/server/test_packaging.py",
+                   "tests/fixtures/mcp-registry/server.schema.json", "skills/bottleneck_identification/SKILL.md")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_licence_docs_tests_and_manifest_but_no_build_outputs(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCES)
+    build = "from setuptools import build_meta; print(build_meta.build_sdist('../sdist'))"
+    name = subprocess.run(
+        [sys.executable, "-c", build], cwd=source, check=True, capture_output=True, text=True,
+        timeout=300,
+    ).stdout.splitlines()[-1]  # fmt: skip
+    with tarfile.open(tmp_path / "sdist" / name) as archive:
+        members = {member.split("/", 1)[1] for member in archive.getnames() if "/" in member}
+    assert [path for path in SDIST_MUST_HOLD if path not in members] == []
+    assert [m for m in members if "node_modules" in m or m.startswith("benchmarks/out")] == []
