@@ -72,6 +72,8 @@ class StoreWatch:
     def _run(self) -> None:
         while True:
             time.sleep(WATCH_INTERVAL_S)
+            if not self._loop_alive():
+                return  # the server it notified has ended: nobody is left to tell
             try:
                 uris = self.changed_uris()
             except Exception:  # a store being rewritten: look again next time
@@ -83,6 +85,13 @@ class StoreWatch:
                 anyio.from_thread.run(self._notify, uris, token=self._token)
             except RuntimeError:  # the event loop has ended: the server is shutting down
                 return
+
+    def _loop_alive(self) -> bool:
+        try:
+            anyio.from_thread.run_sync(_nothing, token=self._token)
+        except RuntimeError:
+            return False
+        return True
 
     async def _notify(self, uris: list[str]) -> None:
         for uri in uris:
@@ -208,3 +217,7 @@ def _register_events_tool(server: Any, state: Any) -> None:
             )
             text = "\n".join(lines) + more
         return _result(text, count=len(shown), next_cursor=next_cursor)
+
+
+def _nothing() -> None:
+    """Run on the server's event loop only to learn that the loop still runs."""
