@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from wp_require import unavailable
@@ -55,3 +57,20 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 120.0) ->
                 return
         time.sleep(0.1)
     raise AssertionError("server did not start listening")
+
+
+@contextlib.contextmanager
+def http_server_running(store_dir: Path, token: str, *extra: str) -> Iterator[int]:
+    """`wp-mcp serve --transport http` on a free loopback port with ``token``; yields the
+    port once it listens and stops the server (by its pid) afterwards."""
+    port = free_port()
+    proc = subprocess.Popen(
+        serve_command(store_dir, "--transport", "http", "--port", str(port), "--token", token, *extra),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(),
+    )  # fmt: skip
+    try:
+        wait_listening(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -10,24 +10,15 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from server_helpers import free_port, serve_command, server_env, wait_listening
+from server_helpers import http_server_running, serve_command, server_env
 
 TOKEN = "test-token-4f1c"
 
 
 @pytest.fixture
 def http_server(store_dir: Path) -> Iterator[int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        serve_command(store_dir, "--transport", "http", "--port", str(port), "--token", TOKEN),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(),
-    )  # fmt: skip
-    try:
-        wait_listening(port, proc)
+    with http_server_running(store_dir, TOKEN) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_requests_without_the_token_are_refused(http_server: int) -> None:

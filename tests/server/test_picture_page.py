@@ -3,13 +3,12 @@ the same bearer token and Host check as MCP."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from server_helpers import free_port, serve_command, server_env, wait_listening
+from server_helpers import http_server_running
 from wp_mcp.graph.store import Store
 from wp_mcp.graph.witty import load_witty
 
@@ -20,17 +19,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def served(store_dir: Path, witty_path: Path) -> Iterator[tuple[int, str]]:
     snapshot_id = Store(store_dir).put(load_witty(witty_path), label="witty fixture")
-    port = free_port()
-    proc = subprocess.Popen(
-        serve_command(store_dir, "--transport", "http", "--port", str(port), "--token", TOKEN),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env(),
-    )  # fmt: skip
-    try:
-        wait_listening(port, proc)
+    with http_server_running(store_dir, TOKEN) as port:
         yield port, snapshot_id
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_the_snapshots_picture_is_served_with_the_token(served) -> None:
