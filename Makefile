@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv clients run test lint clean
+.PHONY: venv clients run test lint typecheck clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ test: $(STAMP) clients
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# mypy over the package as installed (the folders are mapped onto wp_mcp.*; see .ci/typecheck.py).
+typecheck: $(STAMP)
+	$(PY) .ci/typecheck.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
