@@ -1,6 +1,6 @@
 """`wp-mcp collect`: snapshot this host, store it, print its id.
 
-On a terminal a progress bar (rich) is drawn on stderr while the window runs; on a pipe
+On a terminal a progress line (server/progress.py) is drawn on stderr while the window runs; on a pipe
 nothing but the snapshot id reaches stdout, so `id=$(wp-mcp collect)` just works. Ctrl-C
 cancels the collection cleanly (collectors are closed, nothing is stored).
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.outfile import check_target
-from wp_mcp.graph.safetext import escape
 
 from .cli_graph import open_store
+from .progress import ProgressLine
 
 MAX_DURATION_S = 600.0
 MAX_START_DELAY_S = 3600.0  # --start-at: a job's nodes start together, not tomorrow
@@ -142,31 +142,28 @@ def _run(ctx: Context, interactive: bool,
 
 
 def _with_progress(ctx: Context, worker: threading.Thread) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("probing sources", total=max(ctx.window_s, 0.01) + 1)
-        state = {"window_started": None}
-        ctx.progress = _progress_updater(bar, task, state)
+    with ProgressLine(total=ctx.window_s + 1, stream=sys.stderr) as line:
+        line.update(description="probing sources")
+        window_started: list[float] = []  # set by the window's start, read by this loop
+        ctx.progress = _progress_updater(line, window_started)
         worker.start()
         while worker.is_alive():
-            if state["window_started"] is not None:
-                elapsed = min(time.monotonic() - state["window_started"], ctx.window_s)
-                bar.update(task, completed=elapsed)
+            if window_started:
+                elapsed = min(time.monotonic() - window_started[0], ctx.window_s)
+                line.update(completed=elapsed)
             worker.join(0.1)
-        bar.update(task, completed=ctx.window_s + 1)
 
 
-def _progress_updater(bar, task, state: dict) -> Callable[[str, str, str], None]:
+def _progress_updater(
+    line: ProgressLine, window_started: list[float]
+) -> Callable[[str, str, str], None]:
     def update(collector: str, phase: str, detail: str) -> None:
         if collector == "window" and phase == "start":
-            state["window_started"] = time.monotonic()
-            bar.update(task, description=f"measuring for {detail}")
+            window_started.append(time.monotonic())
+            line.update(description=f"measuring for {detail}")
         elif phase == "collect":
-            bar.update(task, description=f"reading {collector}")
+            line.update(description=f"reading {collector}")
         elif collector == "cluster":  # per node: "<node> done" / "<node> failed: why"
-            bar.update(task, description=escape(f"{phase} {detail}", 80, "line"))
+            line.update(description=f"{phase} {detail}")
 
     return update
