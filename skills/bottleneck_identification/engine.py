@@ -10,7 +10,7 @@ from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
 from ..report import Finding, Report, Section, code
-from . import compute, control, data, interconnect, memory, network, plan, storage, trace  # noqa: F401 (register rules)
+from . import compute, control, data, interconnect, memory, network, plan, stalled, storage, trace  # noqa: F401 (register rules)
 from .rulebook import LAYERS, RULES, SKILL, NotEvaluable, Rule, RuleContext
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ from .builders import (
     thread,
     two_node_host,
 )
+from .test_job_rules import stalled_rank
 
 # --------------------------------------------------------------------------- layer 1
 
@@ -410,6 +411,7 @@ CASES = {
     "L6.cpu-hog-on-rank-cpus": (hog("5"), hog("0-1")),
     "L6.rank-imbalance": (imbalance(20.0), imbalance(85.0)),
     "L6.ranks-share-cpus": (shared_pins("1-2"), shared_pins("2-3")),
+    "L6.rank-stalled": (stalled_rank("T"), stalled_rank(None)),
     "L7.dataloader-saturated": (loaders(20.0, 99.0, 1.0), loaders(95.0, 99.0, 1.0)),
     "L7.dataloader-stalled": (loaders(10.0, 3.0, 40.0), loaders(10.0, 3.0, 0.5)),
     "L7.frontend-saturated": (front_end(100.0), front_end(30.0)),

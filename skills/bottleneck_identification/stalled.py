@@ -1,0 +1,245 @@
+"""Job progress: a rank that stopped, blocked in the kernel or went silent while its peers wait.
+
+A synchronous job (DDP, collectives) moves at the pace of its slowest rank: one rank stopped
+by a signal (state T), blocked in uninterruptible sleep (D) or idle makes every peer wait, so
+the whole job shows little CPU — which looks healthier than a busy one. What proves the job
+stands still is its rank links: the bytes the ranks exchanged over the window. Only ranks
+(members of a rank group) are judged: an idle process that is not a rank is not a stall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wp_mcp.graph import Node
+
+from ..analysis import Group
+from ..report import Evidence, Finding
+from .rulebook import NotEvaluable, RuleContext, rule
+from .thresholds import BLOCKED_OFF_CPU, STALLED_CPU, STALLED_LINK
+
+MIB = 1 << 20
+STOPPED_STATES = ("T", "t")  # stopped by a signal (T) or by a tracer (t)
+
+
+@dataclass
+class RankLinks:
+    """What a rank's links to the other ranks of its group carried."""
+
+    peers: list[str]
+    window_rate: float  # bytes/s over the window, all links together
+    lifetime_bytes: int  # bytes since the connections opened
+    window_s: float
+
+    @property
+    def quiet(self) -> bool:
+        return STALLED_LINK.reached(self.window_rate)
+
+
+@dataclass
+class RankState:
+    """One rank as this rule sees it."""
+
+    node: Node
+    links: RankLinks | None
+    stopped: str | None  # "T" / "t" when every thread is stopped
+    blocked: Node | None  # the thread longest off CPU in D state
+    blocked_off_pct: float = 0.0
+
+    @property
+    def idle(self) -> bool:
+        return STALLED_CPU.reached(self.node.get("cpu_pct"))
+
+
+@rule(
+    "L6.rank-stalled",
+    6,
+    "A rank stopped, blocked or silent while its peers wait",
+    "rank state (T/t, D) with its CPU and the bytes on its links to the other ranks",
+    f"stopped or in D state, or CPU {STALLED_CPU} with links {STALLED_LINK}, while the "
+    f"links to its peers carry {STALLED_LINK} (D counts when off CPU {BLOCKED_OFF_CPU})",
+)
+def rank_stalled(ctx: RuleContext) -> list[Finding]:
+    groups = [g for g in ctx.analysis.groups if len(g.members) >= 2]
+    if not groups:
+        raise NotEvaluable("no rank group (processes of one job exchanging data) found")
+    out: list[Finding] = []
+    measured = False
+    for group in groups:
+        ranks = [_rank_state(ctx, group, m) for m in group.members]
+        if any(r.node.get("cpu_pct") is None for r in ranks):
+            ctx.skip(group.label, "no cpu_pct for its ranks (needs a window)")
+            continue
+        measured = True
+        out += _stalled_findings(ctx, group, ranks)
+    if not measured:
+        raise NotEvaluable("no cpu_pct for the ranks (needs a window)")
+    return out
+
+
+def _stalled_findings(ctx: RuleContext, group: Group, ranks: list[RankState]) -> list[Finding]:
+    culprits = [r for r in ranks if r.stopped or r.blocked is not None]
+    if culprits:
+        return [_culprit_finding(ctx, group, r, ranks) for r in culprits]
+    if all(r.idle and r.links is not None and r.links.quiet for r in ranks) and any(
+        r.links.lifetime_bytes >= MIB for r in ranks if r.links
+    ):
+        return [_silent_job_finding(ctx, group, ranks)]
+    return []
+
+
+def _culprit_finding(
+    ctx: RuleContext, group: Group, rank: RankState, ranks: list[RankState]
+) -> Finding:
+    window = _window(ctx, rank)
+    peers = [r for r in ranks if r is not rank]
+    waiting = rank.links is not None and rank.links.quiet
+    pid = rank.node.get("pid")
+    if rank.stopped:
+        how = "stopped by a tracer (state t)" if rank.stopped == "t" else "stopped (state T)"
+        action = (
+            "The whole job waits on this rank: resume it (`kill -CONT`) if it was stopped by "
+            "mistake (job control, a SIGSTOP), or find who stopped it (`grep TracerPid "
+            "/proc/PID/status`: a debugger); restart the job if it cannot continue."
+        )
+        command = f"kill -CONT {pid}" if rank.stopped == "T" and pid else None
+    else:
+        how = f"blocked in D state ({ctx.label(rank.blocked.id)} off CPU {rank.blocked_off_pct:.0f} % of the window)"
+        action = (
+            "The rank waits in the kernel (storage, a network filesystem, a driver) and the "
+            "job waits on it: read its kernel stack, then the disk or mount it uses (layer 5)."
+        )
+        command = f"cat /proc/{pid}/task/{rank.blocked.get('tid')}/stack" if pid else None
+    ran = _ran_text(rank, window)
+    title = f"Rank {ctx.label(rank.node.id)} {how}: {ran}"
+    if waiting:
+        title += f"; {len(peers)} peer{'s' if len(peers) != 1 else ''} wait " + _links_text(rank)
+    return ctx.finding(
+        subject=rank.node.id,
+        value=round(window, 1) if ran.startswith("no CPU") else rank.node.get("cpu_pct"),
+        priority="P0" if waiting else "P1",
+        title=title,
+        evidence=_evidence(ctx, rank, peers),
+        impact=f"the job ({group.label}) makes no progress while it lasts"
+        if waiting
+        else "its links still moved data in the window: it stopped at the window's end",
+        action=action,
+        command=command,
+    )
+
+
+def _silent_job_finding(ctx: RuleContext, group: Group, ranks: list[RankState]) -> Finding:
+    window = _window(ctx, ranks[0])
+    names = ", ".join(ctx.label(r.node.id) for r in ranks[:4])
+    before = max(r.links.lifetime_bytes for r in ranks if r.links) / MIB
+    return ctx.finding(
+        subject="+".join(r.node.id for r in ranks),
+        value=round(window, 1),
+        priority="P0",
+        title=f"Job of {group.label} made no progress for the whole {window:.1f} s window: "
+        f"{names} ran {STALLED_CPU} and their links carried {STALLED_LINK} "
+        f"(up to {before:.0f} MiB before)",
+        evidence=[e for r in ranks for e in _evidence(ctx, r, [])],
+        impact="every rank waits: a hang (a collective one rank never joined, a lock, a "
+        "peer that left)",
+        action="Dump every rank's Python stack (`py-spy dump --pid PID`) to see which "
+        "collective or lock they wait in; a rank that never entered it is the culprit.",
+        command=f"py-spy dump --pid {ranks[0].node.get('pid')}"
+        if ranks[0].node.get("pid")
+        else None,
+    )
+
+
+# --------------------------------------------------------------------------- readings
+
+
+def _rank_state(ctx: RuleContext, group: Group, member: str) -> RankState:
+    node = ctx.graph.node(member)
+    threads = ctx.analysis.threads_of(node)
+    states = [str(t.get("state") or "")[:1] for t in threads] or [str(node.get("state") or "")[:1]]
+    stopped = next((s for s in STOPPED_STATES if states and all(x == s for x in states)), None)
+    blocked, off = _longest_blocked(threads)
+    return RankState(node, _rank_links(ctx, group, member), stopped, blocked, off)
+
+
+def _longest_blocked(threads: list[Node]) -> tuple[Node | None, float]:
+    """The thread in D state longest off CPU over the window (schedstat: neither running
+    nor waiting for a CPU), when that is at least ``BLOCKED_OFF_CPU``."""
+    best, best_off = None, 0.0
+    for thread in threads:
+        if not str(thread.get("state") or "").startswith("D") or thread.get("cpu_pct") is None:
+            continue
+        off = 100.0 - thread.get("cpu_pct") - (thread.get("run_delay_pct") or 0.0)
+        if BLOCKED_OFF_CPU.reached(off) and off > best_off:
+            best, best_off = thread, off
+    return best, best_off
+
+
+def _rank_links(ctx: RuleContext, group: Group, member: str) -> RankLinks | None:
+    """The measured TCP links between ``member`` and the other ranks; None when none was
+    measured over a window (no sockets data, or ranks joined by something else)."""
+    others = set(group.members) - {member}
+    peers, rate, lifetime, window = [], 0.0, 0, 0.0
+    for peer, edge in ctx.analysis.talks(member):
+        if peer not in others or edge.get("bytes_per_s") is None:
+            continue
+        peers.append(peer)
+        rate += edge.get("bytes_per_s")
+        lifetime += edge.get("bytes") or 0
+        window = max(window, edge.get("window_s") or 0.0)
+    if not peers:
+        return None
+    return RankLinks(sorted(set(peers)), rate, lifetime, window)
+
+
+def _window(ctx: RuleContext, rank: RankState) -> float:
+    return rank.node.get("window_s") or ctx.window_s or (rank.links.window_s if rank.links else 0)
+
+
+def _ran_text(rank: RankState, window: float) -> str:
+    cpu = rank.node.get("cpu_pct")
+    if rank.idle:
+        return f"no CPU time in the whole {window:.1f} s window (so for ≥ {window:.1f} s)"
+    return f"{cpu:.0f} % of a CPU over the {window:.1f} s window"
+
+
+def _links_text(rank: RankState) -> str:
+    links = rank.links
+    assert links is not None
+    return (
+        f"(its links to {', '.join(links.peers[:3])} carried {links.window_rate:.0f} B/s, "
+        f"{links.lifetime_bytes / MIB:.0f} MiB before)"
+    )
+
+
+def _evidence(ctx: RuleContext, rank: RankState, peers: list[RankState]) -> list[Evidence]:
+    out = [ctx.entity(rank.node, "state", "cpu_pct", "window_s", note="rank")]
+    if rank.blocked is not None:
+        out.append(ctx.entity(rank.blocked, "state", "cpu_pct", "run_delay_pct", "tid"))
+    if rank.links is not None:
+        out.append(
+            Evidence(
+                "edge",
+                [rank.node.id, *rank.links.peers],
+                {
+                    "window_bytes_per_s": round(rank.links.window_rate, 1),
+                    "lifetime_bytes": rank.links.lifetime_bytes,
+                },
+                rank.links.window_s or ctx.window_s,
+                note="links to the other ranks",
+            )
+        )
+    if peers:
+        out.append(
+            Evidence(
+                "aggregate",
+                [p.node.id for p in peers],
+                {
+                    "state": [p.node.get("state") for p in peers],
+                    "cpu_pct": [p.node.get("cpu_pct") for p in peers],
+                },
+                ctx.window_s,
+                note="peers",
+            )
+        )
+    return out
