@@ -3,7 +3,9 @@
 Reads the merged graph (it runs after procfs, sockets and the device collectors):
 
 - a ``peer`` edge between two sockets (a TCP/UDP connection with both ends on this host, a
-  UNIX connection or socketpair) joins the processes holding each end;
+  UNIX connection or socketpair) joins the processes owning each end (``socket_owners``:
+  those that moved its bytes by eBPF, else the holders that did not inherit it from a
+  holding parent — a DataLoader worker holding its rank's socket is not a peer);
 - a pipe or FIFO joins the processes holding its write end to those holding its read end;
 - a shared-memory segment (``/dev/shm``, memfd, SysV) or a POSIX message queue joins every
   pair of processes that hold or map it (no direction: ``directed: false``).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph import ids
+from wp_mcp.graph.query import socket_owners
 
 from .base import Collector, Context, Outcome
 
@@ -132,8 +135,9 @@ def _owners(graph: Graph, node_id: str, modes: Iterable[str] | None = None) -> l
 def _add_socket_pair(links: dict, graph: Graph, client: Node, server: Node) -> None:
     transport = client.get("proto") or "socket"
     measured = transport == "tcp" and client.get("bytes_sent") is not None
-    for src in _owners(graph, client.id):
-        for dst in _owners(graph, server.id):
+    # the processes using each end, not every child that inherited the descriptor
+    for src in socket_owners(graph, client.id):
+        for dst in socket_owners(graph, server.id):
             if src == dst:
                 continue
             link = links.setdefault((src, dst, transport), Link())

@@ -7,8 +7,11 @@ those sockets are missing and the status says so).
 
 What it adds: ``sock:<inode>`` nodes (procfs links them to their owners by the same inode)
 with addresses, state, queues and, for TCP, ``bytes_sent`` (``tcpi_bytes_acked``),
-``bytes_received``, RTT, min RTT, retransmits, lost segments and RTO; with a window, the
-send/receive/retransmit rates over it and ``window_s``. ``peer`` edges join the two ends of
+``bytes_received``, RTT, min RTT, retransmits, segments sent (``segs_out``, and
+``data_segs_out`` without pure ACKs), lost segments and RTO; with a window, the
+send/receive/retransmit rates over it, the counters' deltas (``window_bytes_sent``,
+``window_retrans``, ``window_data_segs_out`` …: a connection opened inside the window counts
+from zero) and ``window_s``. ``peer`` edges join the two ends of
 a connection whose both ends are on this host (loopback pairs within one namespace; other
 addresses also across namespaces, as with veth pairs) and UNIX peers, from the connecting
 end to the accepting one.
@@ -71,8 +74,10 @@ _RTA = struct.Struct("=HH")
 _TCPI = struct.Struct("=8B24I4Q6I4Q2I2Q")
 _TCPI_INDEX = {
     "rto": 8, "lost": 14, "retrans": 15, "rtt": 23, "total_retrans": 31, "bytes_acked": 34,
-    "bytes_received": 35, "min_rtt": 39, "bytes_sent": 48,
+    "bytes_received": 35, "segs_out": 36, "min_rtt": 39, "data_segs_out": 41, "bytes_sent": 48,
 }  # fmt: skip
+# the counters turned into deltas over the window, in this order
+COUNTERS = ("bytes_acked", "bytes_received", "total_retrans", "segs_out", "data_segs_out")
 
 
 # --------------------------------------------------------------------------- netlink
@@ -126,7 +131,7 @@ class RawSocket:
     inode: int
     attrs: dict[str, Any]
     peer_inode: int | None = None
-    counters: tuple[int, int, int] | None = None  # bytes acked, bytes received, retransmits
+    counters: tuple[int, ...] | None = None  # tcp_info's COUNTERS, in that order
 
 
 def _decode_tcp_info(raw: memoryview) -> dict[str, int]:
@@ -185,8 +190,10 @@ def _add_tcp_info(raw: RawSocket, info: dict[str, int]) -> None:
         retrans_total=info["total_retrans"],
         lost=info["lost"],
         rto_ms=info["rto"] / 1000,
+        segs_out=info["segs_out"],
+        data_segs_out=info["data_segs_out"],
     )
-    raw.counters = (info["bytes_acked"], info["bytes_received"], info["total_retrans"])
+    raw.counters = tuple(info[name] for name in COUNTERS)
 
 
 def dump_unix(sock: socket.socket, netns: int | None) -> list[RawSocket]:
@@ -365,7 +372,7 @@ class SocketsCollector(Collector):
     timeout_s = 15.0
 
     def __init__(self) -> None:
-        self._first: dict[int, tuple[int, int, int]] = {}
+        self._first: dict[int, tuple[int, ...]] = {}
         self._first_at: float | None = None
 
     def probe(self, ctx: Context) -> str | None:
@@ -413,12 +420,16 @@ class SocketsCollector(Collector):
         return Outcome("ok", None, details)
 
     def _add_rates(self, raw: RawSocket, window: float) -> None:
-        first = self._first.get(raw.inode)
-        if first is None or raw.counters is None:
+        if raw.counters is None:
             return
-        sent, received, retrans = (
+        # a connection the first dump did not see was opened during the window: its
+        # counters started at zero inside it
+        first = self._first.get(raw.inode, (0,) * len(COUNTERS))
+        sent, received, retrans, segs, data_segs = (
             now - then for now, then in zip(raw.counters, first, strict=True)
         )
+        if min(sent, received, retrans, segs, data_segs) < 0:
+            return  # the inode was reused by another connection: no delta to speak of
         raw.attrs.update(
             send_bytes_per_s=round(sent / window, 1),
             recv_bytes_per_s=round(received / window, 1),
@@ -426,6 +437,8 @@ class SocketsCollector(Collector):
             window_bytes_sent=sent,
             window_bytes_received=received,
             window_retrans=retrans,
+            window_segs_out=segs,
+            window_data_segs_out=data_segs,
             window_s=round(window, 3),
         )
 

@@ -14,7 +14,6 @@ from typing import Any
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Meta, Node
-from wp_mcp.graph.query import tcp_segments_estimate
 
 from .facts import Facts
 from .index import index_for
@@ -38,15 +37,13 @@ class HostTraffic:
 
     sent: int = 0
     retrans: int = 0
+    segments: int = 0  # data segments sent, as tcp_info counted them (none: loss unknown)
     ends: set[str] = field(default_factory=set)  # its processes at either end of those flows
 
     @property
-    def segments(self) -> int:
-        return tcp_segments_estimate(self.sent, self.retrans)
-
-    @property
     def loss(self) -> float:
-        return self.retrans / max(1, self.segments)
+        """Retransmitted / sent segments; 0 where no segment count was collected."""
+        return self.retrans / self.segments if self.segments else 0.0
 
 
 def cross_host_traffic(graph: Graph, transport: str | None = "tcp") -> dict[str, HostTraffic]:
@@ -60,6 +57,7 @@ def cross_host_traffic(graph: Graph, transport: str | None = "tcp") -> dict[str,
             host = traffic[ids.split_host(end)[0]]
             host.sent += edge.get(f"{side}_bytes_sent", 0) or 0
             host.retrans += edge.get(f"{side}_retrans_total", 0) or 0
+            host.segments += edge.get(f"{side}_data_segs_out", 0) or 0
             host.ends.add(end)
     return dict(traffic)
 
@@ -94,7 +92,9 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
     traffic = cross_host_traffic(graph, transport=None)
     clock = (getattr(graph.meta, "cluster", None) or {}).get("clock") or {}
     total = HostTraffic(
-        sum(t.sent for t in traffic.values()), sum(t.retrans for t in traffic.values())
+        sum(t.sent for t in traffic.values()),
+        sum(t.retrans for t in traffic.values()),
+        sum(t.segments for t in traffic.values()),
     )
     flows = sum(1 for e in graph.edges("talks_to") if e.get("cross_host"))
     return {

@@ -140,11 +140,47 @@ def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:
     }
 
 
-MSS_BYTES = 1448  # typical TCP payload per segment on a 1500-byte MTU
+def parent_of(graph: Graph, proc_id: str) -> str | None:
+    """A process's parent: its ``parent_of`` edge, else the process its ``ppid`` names (imports
+    and eBPF-only processes carry no edges)."""
+    for edge in graph.in_edges(proc_id, "parent_of"):
+        return edge.src
+    node = graph.nodes.get(proc_id)
+    ppid = node.get("ppid") if node is not None else None
+    if ppid is None:
+        return None
+    candidate = ids.with_host(ids.split_host(proc_id)[0], ids.process(int(ppid)))
+    return candidate if candidate in graph.nodes else None
 
 
-def tcp_segments_estimate(bytes_sent: int | None, retrans: int | None) -> int:
-    """Every transmission of a flow: first sends (≈ bytes / MSS) plus retransmissions, at
-    least 1. An estimate: on loopback or with jumbo frames segments are larger than the MSS
-    assumed here, so the count runs high and a loss ratio over it runs low."""
-    return max(1, -(-(bytes_sent or 0) // MSS_BYTES) + (retrans or 0))
+def socket_owners(graph: Graph, sock_id: str) -> list[str]:
+    """The processes that really use a socket, of those holding it.
+
+    A forked child (a DataLoader worker) inherits its parent's descriptors and so holds the
+    parent's sockets without ever using them. With eBPF, the holders that moved bytes through
+    the socket during the window own it; without, a holder whose ancestor holds the same
+    socket inherited it and is not an owner (the earliest holder is)."""
+    holds = graph.in_edges(sock_id, "holds")
+    holders = sorted({edge.src for edge in holds})
+    if len(holders) < 2:
+        return holders
+    moved = sorted(
+        {
+            e.src
+            for e in holds
+            if (e.get("ebpf_bytes_sent") or 0) + (e.get("ebpf_bytes_received") or 0)
+        }
+    )
+    if moved:
+        return moved
+    held = set(holders)
+    return [h for h in holders if not _ancestors(graph, h) & held]
+
+
+def _ancestors(graph: Graph, proc_id: str) -> set[str]:
+    found: set[str] = set()
+    current = parent_of(graph, proc_id)
+    while current is not None and current not in found:
+        found.add(current)
+        current = parent_of(graph, current)
+    return found

@@ -255,6 +255,8 @@ def _both_sides(graph: Graph, peers: list) -> dict[tuple[str, str], Counter]:
                 counts["src_bytes_received"] += client.get("bytes_received", 0)
                 counts["src_retrans_total"] += client.get("retrans_total", 0)
                 counts["dst_retrans_total"] += server.get("retrans_total", 0)
+                counts["src_data_segs_out"] += client.get("data_segs_out", 0)
+                counts["dst_data_segs_out"] += server.get("data_segs_out", 0)
     return totals
 
 

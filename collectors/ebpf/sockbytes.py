@@ -32,7 +32,7 @@ from .common import (
 from .program import SOURCE, Program, Scope
 
 if TYPE_CHECKING:
-    from wp_mcp.graph import Graph
+    from wp_mcp.graph import Edge, Graph
 
 C_TEXT = r"""
 #define MSG_PEEK_FLAG 2
@@ -214,15 +214,21 @@ def merge(graph: Graph, records: list[SocketRecord], scope: Scope) -> None:
             proc_id = ensure_process(graph, pid, record.comms.get(pid, ""))
             add_counter(graph, proc_id, "ebpf_bytes_sent", sent)
             add_counter(graph, proc_id, "ebpf_bytes_received", received)
-            if sock_id is not None and not _holds(graph, proc_id, sock_id):
-                graph.link("holds", proc_id, sock_id, source=SOURCE)
+            if sock_id is not None:
+                # who moved the bytes: a child that inherited the descriptor and never used
+                # it is not the socket's owner (graph.query.socket_owners)
+                holds = _holds(graph, proc_id, sock_id) or graph.link(
+                    "holds", proc_id, sock_id, source=SOURCE
+                )
+                holds.set("ebpf_bytes_sent", sent, SOURCE)
+                holds.set("ebpf_bytes_received", received, SOURCE)
         if sock_id is not None:
             socket_ids[(record.ino, record.sk)] = sock_id
     _merge_flows(graph, [r for r in records if (r.ino, r.sk) in socket_ids], scope.window_s)
 
 
-def _holds(graph: Graph, proc_id: str, sock_id: str) -> bool:
-    return any(edge.dst == sock_id for edge in graph.out_edges(proc_id, "holds"))
+def _holds(graph: Graph, proc_id: str, sock_id: str) -> Edge | None:
+    return next((e for e in graph.out_edges(proc_id, "holds") if e.dst == sock_id), None)
 
 
 def _merge_socket(graph: Graph, record: SocketRecord) -> str:

@@ -73,6 +73,8 @@ def lossy_host(ctx: RuleContext) -> list[Finding]:
         raise NotEvaluable("no cross-host TCP flows were joined in this cluster graph")
     if len(traffic) < 2:
         raise NotEvaluable("fewer than two hosts with joined cross-host TCP flows")
+    if not any(t.segments for t in traffic.values()):
+        raise NotEvaluable("no segment counts (tcp_info data_segs_out) on the cross-host flows")
     out = []
     for host, sent in sorted(traffic.items()):
         # a host that sent a few control messages has no meaningful ratio: one retransmit

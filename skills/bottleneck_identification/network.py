@@ -1,9 +1,12 @@
-"""Layer 4 — Network: retransmissions, RTT inflation, NIC errors, listen overflows, RDMA ports."""
+"""Layer 4 — Network: retransmissions, RTT inflation, NIC errors, listen overflows, RDMA ports.
+
+Also L6.same-host-rtt: the same RTT reading on flows within one host, which measures CPU
+scheduling delay (layer 6), not the network."""
 
 from __future__ import annotations
 
 from wp_mcp.graph import Node
-from wp_mcp.graph.query import tcp_segments_estimate
+from wp_mcp.graph.query import socket_owners
 
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
@@ -11,8 +14,9 @@ from .rulebook import NotEvaluable, RuleContext, rule
 
 
 def _owner(ctx: RuleContext, sock: Node) -> str | None:
-    owners = ctx.graph.predecessors(sock.id, "holds")
-    return owners[0].id if owners else None
+    """The process using the socket (not a child that inherited its descriptor)."""
+    owners = socket_owners(ctx.graph, sock.id)
+    return owners[0] if owners else None
 
 
 def _peer_owner(ctx: RuleContext, sock: Node) -> str | None:
@@ -39,69 +43,128 @@ def _tcp_sockets(ctx: RuleContext, *attrs: str) -> list[Node]:
     return found
 
 
+LOSS_FLOOR = 0.005  # share of data segments retransmitted from which a flow is lossy
+LOSS_MIN_RETRANS = 3  # fewer is chance, whatever the ratio
+LOSS_P0 = 0.02  # a link between ranks losing this much stalls every step
+
+
+def flow_loss(sock: Node) -> tuple[int, int, str] | None:
+    """(retransmissions, data segments sent, over what) for one TCP socket, from the
+    kernel's own counts: the window's deltas when the snapshot has a window (lifetime
+    counters would dilute them), else the connection's lifetime. None when the socket has
+    no segment counts (an import or an old snapshot): a ratio is never guessed from bytes."""
+    if sock.get("window_s"):
+        retrans, segments = sock.get("window_retrans"), sock.get("window_data_segs_out")
+        scope = f"over the {sock.get('window_s'):.0f} s window"
+    else:
+        retrans, segments = sock.get("retrans_total"), sock.get("data_segs_out")
+        scope = "over the connection's life"
+    if retrans is None or not segments:
+        return None
+    return retrans, segments, scope
+
+
 @rule(
     "L4.flow-retransmits",
     4,
     "TCP flow retransmitting",
-    "retransmitted segments / all segments sent",
-    "≥ 0.5 % and ≥ 3 segments (P0 on a link between ranks)",
+    "retransmitted segments / data segments sent (tcp_info deltas over the window)",
+    f"≥ {LOSS_FLOOR:.1%} and ≥ {LOSS_MIN_RETRANS} segments "
+    f"(P0 from {LOSS_P0:.0%} on a link between ranks)",
 )
 def flow_retransmits(ctx: RuleContext) -> list[Finding]:
-    out = []
+    measured = []
     for sock in _tcp_sockets(ctx, "retrans_total"):
-        retrans = sock.get("retrans_total")
-        segments = tcp_segments_estimate(sock.get("bytes_sent"), retrans)
+        counts = flow_loss(sock)
+        if counts is None:
+            ctx.skip(sock.id, "no segment counts (tcp_info segs_out) for this socket")
+        else:
+            measured.append((sock, *counts))
+    if not measured:
+        raise NotEvaluable("no TCP socket with segment counts (tcp_info data_segs_out)")
+    out = []
+    for sock, retrans, segments, scope in measured:
         ratio = retrans / segments
         # a ratio, not a rate: a busy flow on a healthy link retransmits now and then
-        if retrans < 3 or ratio < 0.005:
+        if retrans < LOSS_MIN_RETRANS or ratio < LOSS_FLOOR:
             continue
-        owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
-        collective = _collective(ctx, owner, peer)
-        who = f"{ctx.label(owner)}" if owner else sock.id
-        out.append(
-            ctx.finding(
-                subject=sock.id,
-                value=round(ratio * 100, 2),
-                priority="P0" if collective else "P1",
-                title=f"{who} retransmits {ratio:.1%} of segments on "
-                f"{sock.get('local_addr')}:{sock.get('local_port')} → "
-                f"{sock.get('remote_addr')}:{sock.get('remote_port')}"
-                + (" (link between ranks)" if collective else ""),
-                evidence=[
-                    ctx.entity(
-                        sock,
-                        "retrans_total",
-                        "retrans_per_s",
-                        "bytes_sent",
-                        "rtt_ms",
-                        "rto_ms",
-                        "lost",
-                    ),
-                    Evidence("edge", [i for i in (owner, sock.id, peer) if i], {"holds": 1}),
-                ],
-                impact="each lost segment stalls the flow for an RTO (≥ 200 ms on Linux)"
-                + ("; every rank waits for it" if collective else ""),
-                action="Find where packets drop on this path (NIC/switch errors, firewall or "
-                "policer rules, MTU mismatch); for collectives over TCP consider RDMA.",
-                command=f"ss -ti dst {sock.get('remote_addr')}",
-            )
-        )
+        out.append(_loss_finding(ctx, sock, retrans, segments, scope))
     return out
+
+
+def _loss_finding(ctx: RuleContext, sock: Node, retrans: int, segments: int, scope: str) -> Finding:
+    ratio = retrans / segments
+    owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
+    collective = _collective(ctx, owner, peer)
+    who = f"{ctx.label(owner)}" if owner else sock.id
+    return ctx.finding(
+        subject=sock.id,
+        value=round(ratio * 100, 2),
+        priority="P0" if collective and ratio >= LOSS_P0 else "P1",
+        title=f"{who} retransmits {ratio:.1%} of segments ({retrans} of {segments} {scope}) "
+        f"on {sock.get('local_addr')}:{sock.get('local_port')} → "
+        f"{sock.get('remote_addr')}:{sock.get('remote_port')}"
+        + (f" of {ctx.label(peer)}" if peer else "")
+        + (" (link between ranks)" if collective else ""),
+        evidence=[
+            ctx.entity(
+                sock,
+                "window_retrans",
+                "window_data_segs_out",
+                "retrans_total",
+                "data_segs_out",
+                "retrans_per_s",
+                "rtt_ms",
+                "rto_ms",
+                "lost",
+            ),
+            Evidence("edge", [i for i in (owner, sock.id, peer) if i], {"holds": 1}),
+        ],
+        impact="each lost segment stalls the flow for an RTO (≥ 200 ms on Linux)"
+        + ("; every rank waits for it" if collective else ""),
+        action="Find where packets drop on this path (firewall or policer rules such as "
+        "nftables/iptables drops, NIC/switch errors, MTU mismatch); for collectives over TCP "
+        "consider RDMA.",
+        command=f"ss -ti dst {sock.get('remote_addr')}; nft list ruleset",
+    )
+
+
+RTT_FACTOR = 4  # smoothed RTT this many times the minimum …
+RTT_EXCESS_MS = 1.0  # … and this much above it: a delay a step can feel
+
+
+def same_host(ctx: RuleContext, sock: Node) -> bool:
+    """Both ends on this host: a loopback address, the socket's own address, or a ``peer``
+    edge (the collector pairs only connections it saw both ends of)."""
+    remote = sock.get("remote_addr") or ""
+    if remote.startswith("127.") or remote == "::1" or remote == sock.get("local_addr"):
+        return True
+    return bool(ctx.graph.successors(sock.id, "peer") or ctx.graph.predecessors(sock.id, "peer"))
+
+
+def _inflated(ctx: RuleContext, *, local: bool) -> list[tuple[Node, float, float]]:
+    """(socket, rtt, min rtt) of the flows, on one host or across hosts, whose RTT is inflated."""
+    found = []
+    for sock in _tcp_sockets(ctx, "rtt_ms", "min_rtt_ms"):
+        if same_host(ctx, sock) != local:
+            continue
+        rtt, floor = sock.get("rtt_ms"), sock.get("min_rtt_ms")
+        if rtt >= RTT_FACTOR * floor and rtt - floor >= RTT_EXCESS_MS:
+            found.append((sock, rtt, floor))
+    return found
 
 
 @rule(
     "L4.rtt-inflation",
     4,
-    "Queueing delay on a TCP flow",
-    "rtt_ms vs min_rtt_ms",
-    "rtt ≥ 4 × min RTT and ≥ 1 ms above it",
+    "Queueing delay on a TCP flow to another host",
+    "rtt_ms vs min_rtt_ms (flows leaving the host)",
+    f"rtt ≥ {RTT_FACTOR} × min RTT and ≥ {RTT_EXCESS_MS:.0f} ms above it",
 )
 def rtt_inflation(ctx: RuleContext) -> list[Finding]:
     out = []
-    for sock in _tcp_sockets(ctx, "rtt_ms", "min_rtt_ms"):
-        rtt, floor = sock.get("rtt_ms"), sock.get("min_rtt_ms")
-        if rtt < 4 * floor or rtt - floor < 1:
-            continue
+    # flows within the host never queue in a NIC: L6.same-host-rtt judges them
+    for sock, rtt, floor in _inflated(ctx, local=False):
         owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
         collective = _collective(ctx, owner, peer)
         out.append(
@@ -114,6 +177,38 @@ def rtt_inflation(ctx: RuleContext) -> list[Finding]:
                 evidence=[ctx.entity(sock, "rtt_ms", "min_rtt_ms", "tx_queue", "bytes_sent")],
                 action="Packets queue on the path (a full send buffer, a shaped or congested "
                 "link): check NIC rates and qdiscs, spread traffic over more NICs/queues.",
+            )
+        )
+    return out
+
+
+@rule(
+    "L6.same-host-rtt",
+    6,
+    "Slow round trips between processes of one host (CPU scheduling delay)",
+    "rtt_ms vs min_rtt_ms (loopback and same-host flows)",
+    f"rtt ≥ {RTT_FACTOR} × min RTT and ≥ {RTT_EXCESS_MS:.0f} ms above it (P2: evidence)",
+)
+def same_host_rtt(ctx: RuleContext) -> list[Finding]:
+    """On one host a segment never waits in a NIC or a switch: a round trip longer than the
+    minimum is the sender or the receiver waiting to be scheduled. Evidence for a run-queue
+    finding, never a network one."""
+    out = []
+    for sock, rtt, floor in _inflated(ctx, local=True):
+        owner = _owner(ctx, sock)
+        who = ctx.label(owner) if owner else sock.id
+        out.append(
+            ctx.finding(
+                subject=sock.id,
+                value=round(rtt / max(floor, 1e-3), 1),
+                priority="P2",
+                title=f"{who}: same-host RTT {rtt:.1f} ms vs {floor:.3f} ms minimum to "
+                f"{sock.get('remote_addr')}:{sock.get('remote_port')} (CPU scheduling delay)",
+                evidence=[ctx.entity(sock, "rtt_ms", "min_rtt_ms", "rx_queue", "tx_queue")],
+                impact="each exchange waits for a wakeup on a busy CPU",
+                action="Not the network: the processes at either end wait for a CPU. See "
+                "L6.run-queue-delay for the threads that wait and what runs on their CPUs; "
+                "give the job's processes CPUs of their own (taskset/cpuset).",
             )
         )
     return out

@@ -8,6 +8,7 @@ from wp_mcp.graph import Graph, ids
 from wp_mcp.skills.bottleneck_identification import evaluate
 
 MB = 1 << 20
+SEGMENT = 1448  # the data carried per segment on the Ethernet links these hosts model
 
 
 def node(name: str, ip: str, peers: dict[str, int], retrans: int = 0,
@@ -25,7 +26,8 @@ def node(name: str, ip: str, peers: dict[str, int], retrans: int = 0,
     for peer_ip, sport in peers.items():
         sockets.append({"local_addr": ip, "local_port": sport, "remote_addr": peer_ip,
                         "remote_port": 5000 + int(peer_ip.rsplit(".", 1)[1]),
-                        "bytes_sent": sent, "retrans_total": retrans})  # fmt: skip
+                        "bytes_sent": sent, "retrans_total": retrans,
+                        "data_segs_out": sent // SEGMENT + retrans})  # fmt: skip
     for peer_ip, cport in _accepted(ip).items():
         sockets.append({"local_addr": ip, "local_port": own, "remote_addr": peer_ip,
                         "remote_port": cport, "bytes_received": 10 * MB})  # fmt: skip

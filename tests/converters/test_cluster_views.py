@@ -31,7 +31,8 @@ def node(name: str, octet: int, *, connects_to: int | None, retrans: int = 0,
     sockets = [{"local_addr": ip, "local_port": 5000, "state": "LISTEN"}]
     if connects_to is not None:
         sockets.append({"local_addr": ip, "local_port": 40000, "remote_addr": f"10.0.0.{connects_to}",
-                        "remote_port": 5000, "bytes_sent": 10 * MB, "retrans_total": retrans})  # fmt: skip
+                        "remote_port": 5000, "bytes_sent": 10 * MB, "retrans_total": retrans,
+                        "data_segs_out": 10 * MB // 1448 + retrans})  # fmt: skip
     else:  # the server side of the one connection
         sockets.append({"local_addr": ip, "local_port": 5000, "remote_addr": "10.0.0.0",
                         "remote_port": 40000, "bytes_received": 10 * MB})  # fmt: skip
@@ -132,6 +133,7 @@ def test_the_summary_of_128_hosts_by_8_devices_fits_300_tokens_and_names_the_wor
         if src != dst:
             edge.cross_host, edge.src_bytes_sent, edge.dst_bytes_sent = True, 100 * MB, 100 * MB
             edge.src_retrans_total = 5000 if src == "h42" else 0
+            edge.src_data_segs_out = edge.dst_data_segs_out = 100 * MB // 1448
     page = render_view(graph, "summary")
     assert page.tokens <= 300
     assert "worst: h42 loss" in page.text and "rank 700 run-delay 60%" in page.text

@@ -170,24 +170,28 @@ def balancing(enabled):
 # --------------------------------------------------------------------------- layer 4
 
 
-def retrans(count, between_ranks=True):
+def retrans(count, between_ranks=True, segments=8000):
+    """A flow that retransmitted ``count`` of ``segments`` data segments over a 5 s window,
+    after a long life of clean traffic (lifetime counters that would dilute the ratio)."""
+
     def build():
         graph = two_node_host()
         ranks = tcp_ranks(graph)
         owner = ranks[0] if between_ranks else process(graph, 400, name="curl")
         tcp_socket(graph, owner, 9001, local_addr="10.0.0.1", local_port=40000,
-                   remote_addr="10.0.0.2", remote_port=29500, bytes_sent=10_000_000,
-                   retrans_total=count)  # fmt: skip
+                   remote_addr="10.0.0.2", remote_port=29500, bytes_sent=10_000_000_000,
+                   retrans_total=count, data_segs_out=50_000_000, window_s=5.0,
+                   window_retrans=count, window_data_segs_out=segments)  # fmt: skip
         return graph
 
     return build
 
 
-def rtt(value):
+def rtt(value, remote="10.0.0.2"):
     def build():
         graph = two_node_host()
         tcp_socket(graph, process(graph, 300), 9001, rtt_ms=value, min_rtt_ms=0.2,
-                   remote_addr="10.0.0.2", remote_port=80)  # fmt: skip
+                   remote_addr=remote, remote_port=80)  # fmt: skip
         return graph
 
     return build
@@ -393,6 +397,7 @@ CASES = {
     "L3.numa-balancing-with-binding": (balancing(True), balancing(False)),
     "L4.flow-retransmits": (retrans(400), retrans(0)),
     "L4.rtt-inflation": (rtt(25.0), rtt(0.3)),
+    "L6.same-host-rtt": (rtt(25.0, remote="127.0.0.1"), rtt(0.3, remote="127.0.0.1")),
     "L4.nic-errors": (nic_counters(12, 0), nic_counters(0, 0)),
     "L4.listen-overflows": (overflows(3.0), overflows(0.0)),
     "L4.host-retransmits": (host_retrans(80.0), host_retrans(0.2)),
@@ -537,10 +542,41 @@ def test_unpinned_busy_process_near_ranks_is_only_a_hint():
 def test_an_idle_socket_and_a_tiny_flow_are_judged_sanely():
     graph = two_node_host()
     owner = process(graph, 1)
-    tcp_socket(graph, owner, 5, retrans_total=0, bytes_sent=0)
-    tcp_socket(graph, owner, 6, retrans_total=13, bytes_sent=2866)
+    tcp_socket(graph, owner, 5, retrans_total=0, bytes_sent=0, data_segs_out=0)
+    tcp_socket(graph, owner, 6, retrans_total=13, bytes_sent=2866, data_segs_out=15)
     (tiny,) = outcome(graph, "L4.flow-retransmits")
     assert tiny.subject == "sock:6" and tiny.value == round(13 / 15 * 100, 2)
+
+
+def test_flow_loss_is_judged_over_the_window_never_diluted_by_lifetime_counters():
+    """400 of 8,000 segments in the window is 5 %, though 400 of the connection's 50 million
+    is nothing: the window decides, and a link between ranks losing 5 % is a P0."""
+    (finding,) = outcome(retrans(400)(), "L4.flow-retransmits")
+    assert finding.value == 5.0 and finding.priority == "P0"
+    assert "400 of 8000" in finding.title and "window" in finding.title
+    (other,) = outcome(retrans(400, between_ranks=False)(), "L4.flow-retransmits")
+    assert other.priority == "P1"
+
+
+def test_flow_loss_without_segment_counts_is_not_guessed_from_bytes():
+    """An imported socket with bytes and retransmissions but no segment counts: the rule
+    says it cannot judge, rather than dividing bytes by an assumed MSS."""
+    graph = two_node_host()
+    tcp_socket(graph, process(graph, 1), 6, retrans_total=500, bytes_sent=10_000_000)
+    result = outcome(graph, "L4.flow-retransmits")
+    assert isinstance(result, str) and "segment counts" in result
+
+
+def test_same_host_rtt_is_scheduling_delay_not_network_queueing():
+    """A loopback flow whose RTT is 20 ms over a 0.003 ms floor: no network finding; the
+    control plane names it scheduling delay, as evidence (P2), and never advises qdiscs."""
+    graph = two_node_host()
+    tcp_socket(graph, process(graph, 300), 9001, rtt_ms=20.0, min_rtt_ms=0.003,
+               local_addr="127.0.0.1", remote_addr="127.0.0.1", remote_port=29500)  # fmt: skip
+    assert outcome(graph, "L4.rtt-inflation") == []
+    (finding,) = outcome(graph, "L6.same-host-rtt")
+    assert finding.layer == 6 and finding.priority == "P2"
+    assert "scheduling" in finding.title and "qdisc" not in finding.action
 
 
 def test_a_source_skipped_for_lack_of_hardware_does_not_lower_confidence():
