@@ -67,7 +67,7 @@ COMPUTE, COMM, MEMORY = 0, 1, 2
 # --------------------------------------------------------------------------- streaming
 
 
-def read_events(path: str | Path, on_batch: Any, max_bytes: int | None = None) -> dict:
+def read_events(path: str | Path, on_batch: Any, max_bytes: int | None = None) -> dict[str, Any]:
     """Stream the ``traceEvents`` of one trace file into ``on_batch(list_of_events)`` and
     return the document without them (its other keys). One-line FormatError for a file
     that is empty, truncated, not JSON, or JSON without a ``traceEvents`` array."""
@@ -125,11 +125,15 @@ def _parse_batch(buf: bytearray, size: int, on_batch: Any) -> int:
         except orjson.JSONDecodeError:
             continue
         on_batch(events)
-        return _LEADING.match(buf, end).end()
+        leading = _LEADING.match(buf, end)
+        assert leading is not None  # every part of the pattern is optional: it always matches
+        return leading.end()
     return 0
 
 
-def _finish(prefix: bytes, buf: bytearray, consumed: int, origin: str, on_batch: Any) -> dict:
+def _finish(
+    prefix: bytes, buf: bytearray, consumed: int, origin: str, on_batch: Any
+) -> dict[str, Any]:
     """The rest of the file holds the last events, ``]`` and the keys after the array: find
     the ``]`` after which the document is whole, trying from the end (a later key such as
     Kineto's ``INFO`` lines may hold brackets of its own)."""
@@ -169,10 +173,10 @@ def _loads_or_none(data: bytes) -> Any:
 class _Intervals:
     """Device activity of one device: start, end (µs) and class, in typed arrays."""
 
-    start: array = field(default_factory=lambda: array("d"))
-    end: array = field(default_factory=lambda: array("d"))
-    cls: array = field(default_factory=lambda: array("b"))
-    corr: array = field(default_factory=lambda: array("q"))
+    start: array[float] = field(default_factory=lambda: array("d"))
+    end: array[float] = field(default_factory=lambda: array("d"))
+    cls: array[int] = field(default_factory=lambda: array("b"))
+    corr: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass(slots=True)  # one per call: a few million in a large trace
@@ -195,8 +199,8 @@ class RankTrace:
     device_pids: dict[int, int] = field(default_factory=dict)  # trace pid -> device index
     tids: set[int] = field(default_factory=set)
     devices: dict[int, _Intervals] = field(default_factory=dict)
-    launch_corr: array = field(default_factory=lambda: array("q"))
-    launch_ts: array = field(default_factory=lambda: array("d"))
+    launch_corr: array[int] = field(default_factory=lambda: array("q"))
+    launch_ts: array[float] = field(default_factory=lambda: array("d"))
     steps: list[tuple[float, float]] = field(default_factory=list)
     loader: list[tuple[float, float]] = field(default_factory=list)
     cpu_collectives: list[Collective] = field(default_factory=list)
@@ -208,7 +212,7 @@ class RankTrace:
 
     # ------------------------------------------------------------------ events
 
-    def add(self, events: list) -> None:
+    def add(self, events: list[Any]) -> None:
         if not isinstance(events, list):
             raise FormatError(f"{self.origin}: traceEvents is not a list")
         self.events += len(events)
@@ -224,8 +228,9 @@ class RankTrace:
             elif event.get("ph") == "M":
                 self._metadata(event)
 
-    def _span(self, event: dict) -> tuple[float, float]:
-        start, dur = event.get("ts"), event.get("dur")
+    def _span(self, event: dict[str, Any]) -> tuple[float, float]:
+        start: Any = event.get("ts")  # checked below, by exact type (a bool is no time)
+        dur: Any = event.get("dur")
         if type(start) not in _NUMBER or type(dur) not in _NUMBER or dur < 0:
             raise FormatError(
                 f"{self.origin}: event {excerpt(event.get('name'), 40)} has no numeric "
@@ -233,7 +238,7 @@ class RankTrace:
             )
         return float(start), float(start) + float(dur)
 
-    def _kernel(self, event: dict, cls: int | None = None) -> None:
+    def _kernel(self, event: dict[str, Any], cls: int | None = None) -> None:
         start, end = self._span(event)
         name = event.get("name")
         name = name if isinstance(name, str) else ""
@@ -254,18 +259,18 @@ class RankTrace:
         intervals.cls.append(cls)
         intervals.corr.append(corr if type(corr) is int and 0 <= corr < 1 << 62 else -1)
 
-    def _memory(self, event: dict) -> None:
+    def _memory(self, event: dict[str, Any]) -> None:
         self._kernel(event, MEMORY)
 
-    def _device(self, event: dict) -> int:
+    def _device(self, event: dict[str, Any]) -> int:
         args = event.get("args")
         device = args.get("device") if isinstance(args, dict) else None
         if type(device) is int and 0 <= device < 1 << 16:
             return device
-        pid = event.get("pid")
+        pid: Any = event.get("pid")
         return self.device_pids.get(pid, pid if type(pid) is int and 0 <= pid < 1 << 16 else 0)
 
-    def _runtime(self, event: dict) -> None:
+    def _runtime(self, event: dict[str, Any]) -> None:
         # the CPU call that put a kernel or copy on the device queue (cudaLaunchKernel,
         # cudaMemcpyAsync…), found by the correlation id the device event shares with it
         args = event.get("args")
@@ -275,7 +280,7 @@ class RankTrace:
             self.launch_ts.append(self._span(event)[0])
         self._cpu_thread(event)
 
-    def _annotation(self, event: dict) -> None:
+    def _annotation(self, event: dict[str, Any]) -> None:
         name = event.get("name")
         self._cpu_thread(event)
         if not isinstance(name, str):
@@ -295,7 +300,7 @@ class RankTrace:
                     Collective(match.group(1).lower(), start, end - start, _bytes(event))
                 )
 
-    def _cpu_thread(self, event: dict) -> None:
+    def _cpu_thread(self, event: dict[str, Any]) -> None:
         tid = event.get("tid")
         if type(tid) is int and len(self.tids) < 1 << 16:
             self.tids.add(tid)
@@ -304,7 +309,7 @@ class RankTrace:
             if type(pid) is int and pid >= 0:
                 self.pid = pid
 
-    def _metadata(self, event: dict) -> None:
+    def _metadata(self, event: dict[str, Any]) -> None:
         pid, args = event.get("pid"), event.get("args")
         if type(pid) is not int or not isinstance(args, dict):
             return
@@ -329,7 +334,7 @@ class RankTrace:
 
     # ------------------------------------------------------------------ header
 
-    def read_header(self, header: dict) -> None:
+    def read_header(self, header: dict[str, Any]) -> None:
         info = header.get("distributedInfo")
         text = info if isinstance(info, str) else orjson.dumps(info).decode() if info else ""
         self.rank = _int_field(text, "rank")
@@ -356,7 +361,7 @@ def _int_field(text: str, key: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _bytes(event: dict) -> int | None:
+def _bytes(event: dict[str, Any]) -> int | None:
     args = event.get("args")
     if not isinstance(args, dict):
         return None
@@ -413,7 +418,8 @@ def looks_like_trace(path: str | Path) -> bool:
 
 def _union(pairs: list[tuple[float, float]]) -> float:
     """Total length covered by intervals (overlaps counted once)."""
-    total, cur_start, cur_end = 0.0, None, None
+    total, cur_start = 0.0, 0.0
+    cur_end: float | None = None  # None until the first interval
     for start, end in sorted(pairs):
         if cur_end is None or start > cur_end:
             if cur_end is not None:
@@ -428,7 +434,7 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole > 0 else 0.0
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: int) -> float:
     """Nearest-rank percentile (what HTA and msprof-analyze report for call durations)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, -(-len(ordered) * q // 100) - 1))]
@@ -436,7 +442,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def device_facts(
     intervals: _Intervals, launches: dict[int, float], cutoff: float | None = None
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Temporal breakdown of one device over its active span: compute, exposed
     communication, exposed memory copy and idle sum to 100 %; overlap is the share of
     communication time during which compute ran; launch gaps are idle time whose next kernel
@@ -472,7 +478,7 @@ def _queued_before(
     return kept or spans  # no device work matched to its CPU call: all of it
 
 
-def _launch_gaps(spans: list[tuple], launches: dict[int, float]) -> float:
+def _launch_gaps(spans: list[tuple[float, float, int, int]], launches: dict[int, float]) -> float:
     total, drained = 0.0, None
     for start, end, _, corr in sorted(spans):
         if drained is not None and start > drained:
@@ -483,7 +489,7 @@ def _launch_gaps(spans: list[tuple], launches: dict[int, float]) -> float:
     return total
 
 
-def rank_facts(rank: RankTrace) -> tuple[dict[str, Any], dict[int, dict[str, float]]]:
+def rank_facts(rank: RankTrace) -> tuple[dict[str, Any], dict[int, dict[str, float | None]]]:
     """The rank's process attributes and each device's attributes."""
     launches = dict(zip(rank.launch_corr, rank.launch_ts, strict=True))
     # as Holistic Trace Analysis does: the last step is left out (a trace often ends inside
@@ -575,7 +581,7 @@ def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
     calls = _matched_calls(known)
     if not calls:
         return summary
-    waited = {r.rank: 0.0 for r in known}
+    waited = {r.rank: 0.0 for r in known if r.rank is not None}
     fastest_by_kind: dict[str, list[float]] = {}
     for kind, durations in calls:
         fastest = min(durations.values())
@@ -586,7 +592,7 @@ def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
         kind: round(percentile(values, 50), 3) for kind, values in fastest_by_kind.items()
     }
     summary["waited_ms"] = {str(rank): round(ms, 3) for rank, ms in sorted(waited.items())}
-    least = min(waited, key=waited.get)
+    least = min(waited, key=waited.__getitem__)
     margins = [
         sum(d for r, d in durations.items() if r != least) / (len(durations) - 1) - durations[least]
         for _, durations in calls
@@ -614,8 +620,8 @@ def _consistent(margins: list[float]) -> bool:
 def _matched_calls(ranks: list[RankTrace]) -> list[tuple[str, dict[int, float]]]:
     """The collective calls every rank made, matched by kind and order: (kind, rank ->
     duration in µs) for each."""
-    by_rank = {r.rank: _by_kind(r.collectives) for r in ranks}
-    matched = []
+    by_rank = {r.rank: _by_kind(r.collectives) for r in ranks if r.rank is not None}
+    matched: list[tuple[str, dict[int, float]]] = []
     for kind in sorted(set.intersection(*(set(k) for k in by_rank.values()))):
         for i in range(min(len(by_rank[r][kind]) for r in by_rank)):
             matched.append((kind, {r: by_rank[r][kind][i] for r in by_rank}))
@@ -684,12 +690,12 @@ def attach_rank(graph: Graph, rank: RankTrace, proc_id: str, prefix: str) -> Non
     if proc_id not in graph:
         name = rank.process_names.get(rank.pid or 0)
         graph.add("process", proc_id, pid=rank.pid or 0, **({"name": name} if name else {}))
-    node = graph.node(proc_id)
+    node = graph.nodes[proc_id]
     for key, value in process.items():
         node.set(key, value, SOURCE)
     for index, facts in devices.items():
         device_id = _device_node(graph, prefix, index, proc_id)
-        target = graph.node(device_id)
+        target = graph.nodes[device_id]
         for key, value in {"trace_rank": rank.rank, **facts}.items():
             if value is not None:
                 target.set(key, value, SOURCE)
@@ -731,7 +737,7 @@ def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
         prefix = ids.split_host(proc_id)[0]
         attach_rank(graph, rank, proc_id, prefix)
         matched = sum(1 for tid in rank.tids if ids.with_host(prefix, ids.thread(tid)) in graph)
-        graph.node(proc_id).set("trace_threads_matched", matched, SOURCE)
+        graph.nodes[proc_id].set("trace_threads_matched", matched, SOURCE)
     graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
     graph.meta.collectors.append(_status(ranks))
