@@ -48,45 +48,70 @@ def lossy_link(
     """Yields ``{"namespaces": {"rx": …, "tx": …}, "receiver": pid, "sender": pid}``."""
     if not (shutil.which("ip") and shutil.which("nft")):
         unavailable("needs iproute2 and nftables (.ci/setup.d/20-collectors.sh installs them)")
+    procs: list[subprocess.Popen] = []
+    with veth_namespaces(prefix, receiver_ip, sender_ip) as namespaces, \
+            receiver_drops(namespaces["rx"], sender_ip, loss_pct):  # fmt: skip
+        try:
+            receiver = subprocess.Popen(
+                ["ip", "netns", "exec", namespaces["rx"], sys.executable, "-c", RECEIVER,
+                 receiver_ip, str(port)],
+                stdout=subprocess.PIPE, text=True, env=_env(receiver_env))  # fmt: skip
+            procs.append(receiver)
+            assert receiver.stdout is not None
+            assert receiver.stdout.readline().strip() == "listening"
+            sender = subprocess.Popen(
+                ["ip", "netns", "exec", namespaces["tx"], sys.executable, "-c", SENDER,
+                 receiver_ip, str(port)], env=_env(sender_env))  # fmt: skip
+            procs.append(sender)
+            time.sleep(settle_s)  # let loss and retransmissions happen
+            yield {"namespaces": namespaces, "receiver": receiver.pid, "sender": sender.pid}
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def veth_namespaces(
+    prefix: str, receiver_ip: str, sender_ip: str, ifname: str | None = None
+) -> Iterator[dict[str, str]]:
+    """Two namespaces ``{"rx": …, "tx": …}`` joined by a veth pair (both ends named
+    ``ifname`` when given), deleted afterwards by the names made here."""
     tag = f"{prefix}{os.getpid() % 100000}"
     namespaces = {"rx": f"{tag}rx", "tx": f"{tag}tx"}
+    ends = {"rx": ifname or f"{tag}a", "tx": ifname or f"{tag}b"}
     made: list[str] = []
-    procs: list[subprocess.Popen] = []
     try:
         for ns in namespaces.values():
             sh("ip", "netns", "add", ns)
             made.append(ns)
-        sh("ip", "link", "add", f"{tag}a", "netns", namespaces["rx"], "type", "veth", "peer",
-           "name", f"{tag}b", "netns", namespaces["tx"])  # fmt: skip
-        for side, ip, dev in (("rx", receiver_ip, f"{tag}a"), ("tx", sender_ip, f"{tag}b")):
-            sh("ip", "-n", namespaces[side], "addr", "add", f"{ip}/24", "dev", dev)
-            sh("ip", "-n", namespaces[side], "link", "set", dev, "up")
+        sh("ip", "link", "add", ends["rx"], "netns", namespaces["rx"], "type", "veth", "peer",
+           "name", ends["tx"], "netns", namespaces["tx"])  # fmt: skip
+        for side, ip in (("rx", receiver_ip), ("tx", sender_ip)):
+            sh("ip", "-n", namespaces[side], "addr", "add", f"{ip}/24", "dev", ends[side])
+            sh("ip", "-n", namespaces[side], "link", "set", ends[side], "up")
             sh("ip", "-n", namespaces[side], "link", "set", "lo", "up")
-        # drop on arrival: a drop in the sender's own output path is reported to TCP as a
-        # local send failure and re-sent without counting as a retransmission
-        nft = ("ip", "netns", "exec", namespaces["rx"], "nft")
-        sh(*nft, "add", "table", "ip", "wpmcp")
+        yield namespaces
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def receiver_drops(namespace: str, sender_ip: str, loss_pct: int) -> Iterator[None]:
+    """Drop ``loss_pct`` % of the packets from ``sender_ip`` on arrival in ``namespace``.
+
+    On arrival: a drop in the sender's own output path is reported to TCP as a local send
+    failure and re-sent without counting as a retransmission."""
+    nft = ("ip", "netns", "exec", namespace, "nft")
+    sh(*nft, "add", "table", "ip", "wpmcp")
+    try:
         sh(*nft, "add chain ip wpmcp inp { type filter hook input priority 0 ; }")
         sh(*nft, "add", "rule", "ip", "wpmcp", "inp", "ip", "saddr", sender_ip, "numgen",
            "random", "mod", "100", "<", str(loss_pct), "counter", "drop")  # fmt: skip
-        receiver = subprocess.Popen(
-            ["ip", "netns", "exec", namespaces["rx"], sys.executable, "-c", RECEIVER,
-             receiver_ip, str(port)],
-            stdout=subprocess.PIPE, text=True, env=_env(receiver_env))  # fmt: skip
-        procs.append(receiver)
-        assert receiver.stdout is not None and receiver.stdout.readline().strip() == "listening"
-        sender = subprocess.Popen(
-            ["ip", "netns", "exec", namespaces["tx"], sys.executable, "-c", SENDER,
-             receiver_ip, str(port)], env=_env(sender_env))  # fmt: skip
-        procs.append(sender)
-        time.sleep(settle_s)  # let loss and retransmissions happen
-        yield {"namespaces": namespaces, "receiver": receiver.pid, "sender": sender.pid}
+        yield
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        subprocess.run([*nft, "delete", "table", "ip", "wpmcp"], capture_output=True, timeout=30)
 
 
 def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:

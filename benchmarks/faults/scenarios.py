@@ -1,0 +1,165 @@
+"""The scenarios: what each injects into a fresh job and which findings answer it.
+
+A fault built into the job (its options) is there from the start; its step-rate impact is
+then measured against the healthy job of the same suite run. ``{workdir}`` in job options
+is the scenario's own temporary folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from . import inject
+from .score import Expect, expect
+
+LOSS_PCT = 10
+HOG_BYTES = min(1 << 30, int(0.3 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    injects: str  # one line: what is done to the job
+    inject: inject.Injector
+    expect: Expect | None  # None: a healthy run, nothing to find
+    related: tuple[Expect, ...] = ()  # true side effects: neither required nor false
+    job_args: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()  # controllers the job starts inside a cgroup of
+    netns: bool = False  # ranks in two network namespaces joined by a veth pair
+    dataset_mb: int = 0  # a memory-mapped dataset file the loaders read
+
+    @property
+    def built_in(self) -> bool:
+        """The fault is in the job's own options: no healthy baseline before it."""
+        return self.expect is not None and self.inject is inject.nothing
+
+
+ON_JOB = expect("1,6", "job,host")  # CPU side effects on the job or the host
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("healthy", "nothing: the healthy job, quiet", inject.nothing, None),
+    Scenario(
+        "healthy-outside-load",
+        "one busy loop outside the job at nice 19",
+        functools.partial(inject.outside_load, count=1, nice=19),
+        None,
+        related=(expect("1,6", "injector,host"),),
+    ),  # fmt: skip
+    Scenario(
+        "cpu-hog-pinned",
+        "ranks pinned 0|1; a busy loop pinned onto rank 0's CPU",
+        inject.pinned_hog,
+        expect("1,6", "injector", "L6.cpu-hog-on-rank-cpus"),
+        related=(ON_JOB,),
+        job_args=("--cpus", "0|1"),
+    ),  # fmt: skip
+    Scenario(
+        "ranks-share-cpus",
+        "both ranks (and their loaders) pinned onto CPU 0",
+        inject.nothing,
+        expect("1,6", "ranks", "L6.ranks-share-cpus"),
+        related=(expect("1,6,7", "job,host"),),
+        job_args=("--cpus", "0|0"),
+    ),  # fmt: skip
+    Scenario(
+        "loss-loopback",
+        f"nftables drops {LOSS_PCT} % of the rank link's segments on lo",
+        functools.partial(inject.lo_loss, loss_pct=LOSS_PCT),
+        expect("4", "ranks", "L4.flow-retransmits"),
+        related=(expect("4,6", "host"),),
+    ),  # fmt: skip
+    Scenario(
+        "loss-veth",
+        f"ranks in two netns over a veth pair; {LOSS_PCT} % dropped on arrival",
+        functools.partial(inject.veth_loss, loss_pct=LOSS_PCT),
+        expect("4", "ranks", "L4.flow-retransmits"),
+        related=(expect("4,6", "host"),),
+        netns=True,
+    ),  # fmt: skip
+    Scenario(
+        "stopped-rank",
+        "SIGSTOP rank 1 (SIGCONT after)",
+        inject.stopped_rank,
+        expect("1,6", "rank1", "L6.rank-stalled"),
+        related=(expect("1,6,4", "job"),),
+    ),  # fmt: skip
+    Scenario(
+        "slow-disk",
+        "rank 0 writes 256 KiB O_DIRECT per step; its cgroup's writes "
+        "throttled to 512 KiB/s (D state)",
+        functools.partial(inject.slow_disk, bytes_per_s=512 << 10),
+        expect("5,6", "rank0", "L5.d-state,L6.rank-stalled"),
+        related=(expect("1,5,6", "job,host"),),
+        cgroups=("blkio",),
+        job_args=("--checkpoint-dir", "{workdir}", "--direct-write-kb", "256"),
+    ),  # fmt: skip
+    Scenario(
+        "starved-loader",
+        "__getitem__ costs 10 ms of CPU per sample (decoding)",
+        inject.nothing,
+        expect("7", "ranks,workers", "L7.dataloader-saturated"),
+        related=(ON_JOB,),
+        job_args=("--item-ms", "0", "--decode-ms", "10"),
+    ),  # fmt: skip
+    Scenario(
+        "loader-oversubscribed",
+        "8 loader workers per rank (16 on 2 CPUs), 1 ms CPU each",
+        inject.nothing,
+        expect("6,7", "ranks,workers", "L7.loader-oversubscribed"),
+        related=(ON_JOB,),
+        job_args=("--workers", "8", "--decode-ms", "1"),
+    ),  # fmt: skip
+    Scenario(
+        "checkpoint-competing-writer",
+        "16 MiB fsync'd checkpoints every 10 steps; an O_DIRECT writer outside the job",
+        inject.competing_writer,
+        expect("5", "injector,ranks"),
+        related=(expect("1,5,6", "job,host,injector"),),
+        job_args=(
+            "--checkpoint-dir",
+            "{workdir}",
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-mb",
+            "16",
+        ),
+    ),  # fmt: skip
+    Scenario(
+        "memory-cgroup",
+        "the job's memory cgroup limited to its anon memory + 32 MiB "
+        "(its 192 MiB mmap'd dataset no longer fits)",
+        inject.memory_squeeze,
+        expect("2", "job"),
+        related=(expect("1,2,5,6,7", "job,host"),),
+        cgroups=("memory",),
+        dataset_mb=192,
+    ),  # fmt: skip
+    Scenario(
+        "memory-neighbour",
+        f"a {HOG_BYTES >> 20} MiB hog joins the job's memory cgroup; limit = anon + 32 MiB",
+        functools.partial(inject.memory_squeeze, hog_bytes=HOG_BYTES),
+        expect("2", "injector"),
+        related=(expect("1,2,5,6,7", "job,host"),),
+        cgroups=("memory",),
+        dataset_mb=192,
+    ),  # fmt: skip
+    Scenario(
+        "cpu-throttled",
+        "the job's CPU cgroup capped at 0.3 CPU (cfs quota / cpu.max)",
+        functools.partial(inject.cpu_quota, cpus=0.3),
+        expect("1,6", "job", "L1.container-throttled"),
+        related=(expect("1,6,7", "job,host"),),
+        cgroups=("cpu",),
+    ),  # fmt: skip
+    Scenario(
+        "noisy-neighbour",
+        "two busy loops outside the job, unpinned, nice 0",
+        functools.partial(inject.outside_load, count=2, nice=0),
+        expect("1,6", "injector"),
+        related=(ON_JOB,),
+    ),  # fmt: skip
+)
+
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
