@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.safetext import excerpt
+from wp_mcp.graph.safetext import escape, excerpt
 
-from .text import escape, quote, show_id
+from .text import quote, show_id
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
     from wp_mcp.graph import Edge, Graph, Node
 
 # Attributes that say nothing about a change: provenance, identity, counters since start,
@@ -102,23 +103,23 @@ def diff_graphs(before: Graph, after: Graph) -> GraphDiff:
             result.reused_pids.append(node_id)
         else:
             result.changed.extend(_attr_changes(show_id(node_id), old, new))
-    for node_id, new in after.nodes.items():
-        old = before.nodes.get(node_id)
-        if old is None or old.kind != new.kind:
-            result.appeared.append(new)
+    for node_id, new_node in after.nodes.items():
+        old_node = before.nodes.get(node_id)
+        if old_node is None or old_node.kind != new_node.kind:
+            result.appeared.append(new_node)
 
     old_edges = {edge.ident: edge for edge in before.edges()}
     new_edges = {edge.ident: edge for edge in after.edges()}
     reused = set(result.reused_pids)
-    for ident, old in old_edges.items():
-        new = new_edges.get(ident)
-        if new is None or old.src in reused or old.dst in reused:
-            result.vanished.append(old)
+    for ident, old_edge in old_edges.items():
+        new_edge = new_edges.get(ident)
+        if new_edge is None or old_edge.src in reused or old_edge.dst in reused:
+            result.vanished.append(old_edge)
         else:
-            result.changed.extend(_attr_changes(_edge_label(old), old, new))
-    for ident, new in new_edges.items():
-        if ident not in old_edges or new.src in reused or new.dst in reused:
-            result.appeared.append(new)
+            result.changed.extend(_attr_changes(_edge_label(old_edge), old_edge, new_edge))
+    for ident, new_edge in new_edges.items():
+        if ident not in old_edges or new_edge.src in reused or new_edge.dst in reused:
+            result.appeared.append(new_edge)
 
     result.changed.sort(key=lambda c: (-c.weight, c.entity, c.attr))
     return result
@@ -231,7 +232,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _looks_like_share(a: dict, b: dict) -> bool:
+def _looks_like_share(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
     values = [float(v) for v in (*a.values(), *b.values())]
     return all(0 <= v <= 1 for v in values)
 
@@ -259,8 +260,8 @@ def _change_line(change: Change) -> str:
 
 
 def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> list[str]:
-    nodes = [item for item in items if not hasattr(item, "src")]
-    edges = [item for item in items if hasattr(item, "src")]
+    nodes = [item for item in items if not _is_edge(item)]
+    edges = [item for item in items if _is_edge(item)]
     lines: list[str] = []
     by_kind: dict[str, list[Node]] = defaultdict(list)
     for node in nodes:
@@ -277,13 +278,17 @@ def _presence_lines(sign: str, items: list[Node | Edge], reused: set[str]) -> li
     edge_kinds: dict[str, list[Edge]] = defaultdict(list)
     for edge in edges:
         edge_kinds[edge.kind].append(edge)
-    for kind, group in sorted(edge_kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        if len(group) > AGGREGATE_OVER:
-            sample = ", ".join(_edge_label(edge) for edge in group[:2])
-            lines.append(f"{sign} {len(group)}× edge {kind} ({sample}, …)")
+    for kind, edge_group in sorted(edge_kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if len(edge_group) > AGGREGATE_OVER:
+            sample = ", ".join(_edge_label(edge) for edge in edge_group[:2])
+            lines.append(f"{sign} {len(edge_group)}× edge {kind} ({sample}, …)")
             continue
-        lines.extend(f"{sign} {_edge_label(edge)}" for edge in group)
+        lines.extend(f"{sign} {_edge_label(edge)}" for edge in edge_group)
     return lines
+
+
+def _is_edge(item: Node | Edge) -> TypeIs[Edge]:
+    return hasattr(item, "src")  # without importing the model (a Node has no src)
 
 
 def _edge_label(edge: Edge) -> str:
