@@ -22,16 +22,30 @@ Public names (other stages code against these; docs/views.md and docs/compact-te
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wp_mcp.graph.graph import Graph
-
-from .cursor import ViewError
-from .render import VIEWS, Page, check_request, clamp_budget, paged, view_items
-from .search import search
-from .summary import SUMMARY_MAX_TOKENS, render_summary
+from .catalog import VIEWS
 from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, count_tokens
+
+if TYPE_CHECKING:
+    from wp_mcp.graph.graph import Graph
+
+    from .cursor import ViewError
+    from .render import Page, view_items
+    from .search import search
+    from .summary import SUMMARY_MAX_TOKENS
+
+# Loaded on first use (PEP 562), so that reading a stored page, which needs only the names
+# of the views, loads neither the renderers nor the graph model.
+_LAZY = {
+    "ViewError": ".cursor",
+    "Page": ".render",
+    "view_items": ".render",
+    "search": ".search",
+    "SUMMARY_MAX_TOKENS": ".summary",
+}
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -48,6 +62,16 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    # importing .search set the package's ``search`` to the module: the function wins
+    globals()[name] = value
+    return value
+
+
 def render_view(
     graph: Graph,
     view: str,
@@ -61,6 +85,10 @@ def render_view(
     snapshot_id: str | None = None,
 ) -> Page:
     """One page of ``view`` of ``graph``; pass the returned ``next_cursor`` for the next."""
+    from .cursor import ViewError
+    from .render import check_request, clamp_budget, paged
+    from .summary import render_summary
+
     check_request(view, fmt)
     budget, note = clamp_budget(max_tokens)
     if view == "summary":
@@ -84,6 +112,8 @@ def render_view(
 
 def prepare(graph: Graph, views: tuple[str, ...] | None = None) -> None:
     """Build the item lists of ``views`` (default: every paged view) for ``graph`` now."""
+    from .render import view_items
+
     for view in views or VIEWS:
         if view not in ("summary", "entity"):
             view_items(graph, view)

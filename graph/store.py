@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -28,15 +29,18 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import native
 from .errors import UserError
-from .graph import Graph
 from .outfile import describe_os_error, shown
-from .safetext import excerpt
+from .safetext import error_line, excerpt
+
+if TYPE_CHECKING:  # the model (pydantic) loads only when a whole graph is read or written
+    from .graph import Graph
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
@@ -77,9 +81,36 @@ _SCHEMA = (
     )""",
     # named values: the baseline snapshot
     "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # pages rendered when the snapshot was stored (converters/pages.py), one row per page:
+    # the cursor that asks for it ('' for the first) is part of the key, so a read fetches
+    # that one row and nothing else
+    """CREATE TABLE IF NOT EXISTS pages (
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        view TEXT NOT NULL,
+        fmt TEXT NOT NULL,
+        budget INTEGER NOT NULL,
+        cursor TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (snapshot_id, view, fmt, budget, cursor)
+    ) WITHOUT ROWID""",
+    # how far each (view, format, budget) chain of pages is stored: a build resumes there
+    """CREATE TABLE IF NOT EXISTS page_sets (
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        view TEXT NOT NULL,
+        fmt TEXT NOT NULL,
+        budget INTEGER NOT NULL,
+        stored INTEGER NOT NULL,
+        next_cursor TEXT,
+        PRIMARY KEY (snapshot_id, view, fmt, budget)
+    ) WITHOUT ROWID""",
 )
 # Tables added after the first release: a store that lacks one gets the schema again.
-_ADDED_TABLES = ("events", "settings")
+_ADDED_TABLES = ("events", "settings", "pages", "page_sets")
+_PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
+# Pages of each view and format stored with the snapshot, before put() returns: the first
+# pages are what is read; a long-lived process (the MCP server) stores the rest meanwhile.
+# At 640 hosts a chain runs to ~3,000 text and ~15,000 JSON pages, ~10 ms each to render.
+EAGER_PAGES = 64
 MAX_EVENTS = 10_000  # events kept; the oldest go first
 BASELINE_KEY = "baseline"
 # Columns added after the first release: (table, column, declaration), added where missing.
@@ -107,6 +138,26 @@ class SnapshotInfo:
     size: int  # stored bytes (compressed)
 
 
+@dataclass(frozen=True, slots=True)
+class StoredPage:
+    """A page as converters' ``Page`` has it, read back from the store (same fields, so
+    callers use either alike)."""
+
+    text: str
+    tokens: int
+    next_cursor: str | None
+    page: int
+    pages: int
+    total_items: int
+    view: str
+    fmt: str
+    pages_exact: bool
+    first_item: int
+    item_count: int
+    ids: tuple[str, ...]
+    max_tokens: int
+
+
 @dataclass(frozen=True)
 class StoredReport:
     id: str
@@ -126,6 +177,7 @@ class Store:
         self._local = threading.local()
         self._cache: OrderedDict[str, Graph] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._pages_table: bool | None = None
         db = self._connect()  # an unusable store is said now, not at the first read
         if not self.read_only and not _schema_is_current(db):
             with self._transaction("cannot open the store") as db:
@@ -220,26 +272,35 @@ class Store:
 
     # ------------------------------------------------------------------ snapshots
 
-    def put(self, graph: Graph, label: str | None = None, *, reuse_same: bool = False) -> str:
-        """Store a graph; returns its snapshot id.
+    def put(self, graph: Graph, label: str | None = None, *, reuse_same: bool = False,
+            pages: bool = True) -> str:  # fmt: skip
+        """Store a graph; returns its snapshot id. With ``pages`` (the default) its pages are
+        rendered and stored too (:meth:`build_pages`) before this returns; a caller that
+        must not wait (the MCP server) passes False and builds them in the background.
 
         With ``reuse_same``, a graph whose content is already stored is not stored again:
         the id of the newest snapshot with that content is returned (running a skill on
         one file again and again must not push real snapshots out of retention).
         """
+        from . import native
+
         document = native.dumps(graph)
         content = hashlib.sha256(document).hexdigest()
         with self._transaction("cannot store the snapshot") as db:
+            same = None
             if reuse_same:
                 same = db.execute(
                     "SELECT id FROM snapshots WHERE content_sha256=? "
                     "ORDER BY created DESC, rowid DESC LIMIT 1",
                     (content,),
                 ).fetchone()
-                if same is not None:
-                    return same[0]
-            snapshot_id = self._insert_snapshot(db, graph, label, document, content)
-            self._apply_retention(db)
+            if same is not None:
+                snapshot_id = same[0]
+            else:
+                snapshot_id = self._insert_snapshot(db, graph, label, document, content)
+                self._apply_retention(db)
+        if pages:
+            self.build_pages_quietly(snapshot_id, graph)
         return snapshot_id
 
     def put_cycle(self, graph: Graph, label: str, report: tuple[str, dict[str, Any], str],
@@ -247,7 +308,10 @@ class Store:
         """One monitor cycle in one transaction: the snapshot, its report (skill, data,
         markdown) and its events (each gets ``snapshot`` and ``seq``), then retention —
         the count limit and, for snapshots with this label, the down-sampling ``tiers``.
-        A process killed at any point leaves all of it or none. Returns (snapshot, report)."""
+        A process killed at any point leaves all of it or none; the pages follow in their
+        own transactions. Returns (snapshot, report)."""
+        from . import native
+
         document = native.dumps(graph)
         content = hashlib.sha256(document).hexdigest()
         with self._transaction("cannot store the monitor cycle") as db:
@@ -258,6 +322,7 @@ class Store:
                 event["seq"] = self._insert_event(db, event)
             self._thin(db, label, tiers, time.time())
             self._apply_retention(db)
+        self.build_pages_quietly(snapshot_id, graph)
         return snapshot_id, report_id
 
     def _insert_snapshot(self, db: sqlite3.Connection, graph: Graph, label: str | None,
@@ -307,8 +372,7 @@ class Store:
         for snapshot_id in snapshot_ids:
             if snapshot_id == baseline:
                 continue
-            db.execute("DELETE FROM reports WHERE snapshot_id=?", (snapshot_id,))
-            db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
+            _delete_snapshot(db, snapshot_id)
             self._forget(snapshot_id)
 
     def resolve(self, ref: str) -> str:
@@ -362,6 +426,8 @@ class Store:
         )
         if row is None:
             raise UserError(f"snapshot {snapshot_id!r} was deleted; {self._known_hint()}")
+        from . import native
+
         graph = native.loads(zlib.decompress(row[0]), origin=f"snapshot {snapshot_id}")
         with self._cache_lock:
             self._cache[snapshot_id] = graph
@@ -392,8 +458,7 @@ class Store:
     def delete(self, ref: str) -> str:
         snapshot_id = self.resolve(ref)
         with self._transaction("cannot delete the snapshot") as db:
-            db.execute("DELETE FROM reports WHERE snapshot_id=?", (snapshot_id,))
-            db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
+            _delete_snapshot(db, snapshot_id)
             db.execute("DELETE FROM settings WHERE key=? AND value=?", (BASELINE_KEY, snapshot_id))
         self._forget(snapshot_id)
         return snapshot_id
@@ -401,6 +466,84 @@ class Store:
     def _forget(self, snapshot_id: str) -> None:
         with self._cache_lock:
             self._cache.pop(snapshot_id, None)
+
+    # ------------------------------------------------------------------ pages
+
+    def build_pages(self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES) -> None:
+        """Render and store the pages served without the graph (converters/pages.py says
+        which), up to ``limit`` pages of each view and format (None: all of them). Pages
+        are written in batches, each with how far its chain got, so a later build with a
+        higher limit, or one after a build cut short, resumes where the last one stopped;
+        a snapshot deleted meanwhile ends the build quietly."""
+        from wp_mcp.converters.pages import chains  # the converters render; the store keeps
+
+        if self.read_only:
+            return
+        for chain in chains(graph, snapshot_id, self._page_progress(snapshot_id), limit):
+            view, fmt, budget, stored, pages = chain
+            batch: list[tuple] = []
+            next_cursor: str | None = None
+            for cursor, record in pages:
+                batch.append((snapshot_id, view, fmt, budget, cursor, _pack(record)))
+                stored, next_cursor = stored + 1, record["next_cursor"]
+                progress = (snapshot_id, view, fmt, budget, stored, next_cursor)
+                if len(batch) >= _PAGE_BATCH and not self._write_pages(batch, progress):
+                    return
+            progress = (snapshot_id, view, fmt, budget, stored, next_cursor)
+            if batch and not self._write_pages(batch, progress):
+                return
+
+    def build_pages_quietly(
+        self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES
+    ) -> None:
+        """:meth:`build_pages` for a caller whose work is done once the snapshot is stored:
+        pages are a copy of what rendering gives, so a page that cannot be built or stored
+        (a full disk) is logged and left to be rendered when asked for."""
+        try:
+            self.build_pages(snapshot_id, graph, limit)
+        except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
+            log.warning("pages of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+
+    def _page_progress(
+        self, snapshot_id: str
+    ) -> dict[tuple[str, str, int], tuple[int, str | None]]:
+        """(view, format, budget) → (pages stored, cursor of the next one; None: all)."""
+        query = "SELECT view, fmt, budget, stored, next_cursor FROM page_sets WHERE snapshot_id=?"
+        rows = self._connect().execute(query, (snapshot_id,))
+        return {(view, fmt, budget): (stored, after) for view, fmt, budget, stored, after in rows}
+
+    def _write_pages(self, batch: list[tuple], progress: tuple) -> bool:
+        """Store a batch of pages and how far its chain got; False once the snapshot is
+        gone (deleted, or dropped by retention, while its pages were being rendered)."""
+        with self._transaction("cannot store the pages") as db:
+            if db.execute("SELECT 1 FROM snapshots WHERE id=?", progress[:1]).fetchone() is None:
+                return False
+            db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", batch)
+            db.execute("INSERT OR REPLACE INTO page_sets VALUES (?,?,?,?,?,?)", progress)
+        batch.clear()
+        return True
+
+    def page(self, snapshot_id: str, view: str, *, fmt: Any = "txt", cursor: Any = None,
+             max_tokens: Any = None, filters: Any = None, entity: Any = None,
+             depth: Any = 1) -> StoredPage | None:  # fmt: skip
+        """The stored page that ``render_view`` would return for these arguments, or None
+        when it was not stored (filters, another budget, not built yet): the caller then
+        renders it from the graph. Reads one row; loads neither the graph nor the model."""
+        key = _page_key(view, fmt, cursor, max_tokens, filters, entity, depth)
+        if key is None or not self._has_pages():
+            return None
+        query = (
+            "SELECT data FROM pages WHERE snapshot_id=? AND view=? AND fmt=? AND budget=? "
+            "AND cursor=?"
+        )
+        with self._errors("cannot read the page"):
+            row = self._connect().execute(query, (snapshot_id, *key)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def _has_pages(self) -> bool:
+        if self._pages_table is None:  # a read-only store made before pages: never has them
+            self._pages_table = self._has_table("pages")
+        return self._pages_table
 
     # ------------------------------------------------------------------ reports
 
@@ -533,6 +676,35 @@ def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str
             doomed.append(snapshot_id)
         slots_seen.add(slot)
     return doomed
+
+
+def _delete_snapshot(db: sqlite3.Connection, snapshot_id: str) -> None:
+    """A snapshot with everything derived from it (its pages go by cascade as well; a store
+    opened by an older version had no foreign keys on them, hence the explicit deletes)."""
+    for table in ("pages", "page_sets", "reports"):
+        db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
+    db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
+
+
+def _page_key(view: Any, fmt: Any, cursor: Any, max_tokens: Any, filters: Any, entity: Any,
+              depth: Any) -> tuple[str, str, int, str] | None:  # fmt: skip
+    """The stored page's key for a request, or None for a request pages are not stored for
+    (filters, an entity, depth 2, arguments of unexpected types: rendering says why)."""
+    plain = not filters and entity is None and depth == 1
+    typed = isinstance(view, str) and isinstance(fmt, str) and isinstance(cursor, str | None)
+    if not (plain and typed and type(max_tokens) is int):
+        return None
+    return view, fmt, max_tokens, cursor or ""
+
+
+def _pack(record: dict[str, Any]) -> bytes:
+    return zlib.compress(orjson.dumps(record), 1)
+
+
+def _unpack(blob: bytes) -> StoredPage:
+    record = orjson.loads(zlib.decompress(blob))
+    record["ids"] = tuple(record["ids"])
+    return StoredPage(**record)
 
 
 def _setting(db: sqlite3.Connection, key: str) -> str | None:

@@ -88,9 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        from .config import apply_process_wide
+        if not getattr(args, "applies_config", False):  # else the handler does, if it must
+            from .config import apply_process_wide
 
-        apply_process_wide(args)  # the config file's redaction patterns, for every command
+            apply_process_wide(args)  # the config file's redaction patterns, for every command
         return int(args.handler(args) or 0)
     except UserError as exc:
         print(f"wp-mcp: error: {error_line(exc)}", file=sys.stderr)

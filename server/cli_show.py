@@ -1,20 +1,28 @@
-"""`wp-mcp show`: one page of a view of a graph file or a stored snapshot."""
+"""`wp-mcp show`: one page of a view of a graph file or a stored snapshot.
+
+A page the store holds is printed from its one row: this module loads the renderers, the
+graph model and the token encoder only when the answer has to be rendered (a file, filters,
+a budget or format no page was stored for), so such a call costs what its answer costs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from wp_mcp.converters import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, VIEWS, render_view, search
-from wp_mcp.converters.formats import PICTURE_FORMATS, picture_dot, picture_mermaid, picture_svg
-from wp_mcp.converters.picture import Picture
-from wp_mcp.graph.formats import load_any
-from wp_mcp.graph.graph import Graph
+from wp_mcp.converters.catalog import VIEWS
+from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.graph.safetext import excerpt
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from wp_mcp.converters.picture import Picture
+    from wp_mcp.graph.graph import Graph
+    from wp_mcp.graph.store import StoredPage
 
 FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
 
@@ -56,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", metavar="FILE", help="write to FILE instead of stdout (html and svg pictures)"
     )
-    p.set_defaults(handler=cmd_show)
+    # a stored page needs no redaction patterns: the config (pydantic) loads only to render
+    p.set_defaults(handler=cmd_show, applies_config=True)
 
 
 def parse_filters(pairs: list[str]) -> dict[str, str]:
@@ -72,6 +81,8 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
 def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]:
     """A graph file is imported on the fly; anything else is a snapshot id in the store."""
     if os.path.isfile(source):  # False, not OSError, for a name too long to be a file
+        from wp_mcp.graph.formats import load_any
+
         return load_any(source), None
     from wp_mcp.graph.store import Store
 
@@ -83,6 +94,16 @@ def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]
 def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         check_target(args.out)  # before any slow work
+    stored = _stored_page(args)
+    if stored is not None:
+        _emit(stored.text + "\n", args.out)
+        return 0
+    from wp_mcp.converters import render_view, search
+    from wp_mcp.converters.formats import PICTURE_FORMATS
+
+    from .config import apply_process_wide
+
+    apply_process_wide(args)  # a graph file is imported: the config's redaction patterns
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
     if args.fmt in PICTURE_FORMATS or (args.picture and args.fmt in ("mermaid", "dot")):
         return _show_picture(graph, args.fmt, args.out, args.max_tokens)
@@ -106,8 +127,30 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_page(args: argparse.Namespace) -> StoredPage | None:
+    """The page the store holds for this request, or None to render it from the graph."""
+    if args.search is not None or args.picture or args.fmt not in ("txt", "json"):
+        return None
+    if os.path.isfile(args.source):
+        return None
+    from wp_mcp.graph.store import Store
+
+    store = Store(getattr(args, "store", None))
+    return store.page(
+        store.resolve(args.source),
+        args.view,
+        fmt=args.fmt,
+        cursor=args.cursor,
+        max_tokens=args.max_tokens,
+        filters=parse_filters(args.filter),
+        entity=args.entity,
+        depth=args.depth,
+    )
+
+
 def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> int:
     """The whole graph as one picture, with every skill's findings marked on it."""
+    from wp_mcp.converters.formats import picture_dot, picture_mermaid, picture_svg
     from wp_mcp.converters.html import render_html
 
     picture = picture_of(graph)

@@ -1,0 +1,67 @@
+"""Pages rendered once, when a snapshot is stored, and served from the store ever after.
+
+A stored snapshot never changes, so every page a caller can ask for without filters is
+known when it is stored: the summary, then each view followed from its first page through
+every cursor, in compact text and JSON at the default budget. ``Store.build_pages`` writes
+them as one row per page keyed by the cursor that asks for it; ``Store.page`` reads one row
+back, so a page costs what it returns — neither the graph, nor the model, nor the token
+encoder is loaded to serve it. A request for anything else (filters, another budget, an
+entity, a diagram) is rendered from the graph as before.
+
+The pages are built with the public ``render_view`` and nothing else, so what the store
+serves is by construction what rendering the whole graph gives (tests/converters/
+test_pages.py checks it page by page).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from wp_mcp.graph.graph import Graph
+
+from . import render_view
+from .render import VIEWS, Page
+from .tokens import DEFAULT_MAX_TOKENS
+
+STORED_VIEWS = tuple(view for view in VIEWS if view != "entity")  # entity needs an id
+STORED_FORMATS = ("txt", "json")
+STORED_BUDGET = DEFAULT_MAX_TOKENS
+
+# (view, format, budget, pages stored before, the pages to store as (the cursor asking for
+# each, '' for the first; its record))
+Chain = tuple[str, str, int, int, Iterator[tuple[str, dict[str, Any]]]]
+Progress = dict[tuple[str, str, int], tuple[int, str | None]]
+
+
+def chains(
+    graph: Graph, snapshot_id: str, progress: Progress, limit: int | None
+) -> Iterator[Chain]:
+    """The pages still to store for ``graph``: each chain resumes after its ``progress``
+    (pages stored, the next one's cursor; None once complete) and stops at ``limit``."""
+    for view in STORED_VIEWS:
+        for fmt in STORED_FORMATS:
+            stored, cursor = progress.get((view, fmt, STORED_BUDGET), (0, ""))
+            room = None if limit is None else limit - stored
+            if cursor is not None and (room is None or room > 0):
+                pages = _walk(graph, snapshot_id, view, fmt, cursor or None, room)
+                yield view, fmt, STORED_BUDGET, stored, pages
+
+
+def _walk(graph: Graph, snapshot_id: str, view: str, fmt: str, cursor: str | None,
+          count: int | None) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    while count is None or count > 0:
+        page = render_view(
+            graph, view, fmt=fmt, cursor=cursor, max_tokens=STORED_BUDGET, snapshot_id=snapshot_id
+        )
+        yield cursor or "", page_record(page)
+        if not page.next_cursor:
+            return
+        cursor = page.next_cursor
+        count = None if count is None else count - 1
+
+
+def page_record(page: Page) -> dict[str, Any]:
+    """A page's fields as plain values (what the store keeps and ``StoredPage`` takes)."""
+    return {field.name: getattr(page, field.name) for field in dataclasses.fields(page)}

@@ -1,0 +1,153 @@
+"""Pages stored with a snapshot: served without the graph, identical to rendering it.
+
+The store keeps, for every view but entity, each page in compact text and JSON at the
+default budget, keyed by the cursor that asks for it (converters/pages.py). Whatever it
+serves must be exactly what ``render_view`` gives on the whole graph; whatever it does not
+hold (filters, another budget, an entity) it says None to, and the caller renders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+
+import orjson
+import pytest
+from wp_mcp.converters import render_view
+from wp_mcp.converters.pages import STORED_FORMATS, STORED_VIEWS
+from wp_mcp.graph import witty
+from wp_mcp.graph.store import Store
+from wp_mcp.graph.synthetic import cluster_graph, scaled_capture
+from wp_testdata import WITTY_GRAPH
+
+
+def fields(page) -> dict:
+    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+
+
+def assert_served_as_rendered(store: Store, snapshot_id: str, graph) -> int:
+    """Follow every stored chain through its cursors, page by page; the pages compared."""
+    compared = 0
+    for view in STORED_VIEWS:
+        for fmt in STORED_FORMATS:
+            cursor = None
+            while True:
+                rendered = render_view(graph, view, fmt=fmt, cursor=cursor, snapshot_id=snapshot_id)
+                served = store.page(snapshot_id, view, fmt=fmt, cursor=cursor, max_tokens=4000)
+                assert served is not None, (view, fmt, rendered.page)
+                assert fields(served) == fields(rendered), (view, fmt, rendered.page)
+                compared += 1
+                cursor = rendered.next_cursor
+                if cursor is None:
+                    break
+    return compared
+
+
+def small_capture_copies():
+    """The witty capture repeated a few times: views run to several pages."""
+    return witty.from_witty(scaled_capture(orjson.loads(WITTY_GRAPH.read_bytes()), 1.2), "x")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: witty.load_witty(WITTY_GRAPH),
+        small_capture_copies,
+        lambda: cluster_graph(2, accelerators_per_host=4, seed=1),
+        lambda: cluster_graph(3, accelerators_per_host=2, seed=7),
+    ],
+    ids=["fixture", "capture x3", "cluster 2 hosts", "cluster 3 hosts"],
+)
+def test_every_stored_page_is_the_page_rendered_from_the_whole_graph(store_dir, make):
+    graph = make()
+    store = Store(store_dir)
+    snapshot_id = store.put(graph, pages=False)
+    store.build_pages(snapshot_id, graph, limit=None)
+    reopened = Store(store_dir)  # what a fresh process reads: nothing cached in memory
+    assert assert_served_as_rendered(reopened, snapshot_id, graph) >= len(STORED_VIEWS) * 2
+
+
+def test_put_stores_the_first_pages_of_each_view_and_a_later_build_the_rest(store_dir):
+    graph = small_capture_copies()
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)  # default: the first pages, before put returns
+    first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
+    second = render_view(graph, "compute", fmt="json", cursor=first.next_cursor,
+                         snapshot_id=snapshot_id)  # fmt: skip
+    assert fields(store.page(snapshot_id, "compute", fmt="json", max_tokens=4000)) == fields(first)
+    store.build_pages(snapshot_id, graph, limit=1)  # as far as asked already: nothing to do
+    served = store.page(
+        snapshot_id, "compute", fmt="json", cursor=first.next_cursor, max_tokens=4000
+    )
+    assert fields(served) == fields(second)
+
+    store = Store(store_dir)
+    fresh = store.put(graph, pages=False)
+    store.build_pages(fresh, graph, limit=1)
+    assert store.page(fresh, "compute", fmt="json", max_tokens=4000) is not None
+    later = render_view(graph, "compute", fmt="json", snapshot_id=fresh).next_cursor
+    assert store.page(fresh, "compute", fmt="json", cursor=later, max_tokens=4000) is None
+    store.build_pages(fresh, graph, limit=None)  # resumes after the first page
+    assert_served_as_rendered(store, fresh, graph)
+
+
+def test_requests_no_page_was_stored_for_are_left_to_rendering(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)
+    assert store.page(snapshot_id, "compute", max_tokens=4000) is not None
+    for request in (
+        {"filters": {"kind": "thread"}},
+        {"max_tokens": 2000},
+        {"max_tokens": "4000"},
+        {"fmt": "mermaid", "view": "topology"},
+        {"view": "entity", "entity": "proc:1895087"},
+        {"depth": 2},
+        {"cursor": "c1.not-a-cursor-of-this-snapshot"},
+        {"view": "no such view"},
+    ):
+        arguments = {"view": "compute", "max_tokens": 4000, **request}
+        view = arguments.pop("view")
+        assert store.page(snapshot_id, view, **arguments) is None, request
+
+
+def test_deleting_a_snapshot_deletes_its_pages_and_a_build_for_it_stores_nothing(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    kept, doomed = store.put(graph), store.put(graph)
+    store.delete(doomed)
+    store.build_pages(doomed, graph, limit=None)  # e.g. a background build that lost a race
+    db = sqlite3.connect(store_dir / "store.sqlite3")
+    owners = {row[0] for row in db.execute("SELECT DISTINCT snapshot_id FROM pages")}
+    assert owners == {kept}
+    assert {row[0] for row in db.execute("SELECT DISTINCT snapshot_id FROM page_sets")} == {kept}
+
+
+def test_a_store_made_before_pages_gains_them_and_serves_its_old_snapshots(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    old = Store(store_dir).put(graph, pages=False)
+    db = sqlite3.connect(store_dir / "store.sqlite3")
+    db.execute("DROP TABLE pages")
+    db.execute("DROP TABLE page_sets")
+    db.commit()
+    db.close()
+    store = Store(store_dir)  # an older version's store: the tables are added
+    assert store.page(old, "compute", max_tokens=4000) is None  # rendered from the graph
+    store.build_pages(old, graph)
+    assert (
+        store.page(old, "compute", max_tokens=4000).text
+        == render_view(graph, "compute", snapshot_id=old).text
+    )
+
+
+def test_a_read_only_store_serves_its_pages(small_disk):
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(small_disk.root / "store")
+    snapshot_id = store.put(graph)
+    store.close()
+    small_disk.make_read_only()
+    reader = Store(small_disk.root / "store")
+    assert reader.read_only
+    served = reader.page(snapshot_id, "memory", max_tokens=4000)
+    assert served.text == render_view(graph, "memory", snapshot_id=snapshot_id).text
+    reader.build_pages(snapshot_id, graph, limit=None)  # nothing to write to: nothing done
