@@ -1,0 +1,58 @@
+"""`wp-mcp show` of a stored page costs what the page costs: a fresh process prints it from
+its one stored row without loading the graph model (pydantic), the renderers or tiktoken."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from wp_mcp.converters import render_view
+from wp_mcp.graph import witty
+from wp_mcp.graph.store import Store
+from wp_testdata import WITTY_GRAPH
+
+# Runs the CLI, then says on stderr which modules the process loaded.
+SHOW = (
+    "import json, sys\n"
+    "from wp_mcp.server.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
+    "sys.exit(code)\n"
+)
+HEAVY = {"pydantic", "tiktoken", "wp_mcp.graph.model", "wp_mcp.converters.render"}
+
+
+def show(*args: str) -> tuple[str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", SHOW, "show", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, set(json.loads(done.stderr))
+
+
+def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(store_dir).put(graph)
+    first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
+    for args, page in (
+        ((), render_view(graph, "summary", snapshot_id=snapshot_id)),
+        (("--view", "compute", "--format", "json"), first),
+        (("--view", "compute", "--format", "json", "--cursor", first.next_cursor),
+         render_view(graph, "compute", fmt="json", cursor=first.next_cursor,
+                     snapshot_id=snapshot_id)),
+    ):  # fmt: skip
+        out, loaded = show(snapshot_id, *args)
+        assert out == page.text + "\n"
+        assert not HEAVY & loaded, sorted(HEAVY & loaded)
+
+
+def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(store_dir).put(graph)
+    filters = {"kind": "thread"}
+    out, loaded = show(snapshot_id, "--view", "compute", "--filter", "kind=thread")
+    assert (
+        out == render_view(graph, "compute", filters=filters, snapshot_id=snapshot_id).text + "\n"
+    )
+    assert "wp_mcp.graph.model" in loaded
