@@ -44,7 +44,11 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
-_CACHE_SIZE = 4  # graphs kept parsed in memory: views of one snapshot must not re-read it
+# Graphs kept parsed in memory (views of one snapshot must not re-read it), bounded by what
+# they weigh: about 8 bytes of Python objects per byte of native JSON (a 35 MB document
+# becomes ~300 MB), so two 640-host graphs fit and a third evicts the oldest.
+_CACHE_BYTES = int(float(os.environ.get("WP_MCP_GRAPH_CACHE_MB", "2048")) * 2**20)
+_BYTES_PER_DOCUMENT_BYTE = 8
 # Below this much free space an I/O error is the disk being full: SQLite reports a full
 # disk met while mapping its shared-memory file as "disk I/O error".
 _NEARLY_FULL_BYTES = 1 << 20
@@ -175,7 +179,8 @@ class Store:
         self.db_path = self.path / DB_NAME
         self.read_only = not _prepare_files(self.path, self.db_path)
         self._local = threading.local()
-        self._cache: OrderedDict[str, Graph] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Graph, int]] = OrderedDict()
+        self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._pages_table: bool | None = None
         db = self._connect()  # an unusable store is said now, not at the first read
@@ -418,7 +423,7 @@ class Store:
             cached = self._cache.get(snapshot_id)
             if cached is not None:
                 self._cache.move_to_end(snapshot_id)
-                return cached
+                return cached[0]
         row = (
             self._connect()
             .execute("SELECT data FROM snapshots WHERE id=?", (snapshot_id,))
@@ -428,12 +433,21 @@ class Store:
             raise UserError(f"snapshot {snapshot_id!r} was deleted; {self._known_hint()}")
         from . import native
 
-        graph = native.loads(zlib.decompress(row[0]), origin=f"snapshot {snapshot_id}")
-        with self._cache_lock:
-            self._cache[snapshot_id] = graph
-            while len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+        document = zlib.decompress(row[0])
+        graph = native.loads(document, origin=f"snapshot {snapshot_id}")
+        self._remember(snapshot_id, graph, len(document))
         return graph
+
+    def _remember(self, snapshot_id: str, graph: Graph, document_bytes: int) -> None:
+        weight = document_bytes * _BYTES_PER_DOCUMENT_BYTE
+        with self._cache_lock:
+            if snapshot_id in self._cache:
+                return
+            self._cache[snapshot_id] = (graph, weight)
+            self._cache_bytes += weight
+            while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cache_bytes -= dropped
 
     def info(self, ref: str) -> SnapshotInfo:
         snapshot_id = self.resolve(ref)
@@ -465,7 +479,8 @@ class Store:
 
     def _forget(self, snapshot_id: str) -> None:
         with self._cache_lock:
-            self._cache.pop(snapshot_id, None)
+            _, weight = self._cache.pop(snapshot_id, (None, 0))
+            self._cache_bytes -= weight
 
     # ------------------------------------------------------------------ pages
 

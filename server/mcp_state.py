@@ -4,6 +4,10 @@ Tools run in worker threads (sync tools) and may be called concurrently, so ever
 cache is guarded by a lock. Stored snapshots and reports never change once written, which
 makes caching loaded graphs and rendered pages safe: the same arguments always give the same
 answer.
+
+A page the store holds is read from its row; the rest are rendered from the graph and kept
+in an LRU bounded by bytes. A snapshot this server stores (wp_open, wp_collect) is answered
+at once and its pages are built in a background thread, so no caller waits for that build.
 """
 
 from __future__ import annotations
@@ -30,29 +34,52 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_FILE_MB = DEFAULT_MAX_BYTES / 2**20  # the graph readers' own limit
-PAGE_CACHE_SIZE = 256  # rendered pages are small
+# Rendered answers kept in memory, by their size (pages are a few KB; a diff or a report
+# more): a count would let a few huge answers hold gigabytes.
+ANSWER_CACHE_BYTES = 64 << 20
+_OPAQUE_BYTES = 1 << 20  # what an answer without text (a report, a diff) is taken to weigh
 _PATH_MAX = 4096  # Linux: no longer path names a file
 
 
 class _Lru:
-    """A tiny thread-safe LRU map (functools.lru_cache cannot key on a snapshot's content)."""
+    """A tiny thread-safe LRU map bounded by the bytes its values weigh (functools.lru_cache
+    cannot key on a snapshot's content, nor weigh what it keeps)."""
 
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+    def __init__(self, max_bytes: int, weigh: Callable[[Any], int]) -> None:
+        self._max_bytes = max_bytes
+        self._weigh = weigh
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get_or_make(self, key: Hashable, make: Callable[[], T]) -> T:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key][0]
         value = make()  # outside the lock: other keys stay servable while this one loads
+        weight = self._weigh(value)
         with self._lock:
-            self._items[key] = value
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+            if key not in self._items:
+                self._items[key] = (value, weight)
+                self._bytes += weight
+            while self._bytes > self._max_bytes and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
         return value
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+
+def answer_weight(value: Any) -> int:
+    """Bytes a cached answer holds, roughly: its text (4 bytes a character at worst, as
+    CPython stores it) and its ids; an answer without text counts as a megabyte."""
+    text = getattr(value, "text", value)
+    if isinstance(text, str):
+        return 4 * len(text) + 64 * len(getattr(value, "ids", ()))
+    return _OPAQUE_BYTES
 
 
 @dataclass
@@ -64,7 +91,12 @@ class ServerState:
     max_file_mb: float = DEFAULT_MAX_FILE_MB
     _store: Store | None = field(default=None, init=False, repr=False)
     _store_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _pages: _Lru = field(default_factory=lambda: _Lru(PAGE_CACHE_SIZE), init=False, repr=False)
+    _answers: _Lru = field(
+        default_factory=lambda: _Lru(ANSWER_CACHE_BYTES, answer_weight), init=False, repr=False
+    )
+    _warming: dict[str, threading.Thread] = field(default_factory=dict, init=False, repr=False)
+    # graphs whose pages are being built: a call meanwhile renders from them, not a re-read
+    _fresh: dict[str, Graph] = field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------------ store
 
@@ -92,11 +124,60 @@ class ServerState:
             raise UserError(f"{exc} (call wp_snapshots to list the stored snapshots)") from None
 
     def graph(self, snapshot_id: str) -> Graph:
-        return self.store.get(snapshot_id)  # the store keeps recent graphs parsed
+        fresh = self._fresh.get(snapshot_id)
+        return fresh if fresh is not None else self.store.get(snapshot_id)  # recent ones cached
 
     def cached(self, key: Hashable, make: Callable[[], T]) -> T:
         """A rendered answer for a stored (immutable) snapshot, computed once."""
-        return self._pages.get_or_make(key, make)
+        return self._answers.get_or_make(key, make)
+
+    def render(self, ref: str, view: str, **options: Any) -> tuple[Any, str]:
+        """One page of a view of a stored snapshot and the snapshot's id: the stored page
+        when there is one (read from its row), else rendered from the graph and cached."""
+        from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS
+
+        snapshot_id = self.resolve_snapshot(ref)
+        options.setdefault("max_tokens", DEFAULT_MAX_TOKENS)  # render_view's default
+        stored = self.store.page(snapshot_id, view, **options)
+        if stored is not None:
+            return stored, snapshot_id
+        key = (snapshot_id, view, tuple(sorted((k, repr(v)) for k, v in options.items())))
+
+        def make() -> Any:
+            from wp_mcp.converters import render_view
+
+            return render_view(self.graph(snapshot_id), view, snapshot_id=snapshot_id, **options)
+
+        return self.cached(key, make), snapshot_id
+
+    def put(self, graph: Graph, label: str | None) -> str:
+        """Store a graph and answer at once; its pages are built in the background."""
+        snapshot_id = self.store.put(graph, label=label, pages=False)
+        self.warm(snapshot_id, graph)
+        return snapshot_id
+
+    def warm(self, snapshot_id: str, graph: Graph) -> threading.Thread:
+        """Build and store the snapshot's pages in a background thread: the first pages of
+        every view, then all the others (one build per snapshot at a time). Until a page is
+        stored, a call for it renders it from the graph as before."""
+        with self._store_lock:
+            running = self._warming.get(snapshot_id)
+            if running is not None and running.is_alive():
+                return running
+
+            def build() -> None:
+                try:
+                    self.store.build_pages_quietly(snapshot_id, graph)
+                    self.store.build_pages_quietly(snapshot_id, graph, limit=None)
+                finally:
+                    self._fresh.pop(snapshot_id, None)
+                    self._warming.pop(snapshot_id, None)
+
+            self._fresh[snapshot_id] = graph
+            thread = threading.Thread(target=build, name=f"wp-mcp-pages-{snapshot_id}", daemon=True)
+            self._warming[snapshot_id] = thread
+            thread.start()
+            return thread
 
     # ------------------------------------------------------------------ imports
 

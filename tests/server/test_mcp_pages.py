@@ -1,0 +1,56 @@
+"""The MCP server's pages: a snapshot it stores is answered at once and its pages are built in
+the background; what it serves, stored or rendered, is what rendering the graph gives; what
+it caches is bounded by bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from wp_mcp.converters import render_view
+from wp_mcp.graph import witty
+from wp_mcp.graph.store import StoredPage
+from wp_mcp.server.mcp_state import ServerState, _Lru, answer_weight
+from wp_testdata import WITTY_GRAPH
+
+
+def fields(page) -> dict:
+    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+
+
+def test_a_stored_snapshot_is_served_at_once_then_from_its_pages(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    state = ServerState(store_path=store_dir)
+    snapshot_id = state.put(graph, "fixture")
+    # Whether the background build got there yet or not, the answer is the rendered page.
+    page, sid = state.render(snapshot_id, "compute", fmt="json")
+    assert sid == snapshot_id
+    assert fields(page) == fields(render_view(graph, "compute", fmt="json", snapshot_id=sid))
+    state.warm(snapshot_id, graph).join(timeout=120)
+    for view, options in (("summary", {}), ("network", {"fmt": "txt"}), ("topology", {})):
+        served, _ = state.render("latest", view, **options)
+        assert isinstance(served, StoredPage)
+        assert fields(served) == fields(render_view(graph, view, snapshot_id=sid, **options))
+    filtered, _ = state.render(snapshot_id, "compute", filters={"kind": "thread"})
+    assert not isinstance(filtered, StoredPage)  # no page stored for filters: rendered
+    expected = render_view(graph, "compute", filters={"kind": "thread"}, snapshot_id=sid)
+    assert fields(filtered) == fields(expected)
+
+
+def test_the_answer_cache_is_bounded_by_bytes_not_by_count():
+    cache = _Lru(max_bytes=1000, weigh=len)
+    for key in "abc":
+        cache.get_or_make(key, lambda: "x" * 400)
+    assert cache.bytes == 800  # 'a' went to make room for 'c'
+    assert cache.get_or_make("b", lambda: "new") == "x" * 400  # still cached
+    assert cache.get_or_make("a", lambda: "again") == "again"
+    many = _Lru(max_bytes=1000, weigh=len)
+    for key in range(500):
+        many.get_or_make(key, lambda: "y")
+    assert many.bytes == 500  # small answers: hundreds of them fit
+
+
+def test_an_answer_weighs_its_text_and_ids():
+    graph = witty.load_witty(WITTY_GRAPH)
+    page = render_view(graph, "compute")
+    assert answer_weight(page) >= len(page.text)
+    assert answer_weight(object()) == 1 << 20
