@@ -9,7 +9,7 @@ stored report reads back exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wp_mcp.graph.errors import UserError
@@ -61,6 +61,9 @@ def _lines(text: str) -> str:
     return "\n".join(_line(line) for line in text.split("\n"))
 
 
+_IDS_SHOWN = 12  # ids one evidence line names in Markdown
+
+
 @dataclass
 class Evidence:
     """One link of the evidence chain: which graph elements, which raw values."""
@@ -75,7 +78,9 @@ class Evidence:
         values = ", ".join(f"{safe(k, 40)}={_fmt(v)}" for k, v in self.values.items())
         window = f" over {self.window_s:g} s" if self.window_s else ""
         note = f" — {self.note}" if self.note else ""
-        ids = " ".join(code(i) for i in self.ids)
+        ids = " ".join(code(i) for i in self.ids[:_IDS_SHOWN])
+        if len(self.ids) > _IDS_SHOWN:  # a group's members: all of them in the JSON form
+            ids += f" and {len(self.ids) - _IDS_SHOWN} more"
         return _line(f"{self.kind} {ids}: {values}{window}{note}")
 
 
@@ -121,6 +126,13 @@ class Finding:
             lines += [f"  {fence}", f"  {self.command}", f"  {fence}"]
         return "\n".join(_line(line) for line in lines)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, built field by field (``dataclasses.asdict`` deep-copies every value
+        through a recursive walk: most of a large report's storing time)."""
+        out = dict(self.__dict__)
+        out["evidence"] = [dict(ev.__dict__) for ev in self.evidence]
+        return out
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         fields = dict(data)
@@ -138,6 +150,9 @@ class Section:
     finding_ids: list[str] = field(default_factory=list)
     clean: list[str] = field(default_factory=list)  # "rule-id: title" of rules that passed
     not_evaluable: list[dict[str, str]] = field(default_factory=list)  # rule_id, title, reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass
@@ -187,7 +202,7 @@ class Report:
             return self._section_markdown(self._section(name))
         parts = [_line(f"# {self.title}"), "", self._executive_summary()]
         shown: set[str] = set()  # a finding shared by two sections is written out once
-        parts.extend(self._section_markdown(s, shown) for s in self.sections)
+        parts.extend(self._section_markdown(s, shown, whole=False) for s in self.sections)
         parts.append(self._roadmap())
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
@@ -209,7 +224,15 @@ class Report:
         return _fit(lines, max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON form: values are shared with the report, not copied (it is serialised)."""
+        return {
+            "skill": self.skill,
+            "title": self.title,
+            "findings": [f.to_dict() for f in self.findings],
+            "sections": [s.to_dict() for s in self.sections],
+            "data": self.data,
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -256,11 +279,16 @@ class Report:
             lines.extend(_line(f"> {note}") for note in self.notes)
         return "\n".join(lines)
 
-    def _section_markdown(self, section: Section, shown: set[str] | None = None) -> str:
+    def _section_markdown(
+        self, section: Section, shown: set[str] | None = None, whole: bool = True
+    ) -> str:
+        """One section; in the whole report (``whole`` False) its body and clean list are cut
+        to a fixed length, so the report's size does not grow with the graph's."""
         shown = set() if shown is None else shown
         lines = [_line(f"## {section.name}"), "", f"Status: **{section.status}**"]
         if section.body:
-            lines += ["", _lines(section.body.rstrip())]
+            body = section.body.rstrip()
+            lines += ["", _lines(body if whole else _cut_body(body, section.name))]
         by_id = {f.id: f for f in self.findings}
         for finding_id in section.finding_ids:
             if finding_id in shown:
@@ -269,8 +297,11 @@ class Report:
                 lines += ["", by_id[finding_id].to_markdown()]
                 shown.add(finding_id)
         if section.clean:
+            clean = section.clean if whole else section.clean[:_CLEAN_SHOWN]
             lines += ["", "Clean (checked, nothing found):"]
-            lines.extend(_line(f"- {item}") for item in section.clean)
+            lines.extend(_line(f"- {item}") for item in clean)
+            if len(clean) < len(section.clean):
+                lines.append(f"- and {len(section.clean) - len(clean)} more{_whole(section.name)}")
         if section.not_evaluable:
             lines += ["", "Not evaluated, and why:"]
             lines.extend(
@@ -306,7 +337,7 @@ def stored_report_text(
     report = Report.from_dict(data)
     if finding is not None:
         found = report.finding(finding)  # UserError listing the findings when unknown
-        return dumps(asdict(found)) if fmt == "json" else found.to_markdown()
+        return dumps(found.to_dict()) if fmt == "json" else found.to_markdown()
     name = report.section_name(section or "")  # UserError listing the sections
     if fmt == "md":
         return report.to_markdown(section=name)
@@ -314,8 +345,30 @@ def stored_report_text(
     if part is None:  # the executive summary or the roadmap: composed text
         return dumps({"section": name, "markdown": report.to_markdown(section=name)})
     wanted = set(part.finding_ids)
-    chosen = [asdict(f) for f in report.findings if f.id in wanted]
-    return dumps({"section": asdict(part), "findings": chosen})
+    chosen = [f.to_dict() for f in report.findings if f.id in wanted]
+    return dumps({"section": part.to_dict(), "findings": chosen})
+
+
+# In the whole report a section shows this much of its body and clean list; the rest is one
+# section request away (wp_report section=…, `wp-mcp report --section`), paged there.
+_BODY_LINES = 40
+_CLEAN_SHOWN = 12
+
+
+def _whole(name: str) -> str:
+    return f" (the whole section: wp_report section={escape(name, 60, 'line')!r})"
+
+
+def _cut_body(body: str, name: str) -> str:
+    """The first ``_BODY_LINES`` lines of a section body, a code fence left open closed."""
+    lines = body.split("\n")
+    if len(lines) <= _BODY_LINES:
+        return body
+    kept = lines[:_BODY_LINES]
+    if sum(line.lstrip().startswith("```") for line in kept) % 2:
+        kept.append("```")
+    kept += ["", f"… {len(lines) - _BODY_LINES} more lines{_whole(name)}"]
+    return "\n".join(kept)
 
 
 def _heading_key(name: str) -> str:

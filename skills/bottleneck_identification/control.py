@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
 
@@ -9,7 +11,7 @@ from ..analysis import cpu_set, host_prefix
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .memory import PSI_DOC, psi_findings
-from .rulebook import NotEvaluable, RuleContext, rule
+from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
 
 BUSY_THREAD_PCT = 5  # below this a thread's waiting costs the job little
 
@@ -277,36 +279,94 @@ def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
     rank_cpus = _rank_cpus(ctx)
     if len(rank_cpus) < 2:
         raise NotEvaluable("fewer than two ranks are pinned, so overlap is not a choice made")
-    out = []
-    ordered = sorted(rank_cpus)
-    for i, first in enumerate(ordered):
-        for second in ordered[i + 1 :]:
-            if host_prefix(first) != host_prefix(second):
-                continue  # CPU numbers of two hosts are different CPUs
-            shared = rank_cpus[first] & rank_cpus[second]
-            if shared:
-                out.append(_overlap_finding(ctx, first, second, shared, rank_cpus))
-    return out
+    return [_overlap_finding(ctx, group, rank_cpus) for group in overlap_groups(rank_cpus)]
+
+
+def overlap_groups(rank_cpus: dict[str, set[int]]) -> list[list[str]]:
+    """Ranks of one host linked by shared CPUs (A shares with B, B with C: one group), each
+    group sorted, found through a CPU → first-claimant map: linear in the CPUs claimed, not
+    quadratic in the ranks."""
+    parent = {rank: rank for rank in rank_cpus}
+
+    def root(rank: str) -> str:
+        while parent[rank] != rank:
+            parent[rank] = parent[parent[rank]]
+            rank = parent[rank]
+        return rank
+
+    claimant: dict[tuple[str, int], str] = {}  # CPU numbers of two hosts are different CPUs
+    for rank in sorted(rank_cpus):
+        prefix = host_prefix(rank)
+        for cpu in rank_cpus[rank]:
+            first = claimant.setdefault((prefix, cpu), rank)
+            if first != rank:
+                parent[root(rank)] = root(first)
+    groups: dict[str, list[str]] = {}
+    for rank in sorted(rank_cpus):
+        groups.setdefault(root(rank), []).append(rank)
+    return [members for members in groups.values() if len(members) > 1]
 
 
 def _overlap_finding(
-    ctx: RuleContext, first: str, second: str, shared: set[int], rank_cpus: dict[str, set[int]]
+    ctx: RuleContext, members: list[str], rank_cpus: dict[str, set[int]]
 ) -> Finding:
-    pair = [ctx.graph.node(first), ctx.graph.node(second)]
-    delay = _worst_run_delay(ctx, pair)
-    via = sorted(t for proc in pair for t in ctx.analysis.foreign_threads(proc))
-    threads = f" (through threads {', '.join(via[:4])})" if via else ""
-    plan = [ctx.analysis.bindings.get(r) for r in (first, second)]
+    claims = Counter(cpu for rank in members for cpu in rank_cpus[rank])
+    contested = {cpu for cpu, count in claims.items() if count > 1}
+    # the worst: the most CPUs it shares, then the longest run delay of its threads
+    shared = {rank: len(rank_cpus[rank] & contested) for rank in members}
+    delays = {rank: _worst_run_delay(ctx, [ctx.graph.node(rank)]) for rank in members}
+    ranked = sorted(members, key=lambda r: (-shared[r], -(delays[r] or 0.0), r))
+    delay = max((d for d in delays.values() if d is not None), default=None)
     if delay is None:
         impact = "contention not measured (no run-queue delay in this snapshot): the overlap "
         impact += "is a risk the scheduler may or may not realise"
     else:
         impact = f"their threads waited up to {delay:.1f} % of the window for a CPU"
+    plan = [ctx.analysis.bindings.get(r) for r in members]
+    action = "Give each rank its own CPUs (a disjoint slice of its device's NUMA node)" + (
+        ": the fix plan does, for every thread (taskset -a)." if all(plan) else "."
+    )
+    priority = "P2" if delay is not None and delay < 5 else "P1"
+    cpus = format_cpulist(contested)
+    if len(members) == 2:
+        return _pair_finding(ctx, members, cpus, rank_cpus, priority, impact, action)
+    commands = map(ctx.analysis.plan_command, members) if len(members) <= GROUP_DETAIL else ()
+    worst = {rank: format_cpulist(rank_cpus[rank]) for rank in ranked[:WORST_SHOWN]}
+    named = ", ".join(ranked[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+    return ctx.group_finding(
+        key=f"{members[0]}+{len(members) - 1}-ranks",
+        members=members,
+        worst=worst,
+        priority=priority,
+        value=cpus,
+        title=f"{len(members)} ranks may run on shared CPUs {cpus} ({named})",
+        note=f"affinity of each process and its threads; {len(contested)} CPUs are claimed by "
+        f"more than one of the {len(members)} ranks; those sharing the most first",
+        impact=impact,
+        action=action,
+        command=" && ".join(filter(None, commands)) or None,
+    )
+
+
+def _pair_finding(
+    ctx: RuleContext,
+    pair: list[str],
+    cpus: str,
+    rank_cpus: dict[str, set[int]],
+    priority: str,
+    impact: str,
+    action: str,
+) -> Finding:
+    first, second = pair
+    via = sorted(
+        t for proc in map(ctx.graph.node, pair) for t in ctx.analysis.foreign_threads(proc)
+    )
+    threads = f" (through threads {', '.join(via[:4])})" if via else ""
     return ctx.finding(
         subject=f"{first}+{second}",
-        value=format_cpulist(shared),
-        priority="P2" if delay is not None and delay < 5 else "P1",
-        title=f"{first} and {second} may both run on CPUs {format_cpulist(shared)}{threads}",
+        value=cpus,
+        priority=priority,  # type: ignore[arg-type]
+        title=f"{first} and {second} may both run on CPUs {cpus}{threads}",
         evidence=[
             Evidence(
                 "aggregate",
@@ -319,9 +379,8 @@ def _overlap_finding(
             )
         ],
         impact=impact,
-        action="Give each rank its own CPUs (a disjoint slice of its device's NUMA node)"
-        + (": the fix plan does, for every thread (taskset -a)." if all(plan) else "."),
-        command=" && ".join(filter(None, map(ctx.analysis.plan_command, (first, second)))) or None,
+        action=action,
+        command=" && ".join(filter(None, map(ctx.analysis.plan_command, pair))) or None,
     )
 
 

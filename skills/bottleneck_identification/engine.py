@@ -41,7 +41,7 @@ def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
     for item in RULES:
         ctx = RuleContext(graph, analysis, item)
         try:
-            results.append(Outcome(item, item.check(ctx), ctx.skipped))
+            results.append(Outcome(item, ctx.fold(item.check(ctx)), ctx.skipped))
         except NotEvaluable as exc:
             results.append(Outcome(item, str(exc), {}))
     setattr(analysis, _OUTCOMES, results)

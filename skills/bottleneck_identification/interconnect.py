@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+
 from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import Placement, cpu_set, host_prefix
 from ..report import Evidence, Finding
-from .rulebook import NotEvaluable, RuleContext, rule
+from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
 
 VENDOR_AFFINITY = (
     "proposed grading: vendors bind each rank to its device's NUMA node "
@@ -156,7 +158,51 @@ def device_numa_mismatch(ctx: RuleContext) -> list[Finding]:
             if users
             else "no process uses an accelerator in this snapshot"
         )
-    return [placement_finding(ctx, p) for p in ctx.analysis.placements if p.grade != "good"]
+    return placement_findings(ctx, [p for p in ctx.analysis.placements if p.grade != "good"])
+
+
+def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Finding]:
+    """One finding per misplaced rank while few ranks share a device node and a grade; one
+    finding for the node's ranks beyond that (the Fix plan still lists each rank)."""
+    by_cause: dict[tuple[str, int, str], list[Placement]] = defaultdict(list)
+    for place in misplaced:
+        priority = "P0" if place.cpu_on_device_node < 0.5 else "P1"
+        by_cause[(host_prefix(place.process), place.device_node, priority)].append(place)
+    out: list[Finding] = []
+    for (prefix, node, priority), places in by_cause.items():
+        if len(places) <= GROUP_DETAIL:
+            out += [placement_finding(ctx, place) for place in places]
+        else:
+            out.append(_misplaced_group(ctx, prefix, node, priority, places))
+    return out
+
+
+def _misplaced_group(
+    ctx: RuleContext, prefix: str, node: int, priority: str, places: list[Placement]
+) -> Finding:
+    places = sorted(places, key=lambda p: (p.cpu_on_device_node, p.process))
+    devices = Counter(p.device for p in places)
+    away = Counter(p.dominant_cpu_node for p in places)
+    runs_on = ", ".join(f"NUMA {n} ({count})" for n, count in away.most_common(4))
+    cpulist = ctx.analysis.numa_cpulist(prefix, node)
+    where = f"{prefix}/" if prefix else ""
+    worst = {p.process: round(p.cpu_on_device_node, 3) for p in places[:WORST_SHOWN]}
+    return ctx.group_finding(
+        key=f"{where}numa:{node}:{'wrong-node' if priority == 'P0' else 'mild'}",
+        members=[p.process for p in places],
+        worst=worst,
+        priority=priority,  # type: ignore[arg-type]
+        title=f"{len(places)} ranks use devices on NUMA {node} "
+        f"({', '.join(sorted(devices)[:4])}{' …' if len(devices) > 4 else ''}) but run "
+        f"mostly on {runs_on}; worst {', '.join(list(worst)[:3])}",
+        note=f"share of CPU time on NUMA {node}, worst {len(worst)} of {len(places)} ranks"
+        + (f"; the node's CPUs are {cpulist}" if cpulist else ""),
+        impact=placement_impact(ctx, places[0]) + f" (the worst of {len(places)})",
+        action=f"Bind each of these ranks to NUMA {node}, the node of its device, on CPUs of "
+        "its own and with its memory there (the Fix plan, when offered, lists each rank's "
+        "command).",
+        certain=all(p.device_node_certain for p in places),
+    )
 
 
 @rule(
@@ -183,7 +229,7 @@ def remote_memory(ctx: RuleContext) -> list[Finding]:
             continue
         if locality >= 0.5 or _resident_pages(ctx, proc) < BIG_PAGES:
             continue
-        if len(ctx.analysis.numa_nodes.get(host_prefix(proc.id), {})) == 1:
+        if _one_numa_node(ctx, proc.id):
             continue  # one NUMA node: every page is local
         pages = ctx.analysis.page_share(proc)
         home = max(pages, key=lambda n: pages[n]) if pages else None
@@ -332,8 +378,13 @@ def device_numa_unknown(ctx: RuleContext) -> list[Finding]:
             certain=False,
         )
         for dev in reported
-        if dev.get("numa_node") == -1
+        if dev.get("numa_node") == -1 and not _one_numa_node(ctx, dev.id)
     ]
+
+
+def _one_numa_node(ctx: RuleContext, node_id: str) -> bool:
+    """A host with a single NUMA node: every device is local (firmware reports -1 there)."""
+    return len(ctx.analysis.numa_nodes.get(host_prefix(node_id), {})) == 1
 
 
 @rule(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from wp_mcp.graph import Graph, Node
 
 from ..analysis import Analysis, confidence, cpu_set, host_prefix
-from ..report import Evidence, Finding, Priority, safe
+from ..report import PRIORITIES, Evidence, Finding, Priority, safe
 
 SKILL = "bottleneck-identification"
 LAYERS = {
@@ -28,6 +28,16 @@ LAYERS = {
     6: "Control plane",
     7: "Data plane",
 }
+
+
+# A cause shared by this many subjects or fewer gets one finding per subject (each with its own
+# numbers and command); more share one finding naming the count and the worst members, so a
+# report grows with the number of problems, not with the size of the graph.
+GROUP_DETAIL = 8
+WORST_SHOWN = 6  # members a group finding names in its title and evidence
+# Whatever a rule groups by itself, it reports at most this many findings one by one; the
+# rest fold into one finding per priority (every subject still named in its evidence).
+RULE_DETAIL = 24
 
 
 class NotEvaluable(Exception):
@@ -146,6 +156,68 @@ class RuleContext:
             impact=impact,
             subject=subject,
         )
+
+    def group_finding(
+        self,
+        *,
+        key: str,
+        members: list[str],
+        worst: dict[str, Any],
+        priority: Priority,
+        title: str,
+        action: str,
+        note: str,
+        impact: str | None = None,
+        command: str | None = None,
+        certain: bool = True,
+        value: Any = None,
+    ) -> Finding:
+        """One finding for ``members`` sharing one cause (``key`` names the cause in the id).
+
+        ``worst`` maps the worst members, worst first, to their values (the finding's value
+        is the first's unless ``value`` is given). Every member is in the subject and in the
+        evidence's ids (JSON keeps them all; Markdown names the first few and counts the rest).
+        """
+        found = self.finding(
+            subject=key,
+            value=next(iter(worst.values())) if value is None else value,
+            priority=priority,
+            title=title,
+            evidence=[Evidence("aggregate", list(members), worst, self.window_s, note)],
+            action=action,
+            command=command,
+            impact=impact,
+            certain=certain,
+        )
+        found.subject = "+".join(members)  # plan.addresses reads the members from it
+        return found
+
+    def fold(self, findings: list[Finding]) -> list[Finding]:
+        """The rule's findings, bounded: the first ``RULE_DETAIL`` by priority and confidence
+        kept (in the rule's order), the rest one finding per priority."""
+        if len(findings) <= RULE_DETAIL:
+            return findings
+        ranked = sorted(findings, key=lambda f: (PRIORITIES.index(f.priority), -f.confidence, f.id))
+        kept = {f.id for f in ranked[:RULE_DETAIL]}
+        rest: dict[Priority, list[Finding]] = {}
+        for item in ranked[RULE_DETAIL:]:
+            rest.setdefault(item.priority, []).append(item)
+        out = [f for f in findings if f.id in kept]
+        for priority, items in rest.items():
+            subjects = [f.subject or f.id for f in items]
+            out.append(
+                self.group_finding(
+                    key=f"more-{priority}",
+                    members=subjects,
+                    worst={f.subject or f.id: f.value for f in items[:WORST_SHOWN]},
+                    priority=priority,
+                    title=f"{len(items)} more {priority}: {self.rule.title.lower()} "
+                    f"({', '.join(subjects[:3])}{' …' if len(items) > 3 else ''})",
+                    note=f"each as the {RULE_DETAIL} findings above, by priority and confidence",
+                    action=items[0].action,
+                )
+            )
+        return out
 
     def entity(self, node: Node, *attrs: str, note: str | None = None) -> Evidence:
         values = {a: node.get(a) for a in attrs if node.get(a) is not None}

@@ -15,7 +15,7 @@ from wp_mcp.graph import Graph, Node
 
 from ..analysis import Analysis, Group, grade, host_prefix
 from ..bottleneck_identification.engine import annotate, verified_plan
-from ..bottleneck_identification.interconnect import placement_finding
+from ..bottleneck_identification.interconnect import placement_findings
 from ..bottleneck_identification.rulebook import RULES, RuleContext
 from ..report import Report, Section, code, safe
 
@@ -308,8 +308,8 @@ def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None
     for place in analysis.placements:
         if place.grade == "good":
             section.clean.append(f"{code(place.process)} on the node of {code(place.device)}")
-            continue
-        finding = placement_finding(ctx, place)
+    misplaced = [p for p in analysis.placements if p.grade != "good"]
+    for finding in placement_findings(ctx, misplaced):  # grouped as Layer 3 groups them
         finding.skill = SKILL
         report.findings.append(finding)
         section.finding_ids.append(finding.id)

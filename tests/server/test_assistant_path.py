@@ -29,7 +29,9 @@ MAX_CALLS = 12
 MAX_TOKENS = 12_000
 
 ENTITY = re.compile(r"\b(?:proc|thr|npu|gpu|numa|ctr):[0-9a-f]+\b")
-FINDING = re.compile(r"\bL\d\.[a-z-]+@(?:proc|npu|numa|thr):\d+(?:\+proc:\d+)?")
+FINDING = re.compile(
+    r"\bL\d\.[a-z-]+@(?:proc|npu|numa|thr):\d+(?:\+proc:\d+|\+\d+-ranks|:[a-z-]+)?"
+)
 SNAPSHOT = re.compile(r"\b(?:snapshot[= ]|snap=)(s[0-9a-f]{6,})\b")
 REPORT = re.compile(r"\breport[= ](r[0-9a-f]{6,})\b")
 SECTIONS = re.compile(r"section=<one of: ([^>]+)>")
@@ -134,10 +136,10 @@ async def test_diff_after_the_plan_leads_with_the_resolved_findings(server, allo
             },
         )
     lines = text(diff).splitlines()
-    assert lines[1].startswith("findings: 9 resolved · 0 new · 0 unchanged")
+    assert lines[1].startswith("findings: 5 resolved · 0 new · 0 unchanged")
     assert "after P0=0 P1=0" in lines[1]
     assert lines[2].startswith("resolved P0 L3.device-numa-mismatch@proc:1895087")
-    assert diff.structured_content["resolved"] == 9 and diff.structured_content["new"] == 0
+    assert diff.structured_content["resolved"] == 5 and diff.structured_content["new"] == 0
     assert count_tokens(text(diff)) <= 2000 and diff.structured_content["next_cursor"]
 
 

@@ -51,7 +51,7 @@ def test_report_prints_a_stored_report_a_section_or_a_finding(store_dir, witty_p
     assert json.loads(capsys.readouterr().out)["markdown"].startswith("## Roadmap\n\n1. **P0**")
     assert run_cli("report", "--section", "Layer 6", "--format", "json") == 0
     layer6 = json.loads(capsys.readouterr().out)
-    assert layer6["section"]["name"] == "Layer 6 — Control plane" and len(layer6["findings"]) == 5
+    assert layer6["section"]["name"] == "Layer 6 — Control plane" and len(layer6["findings"]) == 1
     assert run_cli("report", "--list") == 0 and " diagnose  snapshot s" in capsys.readouterr().out
     assert run_cli("report", "--section", "Layer 9") == 2
     assert "sections: Executive summary, Coverage" in capsys.readouterr().err
@@ -60,11 +60,11 @@ def test_report_prints_a_stored_report_a_section_or_a_finding(store_dir, witty_p
 def test_diff_leads_with_findings_and_fails_on_new_ones(store_dir, witty_path, fixed, capsys):
     assert run_cli("diff", witty_path, fixed, "--fail-on", "P1") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith("findings: 9 resolved · 0 new · 0 unchanged")
+    assert lines[1].startswith("findings: 5 resolved · 0 new · 0 unchanged")
     assert lines[2].startswith("resolved P0 L3.device-numa-mismatch@proc:1895087")
     assert run_cli("diff", fixed, witty_path, "--format", "json", "--fail-on", "P1") == 3
     body = json.loads(capsys.readouterr().out)
-    assert body["findings"]["new"] == 9 and body["graph"]["changed"] > 0
+    assert body["findings"]["new"] == 5 and body["graph"]["changed"] > 0
 
 
 def test_every_listing_command_speaks_format_json(store_dir, witty_path, capsys):

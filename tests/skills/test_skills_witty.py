@@ -173,9 +173,14 @@ def test_threads_pinned_away_from_their_process_are_shown_and_counted(graph):
     threads = next(ev for ev in finding.evidence if "thr:1896010" in ev.ids)
     assert threads.values["thr:1896010"] == "0-23"
     # the main threads of 1895087 (168-191) and 1895089 (144-167) do not overlap; their
-    # acl/release threads on 120-143 do
-    overlap = report.finding("L6.ranks-share-cpus@proc:1895087+proc:1895089")
-    assert overlap.value == "120-143"
+    # acl/release threads on 120-143 do, and the four workers are linked that way: one
+    # finding for the group, not one per pair
+    (overlap,) = [f for f in report.findings if f.rule_id == "L6.ranks-share-cpus"]
+    assert overlap.id == "L6.ranks-share-cpus@proc:1895087+3-ranks"
+    assert overlap.subject.split("+") == sorted(WORKERS)
+    assert overlap.value == "72-95,120-143,168-191"
+    (affinity,) = overlap.evidence
+    assert affinity.values["proc:1895087"] == "0-23,120-143,168-191"
     assert "contention not measured" in overlap.impact
 
 
