@@ -124,7 +124,7 @@ def gpus_from_query(rows: list[dict[str, str | None]]) -> GpuSample:
         attrs = {
             "model": row.get("name"),
             "uuid": row.get("uuid"),
-            "pci_bus_id": normalize_bus_id(row["pci.bus_id"]) if row.get("pci.bus_id") else None,
+            "pci_bus_id": _bus_id(row.get("pci.bus_id")),
             "util_pct": smi_number(row.get("utilization.gpu")),
             "mem_util_pct": smi_number(row.get("utilization.memory")),
             "mem_used_bytes": None if mem_used is None else int(mem_used * MIB),
@@ -299,7 +299,7 @@ class NvmlBackend:
         attrs = {
             "model": _text(self._try("nvmlDeviceGetName", handle)),
             "uuid": _text(self._try("nvmlDeviceGetUUID", handle)),
-            "pci_bus_id": normalize_bus_id(_text(pci.busId)) if pci is not None else None,
+            "pci_bus_id": _bus_id(pci.busId) if pci is not None else None,
             "util_pct": None if util is None else float(util.gpu),
             "mem_util_pct": None if util is None else float(util.memory),
             "mem_used_bytes": None if memory is None else int(memory.used),
@@ -343,7 +343,7 @@ class NvmlBackend:
                 if self._try("nvmlDeviceGetNvLinkState", handle, link) != 1:
                     continue
                 remote = self._try("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
-                j = bus_index.get(normalize_bus_id(_text(remote.busId))) if remote else None
+                j = bus_index.get(_bus_id(remote.busId)) if remote else None
                 if j is not None and i < j:
                     nvlinks[(i, j)] = nvlinks.get((i, j), 0) + 1
         paths: dict[tuple[int, int], GpuPath] = {}
@@ -364,6 +364,12 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _bus_id(value: Any) -> str | None:
+    """A PCI address as NVML or nvidia-smi gives it, normalised; None when absent."""
+    text = _text(value)
+    return normalize_bus_id(text) if text else None
 
 
 def load_nvml() -> tuple[Any | None, str | None]:
@@ -445,7 +451,7 @@ def _emit_gpu(
     attrs = {k: v for k, v in now.attrs.items() if v is not None}
     # NVML's utilisation covers its own short sampling period: average both ends
     for key in ("util_pct", "mem_util_pct"):
-        values = [r.attrs.get(key) for r in (before, now) if r and r.attrs.get(key) is not None]
+        values = [r.attrs[key] for r in (before, now) if r and r.attrs.get(key) is not None]
         if values:
             attrs[key] = round(sum(values) / len(values), 1)
     gpu_id = ids.gpu(now.index)

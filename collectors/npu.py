@@ -206,15 +206,15 @@ class NpuCollector(WindowedCollector[NpuInfo]):
             before = first.chip(chip.npu, chip.chip)
             _emit_chip(graph, chip, before, last.version, window_s)
         for npu, chip_no, pid, _name, mem in last.processes:
-            chip = last.chip(npu, chip_no)
-            if chip is None:
+            used = last.chip(npu, chip_no)
+            if used is None:
                 continue
             graph.add("process", ids.process(pid), pid=pid)
             extra = {"mem_used_bytes": mem} if mem is not None else {}
             graph.link(
                 "uses_device",
                 ids.process(pid),
-                ids.npu(chip.index),
+                ids.npu(used.index),
                 source=SOURCE,
                 via="npu-smi",
                 **extra,

@@ -332,7 +332,9 @@ def _cpu_time_per_node(
     used: dict[int, dict[int, float]] = {}
     votes: dict[int, dict[int, float]] = {}
     for tid, (pid, cpu_time, last_cpu) in last.threads.items():
-        node = cpu_node.get(last_cpu) if last_cpu is not None else None
+        if last_cpu is None:
+            continue
+        node = cpu_node.get(last_cpu)
         if node is None:
             continue
         before = first.threads.get(tid)

@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.safetext import MAX_STRING, escape
 
 from .items import Item
 from .picture import Picture
-from .text import MAX_STRING
 
 FORMATS = ("txt", "json", "mermaid", "dot")
 DIAGRAM_VIEWS = ("topology", "flows")

@@ -265,7 +265,7 @@ class _Builder:
         chosen = self._of_interest(processes)
         for process in chosen:
             home = _home_node(self.graph, process, self.on_host["numa_node"].get(prefix, []))
-            parent = numa_boxes.get(home, host_id)
+            parent = numa_boxes.get(home, host_id) if home is not None else host_id
             self.add(
                 Box(
                     process.id,
@@ -538,6 +538,6 @@ def _count(number: int, singular: str, plural: str | None = None) -> str:
     return f"{number} {singular if number == 1 else plural or singular + 's'}"
 
 
-def _natural(text: str) -> tuple:
+def _natural(text: str) -> tuple[int | str, ...]:
     """Sort key putting h2 before h10 and proc:9 before proc:10."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))

@@ -446,7 +446,7 @@ def redact_structure(value: Any) -> Any:
     ``details``): a scalar under a secret name, every string and list of strings as a command
     line. Containers are changed in place; iterative, so nesting depth costs no stack."""
     root = [value]
-    stack: list[dict | list] = [root]
+    stack: list[dict[Any, Any] | list[Any]] = [root]
     while stack:
         container = stack.pop()
         items = container.items() if isinstance(container, dict) else enumerate(container)

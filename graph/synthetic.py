@@ -14,12 +14,16 @@ Deterministic for a given seed.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from . import ids
 from .cpulist import format_cpulist
 from .graph import Graph
 from .model import Meta
+
+OnHost = Callable[[str], str]  # a node id -> the same id on one host of the cluster
 
 THREADS_PER_RANK = 40
 WORKERS_PER_RANK = 4
@@ -37,7 +41,7 @@ def cluster_graph(hosts: int, accelerators_per_host: int = 8, seed: int = 0) -> 
 
 
 def _add_host(graph: Graph, rng: random.Random, host: str, index: int, accels: int) -> None:
-    h = lambda node_id: ids.with_host(host, node_id)  # noqa: E731
+    h: OnHost = partial(ids.with_host, host)
     numa_nodes, cpus_per_node = 2, 48
     graph.add("host", h(ids.host()), hostname=f"node{index:04d}", cpus=numa_nodes * cpus_per_node,
               cpu_busy_pct=rng.uniform(20, 90), mem_available_bytes=rng.randint(100, 900) * 2**30)  # fmt: skip
@@ -79,7 +83,9 @@ def _add_host(graph: Graph, rng: random.Random, host: str, index: int, accels: i
     _add_processes(graph, rng, h, accels, numa_nodes)
 
 
-def _add_processes(graph: Graph, rng: random.Random, h, accels: int, numa_nodes: int) -> None:
+def _add_processes(
+    graph: Graph, rng: random.Random, h: OnHost, accels: int, numa_nodes: int
+) -> None:
     pid = 1000
     launcher = h(ids.process(pid))
     graph.add("process", launcher, pid=pid, ppid=1, name="torchrun",
@@ -149,7 +155,7 @@ def _add_processes(graph: Graph, rng: random.Random, h, accels: int, numa_nodes:
 
 
 def _add_thread(
-    graph: Graph, rng: random.Random, h, process: str, tid: int, name: str, node: int
+    graph: Graph, rng: random.Random, h: OnHost, process: str, tid: int, name: str, node: int
 ) -> None:
     thread = h(ids.thread(tid))
     graph.add("thread", thread, tid=tid, name=name, cpu_pct=round(rng.expovariate(1 / 10), 2),
@@ -196,8 +202,8 @@ def _add_cross_host_flows(graph: Graph, rng: random.Random, hosts: list[str], ac
 def witty_document(target_mb: float = 50.0, seed: int = 0) -> dict[str, Any]:
     """A witty-profiler graph of about ``target_mb`` MB (serialised compactly)."""
     rng = random.Random(seed)
-    nodes: list[dict] = []
-    edges: list[dict] = []
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
 
     def base(entity_type: str, **fields: Any) -> dict[str, Any]:
         return {"entity_namespace": "local", "entity_type": entity_type, "details": {}, **fields}

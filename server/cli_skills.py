@@ -207,5 +207,5 @@ def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> 
         + ", ".join(f"{counts[p]} {p}" for p in counts),
         file=sys.stderr,
     )
-    priorities = [f.priority for f in report.findings]
+    priorities: list[str] = [f.priority for f in report.findings]
     return FAIL_ON_STATUS if failed(priorities, args.fail_on) else 0

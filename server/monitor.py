@@ -238,7 +238,7 @@ class Monitor:
         regressions = self._regressions(metrics)
         events = self._events(findings, regressions)
         data = {**report.to_dict(), "monitor": {"regressions": sorted(regressions)}}
-        tiers = tuple(tuple(tier) for tier in self.config.store.tiers)
+        tiers = tuple((age, spacing) for age, spacing in self.config.store.tiers)
         snapshot_id, report_id = self.store.put_cycle(
             graph, LABEL, (SKILL, data, report.to_markdown()), events, tiers
         )
