@@ -18,7 +18,7 @@ from wp_mcp.graph.model import Meta, Node
 from .facts import Facts
 from .index import index_for
 from .items import Item
-from .layers import kv, parts
+from .lines import kv, parts
 from .text import escape, fmt_bytes, fmt_pct, id_ranges, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down

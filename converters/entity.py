@@ -11,7 +11,7 @@ from wp_mcp.graph.model import Edge, Node
 from .cursor import ViewError
 from .facts import Facts, attr
 from .items import Item, node_item
-from .layers import named
+from .lines import named
 from .text import compact, quote, show_id, word
 
 VALUE_LIMIT = 400

@@ -19,24 +19,15 @@ from wp_mcp.graph.graph import Graph
 
 from . import cursor as cursors
 from . import filters as filtering
+from .catalog import VIEWS  # noqa: F401 (pages.py imports it from here)
 from .cursor import CursorState, ViewError
-from .facts import Facts
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
-from .layers import LAYERS
-from .layers import LEGENDS as LAYER_LEGENDS
 from .text import escape, word
 from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, MIN_MAX_TOKENS, count_tokens
-from .views import LEGENDS as VIEW_LEGENDS
-from .views import VIEW_BUILDERS
+from .views import REGISTRY, SPECIAL, names
 
-VIEWS = (
-    "summary", "compute", "memory", "interconnect", "network", "storage", "control", "data",
-    "topology", "flows", "hosts", "entity",
-)  # fmt: skip
-BUILDERS: dict[str, Callable[[Facts], list[Item]]] = {**LAYERS, **VIEW_BUILDERS}
-LEGENDS = {**LAYER_LEGENDS, **VIEW_LEGENDS}
 # Up to this many items, every page boundary is computed so the header's "page k/n" is
 # exact; above it n is estimated from the current page (and marked "~").
 EXACT_LAYOUT_LIMIT = 3000
@@ -76,9 +67,9 @@ def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
 
 
 def check_request(view: str, fmt: str) -> None:
-    if view not in VIEWS:
+    if view not in SPECIAL and view not in REGISTRY:
         raise ViewError(
-            f"unknown view {escape(str(view), 40)}; views: {', '.join(VIEWS)} (start with summary)"
+            f"unknown view {escape(str(view), 40)}; views: {', '.join(names())} (start with summary)"
         )
     if fmt not in FORMATS:
         raise ViewError(f"unknown format {escape(str(fmt), 20)}; formats: {', '.join(FORMATS)}")
@@ -112,7 +103,7 @@ def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> l
         from .entity import entity_items
 
         return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
-    return index.items(view, BUILDERS[view])
+    return index.items(view, REGISTRY[view].build)
 
 
 def paged(graph: Graph, view: str, **options: Any) -> Page:
@@ -151,7 +142,7 @@ def _paged(
         offset, page_no = state.offset, state.page
     form = FORMAT_CLASSES[fmt]()
     snap = snapshot_label(index, snapshot_id)
-    legend = legend or LEGENDS[view]
+    legend = legend or REGISTRY[view].legend
     scope_text = parsed.describe()
     if view == "entity":
         scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
@@ -313,22 +304,11 @@ def _closing(
         return f"#end (empty: {why}; the summary shows coverage)"
     if not remaining:
         return "#end"
-    hint = NARROW_HINTS.get(view, "kind=… pid=… name=…")
+    hint = ENTITY_NARROW if view == "entity" else REGISTRY[view].narrow
     return (
         f"#more {remaining} items (~{max(pages_left, 1)} pages) not shown: pass cursor="
         f"{next_cursor} for the next page, or narrow with filters {hint}"
     )
 
 
-NARROW_HINTS = {
-    "compute": "kind=thread pid=N name=GLOB min_cpu=N",
-    "memory": "pid=N min_rss=1G min_pages=N",
-    "interconnect": "kind=process pid=N",
-    "network": "kind=socket pid=N min_bytes=1M min_retrans=1",
-    "storage": "min_util=N min_io=1M",
-    "control": "pid=N min_run=N min_invol=N",
-    "data": "kind=shm pid=N min_size=1M",
-    "topology": "pid=N (a process family) name=GLOB",
-    "flows": "pid=N min_bytes=1M",
-    "entity": "kind=… (neighbour kind)",
-}
+ENTITY_NARROW = "kind=… (neighbour kind)"

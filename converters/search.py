@@ -10,7 +10,7 @@ from wp_mcp.graph.model import Node
 from .facts import attr
 from .index import index_for
 from .items import Item, node_item
-from .layers import named, parts
+from .lines import named, parts
 from .render import Page, clamp_budget, snapshot_label
 from .text import escape, quote
 from .tokens import DEFAULT_MAX_TOKENS, count_tokens

@@ -14,22 +14,21 @@ from wp_mcp.graph.graph import Graph
 
 from . import filters as filtering
 from .cluster import cluster_facts, cluster_lines, host_part
-from .estimate import estimate_layer
 from .facts import attr
 from .formats import dumps
 from .index import ViewIndex, index_for
 from .items import Item
-from .layers import LAYERS
 from .render import EXACT_LAYOUT_LIMIT, Page, snapshot_label
 from .text import escape, fmt_count, quote, word
 from .tokens import count_tokens
+from .views import View, layers
 
 SUMMARY_MAX_TOKENS = 300
-# Up to this many nodes the summary builds every layer (exact costs, well under a second);
-# above it, every layer is estimated from one scan (see estimate.py).
-SMALL_GRAPH_NODES = 5_000
-# Per page: header, legend and closing line (measured on typical pages).
-PAGE_OVERHEAD = 110
+# A page's frame besides its legend: the header line and "#end" (measured), and the "#more"
+# line with its cursor that closes every page but the last.
+PAGE_FRAME = 34
+MORE_LINE = 92
+PAGE_BODY = 3750  # tokens of items on a page of the default budget
 COST_SAMPLE = 400
 SIGNAL_CHARS = (110, 80, 56, 36, 20, 0)
 CLUSTER_KINDS = 3
@@ -94,31 +93,26 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
 
 
 def _layers(graph: Graph, index: ViewIndex) -> dict[str, dict[str, Any]]:
-    """Per layer: items, tokens and top line — computed once per graph and kept.
+    """Per layer: items, tokens for all its pages and top line — computed once per graph.
 
-    Small graphs build every layer (exact); large ones are always estimated, even when some
-    layers happen to be built already, so one snapshot always gets the same summary.
+    Every layer is built (the items, not their lines: a later page of it reuses them), so
+    the item counts are exact; tokens are exact up to EXACT_LAYOUT_LIMIT items and sampled
+    above, so one snapshot always gets the same summary.
     """
-    if index.summary_layers is not None:
-        return index.summary_layers
-    layers: dict[str, dict[str, Any]] = {}
-    small = len(graph.nodes) <= SMALL_GRAPH_NODES
-    for name, build in LAYERS.items():
-        if small:
-            items = index.items(name, build)
-            layers[name] = {
-                "items": len(items),
-                "tokens": _cost(items),
-                "top": _signal(name, items),
-            }
-        else:
-            layers[name] = estimate_layer(index.facts, name)
-    index.summary_layers = layers
-    return layers
+    if index.summary_layers is None:
+        index.summary_layers = {view.name: _layer(index, view) for view in layers()}
+    return index.summary_layers
 
 
-def _cost(items: list[Item]) -> tuple[int, bool]:
-    """Tokens for all pages of a layer: exact for small layers, sampled for large ones."""
+def _layer(index: ViewIndex, view: View) -> dict[str, Any]:
+    items = index.items(view.name, view.build)
+    cost = _cost(items, count_tokens(f"#legend {view.legend}"))
+    return {"items": len(items), "tokens": cost, "top": _signal(view, items)}
+
+
+def _cost(items: list[Item], legend: int) -> tuple[int, bool]:
+    """Tokens for all pages of a layer, whose legend line costs ``legend``: the items' exact
+    for small layers, sampled for large ones, and each page's frame."""
     if not items:
         return 0, True
     if len(items) <= EXACT_LAYOUT_LIMIT:
@@ -129,25 +123,13 @@ def _cost(items: list[Item]) -> tuple[int, bool]:
         sample = [items[int(k * step)] for k in range(COST_SAMPLE)]
         body = int(sum(i.tokens for i in sample) * len(items) / COST_SAMPLE)
         exact = False
-    pages = max(1, math.ceil(body / 3800))
-    return body + pages * PAGE_OVERHEAD, exact
+    pages = max(1, math.ceil(body / PAGE_BODY))
+    return body + pages * (PAGE_FRAME + legend) + (pages - 1) * MORE_LINE, exact
 
 
-# What a layer's "top" line is about (its first item of these kinds, in this order).
-SIGNAL_KINDS = {
-    "compute": ("process", "thread", "gpu", "npu"),
-    "memory": ("host", "process"),
-    "interconnect": ("process", "path"),
-    "network": ("talks_to", "socket", "nic"),
-    "storage": ("disk", "process", "thread"),
-    "control": ("process", "container", "host"),
-    "data": ("talks_to", "shm", "pipe", "socket", "mqueue"),
-}
-
-
-def _signal(layer: str, items: list[Item]) -> str:
+def _signal(view: View, items: list[Item]) -> str:
     """The layer's most significant line about what matters in it (singles before groups)."""
-    for kind in SIGNAL_KINDS[layer]:
+    for kind in view.top or ():
         for single in (True, False):
             for item in items:
                 if item.kind == kind and (item.group is None) == single:

@@ -1,22 +1,27 @@
-"""Views besides the layers: ``topology`` (process tree, devices, NUMA map), ``flows`` and
-``hosts`` (one line per host of a cluster, cluster.py)."""
+"""The ``topology`` view: NUMA nodes, accelerators, containers, then the process tree
+(each level's childless look-alikes folded)."""
 
 from __future__ import annotations
 
 from functools import partial
 
-from wp_mcp.graph import ids
 from wp_mcp.graph.model import Node
 
-from .cluster import hosts_view
-from .facts import Facts, attr
-from .items import Item, aggregate, group_item, node_item
-from .layers import ACCELERATORS, escape_short, flow_items, kv, named, parts
-from .text import fmt_bytes, id_ranges, name_pattern, quote, show_id
+from ..facts import Facts, attr
+from ..items import Item, aggregate, group_item, node_item
+from ..lines import ACCELERATORS, escape_short, kv, named, parts
+from ..text import fmt_bytes, id_ranges, name_pattern, quote, show_id
+from . import view
+
+LEGEND = (
+    "numa cpus mem | dev numa pci users | ctr runtime procs | proc tree (indent = "
+    "child) dev ctr cmd; N× leaf = childless look-alike siblings"
+)
 
 CMDLINE_LIMIT = 80
 
 
+@view("topology", legend=LEGEND, narrow="pid=N (a process family) name=GLOB")
 def topology(facts: Facts) -> list[Item]:
     graph = facts.graph
     items: list[Item] = []
@@ -135,66 +140,3 @@ def _process_line(facts: Facts, process: Node) -> str:
         f"ctr={show_id(container)}" if container else None,
         f"cmd={quote(cmdline, CMDLINE_LIMIT)}" if show_cmd else None,
     )
-
-
-def flows(facts: Facts) -> list[Item]:
-    """Every talks_to edge, biggest first; edges with no measured size folded per pair shape."""
-    items = flow_items(facts, lambda _t: True)
-    measured = [i for i in items if i.metrics]
-    unmeasured = [i for i in items if not i.metrics]
-    if len(unmeasured) < 3:
-        return measured + unmeasured
-    shapes: dict[tuple, list[Item]] = {}
-    for item in unmeasured:
-        edge = item.edges[0]
-        shape = (  # per pair of hosts, so a host's drill-down holds only its own flows
-            ids.split_host(edge.src)[0],
-            ids.split_host(edge.dst)[0],
-            name_pattern(facts.name_of(edge.src) or ""),
-            name_pattern(facts.name_of(edge.dst) or ""),
-            attr(edge, "transport"),
-        )
-        shapes.setdefault(shape, []).append(item)
-    folded: list[Item] = []
-    for (_, _, src, dst, transport), group in shapes.items():
-        if len(group) < 3:
-            folded += group
-            continue
-        folded.append(_flow_group(src, dst, transport, group))
-    return measured + folded
-
-
-def _flow_group(src: str, dst: str, transport: object, group: list[Item]) -> Item:
-    edges = tuple(i.edges[0] for i in group)
-    sources = sorted({e.src for e in edges})
-    targets = sorted({e.dst for e in edges})
-
-    def render() -> str:
-        return parts(
-            f"{len(edges)}× talks_to {quote(src, 40)} → {quote(dst, 40)}",
-            escape_short(transport or "?"),
-            "size unmeasured",
-            f"from={id_ranges(sources, 3)} to={id_ranges(targets, 3)}",
-        )
-
-    return Item(
-        ids=(),
-        kind="talks_to",
-        render=render,
-        procs=tuple(sorted(set(sources) | set(targets))),
-        name=src,
-        edges=edges,
-        group={"group": "talks_to", "count": len(edges), "transport": transport},
-    )
-
-
-VIEW_BUILDERS = {"topology": topology, "flows": flows, "hosts": hosts_view}
-
-LEGENDS = {
-    "topology": "numa cpus mem | dev numa pci users | ctr runtime procs | proc tree (indent = "
-    "child) dev ctr cmd; N× leaf = childless look-alike siblings",
-    "flows": "A → B transport bytes rate window flows retrans (process to process, biggest first)",
-    "hosts": "host ranks (numbers) host-cpu xhost-sent loss (sent across hosts, retransmitted) "
-    "run-max (slowest rank's run delay) loc (ranks' NUMA locality); worst first, nodes not "
-    "collected on top, N× quiet = hosts below every floor; one host: filter host=H",
-}

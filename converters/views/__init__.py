@@ -1,0 +1,76 @@
+"""Every paged view, one module each, registered as data (docs/architecture.md).
+
+A view is a function from the graph's ``Facts`` to its items, most significant first,
+decorated with ``@view(...)``, which records what the rest of the code needs to know about
+it: the ``#legend`` line (its compact grammar), the filters its ``#more`` line suggests and,
+for the seven layers, what the summary's top line is about. Adding a view is one new module
+here (named as the view) plus its name in ``catalog.VIEWS`` (CONTRIBUTING.md shows one).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import catalog
+from ..facts import Facts
+from ..items import Item
+
+Builder = Callable[[Facts], list[Item]]
+DEFAULT_NARROW = "kind=… pid=… name=…"
+# Views that are not paged lists of items (render.py and entity.py handle them).
+SPECIAL = ("summary", "entity")
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    name: str
+    build: Builder  # the items, most significant first
+    legend: str  # the #legend line: what each field of its lines means
+    narrow: str = DEFAULT_NARROW  # filters suggested when a view has more pages
+    # One of the layers the summary lists with its cost and top line: the first item of
+    # these kinds (in this order, single entities before groups) is its top line.
+    top: tuple[str, ...] | None = None
+
+    @property
+    def is_layer(self) -> bool:
+        return self.top is not None
+
+
+REGISTRY: dict[str, View] = {}
+
+
+def view(
+    name: str, *, legend: str, narrow: str = DEFAULT_NARROW, top: tuple[str, ...] | None = None
+) -> Callable[[Builder], Builder]:
+    """Register the decorated function as the builder of view ``name``."""
+
+    def register(build: Builder) -> Builder:
+        if name in REGISTRY or name in SPECIAL:
+            raise ValueError(f"view {name!r} is registered twice")
+        REGISTRY[name] = View(name, build, legend, narrow, top)
+        return build
+
+    return register
+
+
+def layers() -> list[View]:
+    """The layers, in registration order (the summary's order)."""
+    return [v for v in REGISTRY.values() if v.is_layer]
+
+
+def names() -> tuple[str, ...]:
+    """``summary``, every registered view, ``entity``: read at each call, so a view
+    registered after import (a plug-in, a test) is listed too."""
+    return (SPECIAL[0], *REGISTRY, SPECIAL[1])
+
+
+def _load_listed() -> None:
+    """Import the module of each view that catalog.VIEWS names (its registration line)."""
+    for name in catalog.VIEWS:
+        if name not in SPECIAL:
+            importlib.import_module(f".{name}", __name__)
+
+
+_load_listed()
