@@ -190,9 +190,7 @@ def build_server(state: ServerState | None = None) -> WpServer:
         instructions=INSTRUCTIONS,
         log_level="WARNING",
     )
-    _register_data_tools(server, state)
-    _register_view_tools(server, state)
-    _register_skill_tools(server, state)
+    _register_tools(server, state)
     _register_resources(server, state)
     _register_prompts(server)
     _register_completions(server, state)
@@ -205,16 +203,8 @@ def build_server(state: ServerState | None = None) -> WpServer:
 
 
 def _render(state: ServerState, ref: str, view: str, **kwargs: Any) -> tuple[Any, str]:
-    """Render one view of a stored snapshot (cached: stored snapshots never change)."""
-    from wp_mcp.converters import render_view
-
-    snapshot_id = state.resolve_snapshot(ref)
-    key = (snapshot_id, view, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
-
-    def make() -> Any:
-        return render_view(state.graph(snapshot_id), view, snapshot_id=snapshot_id, **kwargs)
-
-    return state.cached(key, make), snapshot_id
+    """One page of a view of a stored snapshot: stored, or rendered and cached."""
+    return state.render(ref, view, **kwargs)
 
 
 def _coverage(graph: Any) -> tuple[str, dict[str, int]]:
@@ -250,100 +240,169 @@ def _stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str
     )
 
 
+# --------------------------------------------------------------------------- tool registry
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    annotations: ToolAnnotations
+    handler: Callable[..., Any]  # handler(state, **arguments), sync or async
+    meta: dict[str, Any] | None = None
+
+
+TOOLS: list[ToolSpec] = []  # in the order tools/list gives them
+
+
+def tool(
+    *,
+    name: str,
+    title: str,
+    description: str,
+    annotations: ToolAnnotations,
+    meta: dict[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``handler(state, **arguments)`` as the MCP tool ``name``.
+
+    The handler's parameters after ``state`` (and a ``ctx: Context`` one, which MCPServer
+    fills in) are the tool's arguments: their annotations are its input schema.
+    """
+
+    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+        TOOLS.append(ToolSpec(name, title, description, annotations, handler, meta))
+        return handler
+
+    return register
+
+
+def _register_tools(server: WpServer, state: ServerState) -> None:
+    for spec in TOOLS:
+        server.add_tool(
+            _user_errors(_bound(spec.handler, state)),
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            annotations=spec.annotations,
+            meta=spec.meta,
+        )
+
+
+def _bound(handler: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """``handler`` with ``state`` given, its signature (what MCPServer reads) without it."""
+    signature = inspect.signature(handler, eval_str=True)
+    arguments = list(signature.parameters.values())[1:]
+    if inspect.iscoroutinefunction(handler):
+
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return await handler(state, *args, **kwargs)
+
+        bound: Any = call_async
+    else:
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return handler(state, *args, **kwargs)
+
+        bound = call
+    bound.__name__ = bound.__qualname__ = handler.__name__
+    bound.__doc__ = handler.__doc__
+    bound.__signature__ = signature.replace(parameters=arguments)
+    bound.__annotations__ = {p.name: p.annotation for p in arguments}
+    bound.__annotations__["return"] = signature.return_annotation
+    return bound
+
+
 # --------------------------------------------------------------------------- data tools
 
 
-def _register_data_tools(server: WpServer, state: ServerState) -> None:
-    running: dict[tuple, _SharedCollection] = {}  # collections in flight, by their arguments
+@tool(
+    name="wp_collect",
+    title="Collect a snapshot of this host",
+    annotations=WRITES_STORE,
+    description=(
+        "Collect a topology snapshot of the host the server runs on (processes, threads, "
+        "sockets/IPC, NUMA, devices, metrics over window_s seconds, eBPF when usable) and "
+        "store it. Reports progress per collector; cancellable. One collection runs at a "
+        "time: a call with the same arguments as the running one joins it (same snapshot "
+        "id), others wait for it. Returns the snapshot id, collector coverage and a short "
+        "overview."
+    ),
+)
+async def wp_collect(
+    state: ServerState,
+    ctx: Context,
+    window_s: Annotated[float, Field(ge=0, le=60, description="metrics window")] = 3.0,
+    ebpf: Literal["auto", "on", "off"] = "auto",
+    pids: Annotated[
+        list[int] | None, Field(description="only these processes and their families")
+    ] = None,
+    label: Annotated[str | None, Field(max_length=200)] = None,
+    cluster: Annotated[
+        str | None,
+        Field(max_length=300, description="ray[:ADDRESS]: every node of a Ray cluster"),
+    ] = None,
+) -> CallToolResult:
+    arguments = (window_s, ebpf, tuple(sorted(set(pids))) if pids else None, label, cluster)
+    key = (id(state), arguments)  # the state lives as long as this call: its id is unique
+    running = _COLLECTIONS_IN_FLIGHT
+    if key in running:
+        return await _join(running[key], ctx)
+    shared = running[key] = _SharedCollection(time.time())
+    try:
+        shared.result = await _collect(state, ctx, window_s, ebpf, pids, label, cluster)
+        return shared.result
+    except BaseException as exc:
+        shared.error = exc
+        raise
+    finally:
+        del running[key]
+        shared.finished.set()
 
-    @server.tool(
-        name="wp_collect",
-        title="Collect a snapshot of this host",
-        annotations=WRITES_STORE,
-        description=(
-            "Collect a topology snapshot of the host the server runs on (processes, threads, "
-            "sockets/IPC, NUMA, devices, metrics over window_s seconds, eBPF when usable) and "
-            "store it. Reports progress per collector; cancellable. One collection runs at a "
-            "time: a call with the same arguments as the running one joins it (same snapshot "
-            "id), others wait for it. Returns the snapshot id, collector coverage and a short "
-            "overview."
-        ),
-    )
-    @_user_errors
-    async def wp_collect(
-        ctx: Context,
-        window_s: Annotated[float, Field(ge=0, le=60, description="metrics window")] = 3.0,
-        ebpf: Literal["auto", "on", "off"] = "auto",
-        pids: Annotated[
-            list[int] | None, Field(description="only these processes and their families")
-        ] = None,
-        label: Annotated[str | None, Field(max_length=200)] = None,
-        cluster: Annotated[
-            str | None,
-            Field(max_length=300, description="ray[:ADDRESS]: every node of a Ray cluster"),
-        ] = None,
-    ) -> CallToolResult:
-        key = (window_s, ebpf, tuple(sorted(set(pids))) if pids else None, label, cluster)
-        if key in running:
-            return await _join(running[key], ctx)
-        shared = running[key] = _SharedCollection(time.time())
-        try:
-            shared.result = await _collect(state, ctx, window_s, ebpf, pids, label, cluster)
-            return shared.result
-        except BaseException as exc:
-            shared.error = exc
-            raise
-        finally:
-            del running[key]
-            shared.finished.set()
 
-    @server.tool(
-        name="wp_open",
-        title="Import a graph file",
-        annotations=WRITES_STORE,
-        description=(
-            "Import a wp-graph (.json/.json.gz) or witty-profiler graph file, or one rank's "
-            "PyTorch profiler trace (`to`: joined to that snapshot), into the store. "
-            "Only files below the allowed roots (working directory, the store, --allow-dir) "
-            "and below the size limit. Returns the snapshot id and a short overview."
-        ),
-    )
-    @_user_errors
-    def wp_open(
-        path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
-        label: Annotated[str | None, Field(max_length=200)] = None,
-        to: Annotated[
-            str | None, Field(max_length=64, description="snapshot id a trace joins")
-        ] = None,
-    ) -> CallToolResult:
-        from wp_mcp.graph import trace
-        from wp_mcp.graph.formats import load_any
+@tool(
+    name="wp_open",
+    title="Import a graph file",
+    annotations=WRITES_STORE,
+    description=(
+        "Import a wp-graph (.json/.json.gz) or witty-profiler graph file, or one rank's "
+        "PyTorch profiler trace (`to`: joined to that snapshot), into the store. "
+        "Only files below the allowed roots (working directory, the store, --allow-dir) "
+        "and below the size limit. Returns the snapshot id and a short overview."
+    ),
+)
+def wp_open(
+    state: ServerState,
+    path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
+    label: Annotated[str | None, Field(max_length=200)] = None,
+    to: Annotated[str | None, Field(max_length=64, description="snapshot id a trace joins")] = None,
+) -> CallToolResult:
+    from wp_mcp.graph import trace
+    from wp_mcp.graph.formats import load_any
 
-        real = state.check_import_path(path)
-        if to:
-            ranks = trace.read_ranks([real], state.max_file_bytes)
-            graph = trace.join_copy(state.store.get(to), ranks)
-        else:
-            graph = load_any(real, max_bytes=state.max_file_bytes)
-        snapshot_id = state.store.put(graph, label=label or real.name)
-        return _stored_overview(state, snapshot_id, graph, "imported")
+    real = state.check_import_path(path)
+    if to:
+        ranks = trace.read_ranks([real], state.max_file_bytes)
+        graph = trace.join_copy(state.store.get(to), ranks)
+    else:
+        graph = load_any(real, max_bytes=state.max_file_bytes)
+    snapshot_id = state.put(graph, label or real.name)
+    return _stored_overview(state, snapshot_id, graph, "imported")
 
-    @server.tool(
-        name="wp_snapshots",
-        title="List stored snapshots",
-        annotations=READ_ONLY,
-        description="List stored snapshots, newest first: id, time, label, origin, size.",
-    )
-    @_user_errors
-    def wp_snapshots(
-        limit: Annotated[int, Field(ge=1, le=200)] = 20, cursor: Cursor = None
-    ) -> CallToolResult:
-        listing, counts = _snapshot_listing(state, limit)
-        # labels and origins are free text: the listing is paged like any long answer
-        page = page_text(
-            listing, max_tokens=DEFAULT_MAX_TOKENS, cursor=cursor, again="wp_snapshots"
-        )
-        return _result(page.text, **counts, next_cursor=page.next_cursor)
+
+@tool(
+    name="wp_snapshots",
+    title="List stored snapshots",
+    annotations=READ_ONLY,
+    description="List stored snapshots, newest first: id, time, label, origin, size.",
+)
+def wp_snapshots(
+    state: ServerState, limit: Annotated[int, Field(ge=1, le=200)] = 20, cursor: Cursor = None
+) -> CallToolResult:
+    listing, counts = _snapshot_listing(state, limit)
+    # labels and origins are free text: the listing is paged like any long answer
+    page = page_text(listing, max_tokens=DEFAULT_MAX_TOKENS, cursor=cursor, again="wp_snapshots")
+    return _result(page.text, **counts, next_cursor=page.next_cursor)
 
 
 def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, Any]]:
@@ -387,6 +446,8 @@ class _SharedCollection:
     error: BaseException | None = None
 
 
+# Collections running now, by server state and arguments (an identical call joins one).
+_COLLECTIONS_IN_FLIGHT: dict[tuple, _SharedCollection] = {}
 JOIN_REPORT_S = 2.0  # how often a joined call tells its client it is still waiting
 
 
@@ -470,7 +531,7 @@ async def _collect(
             graph = collect(cctx)
             if cctx.cancel.is_set() or getattr(graph.meta, "cancelled", False):
                 return "", graph
-            return state.store.put(graph, label=label), graph
+            return state.put(graph, label), graph
         finally:
             done.set()
 
@@ -489,163 +550,164 @@ async def _collect(
 # --------------------------------------------------------------------------- view tools
 
 
-def _register_view_tools(server: WpServer, state: ServerState) -> None:
-    @server.tool(
-        name="wp_summary",
-        title="Snapshot summary",
-        annotations=READ_ONLY,
-        description=(
-            "Summary of a snapshot in a few hundred tokens: host, counts, coverage, top "
-            "signals and what each layer would cost; a cluster's ranks, missing nodes, skew, "
-            "cross-host loss and worst hosts. Start here; host=h42 for one host of a cluster."
-        ),
-    )
-    @_user_errors
-    def wp_summary(
-        snapshot: Snapshot = "latest",
-        fmt: Literal["txt", "json"] = "txt",
-        host: Annotated[
-            str | None, Field(description="one host of a cluster graph (comma list or glob)")
-        ] = None,
-    ) -> CallToolResult:
-        filters = {"host": host} if host else None
-        page, sid = _render(state, snapshot, "summary", fmt=fmt, filters=filters)
-        return _page_result(page, sid, "")
+@tool(
+    name="wp_summary",
+    title="Snapshot summary",
+    annotations=READ_ONLY,
+    description=(
+        "Summary of a snapshot in a few hundred tokens: host, counts, coverage, top "
+        "signals and what each layer would cost; a cluster's ranks, missing nodes, skew, "
+        "cross-host loss and worst hosts. Start here; host=h42 for one host of a cluster."
+    ),
+)
+def wp_summary(
+    state: ServerState,
+    snapshot: Snapshot = "latest",
+    fmt: Literal["txt", "json"] = "txt",
+    host: Annotated[
+        str | None, Field(description="one host of a cluster graph (comma list or glob)")
+    ] = None,
+) -> CallToolResult:
+    filters = {"host": host} if host else None
+    page, sid = _render(state, snapshot, "summary", fmt=fmt, filters=filters)
+    return _page_result(page, sid, "")
 
-    @server.tool(
-        name="wp_layer",
-        title="One layer or view of a snapshot",
-        annotations=READ_ONLY,
-        meta=PICTURE_APP_META,
-        description=(
-            "One layer (compute, memory, interconnect, network, storage, control, data) or view "
-            "(topology, flows, hosts) of a snapshot as compact text (txt), native JSON slice (json) or "
-            "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid "
-            "(the process with its ancestors and descendants; add kind to narrow), name "
-            "(glob), host (one host of a cluster graph, e.g. h42), min_<metric> (e.g. "
-            "min_cpu). One entity: wp_entity."
-        ),
+
+@tool(
+    name="wp_layer",
+    title="One layer or view of a snapshot",
+    annotations=READ_ONLY,
+    meta=PICTURE_APP_META,
+    description=(
+        "One layer (compute, memory, interconnect, network, storage, control, data) or view "
+        "(topology, flows, hosts) of a snapshot as compact text (txt), native JSON slice (json) or "
+        "a mermaid/dot render, within max_tokens; pages with cursor. filters: kind, pid "
+        "(the process with its ancestors and descendants; add kind to narrow), name "
+        "(glob), host (one host of a cluster graph, e.g. h42), min_<metric> (e.g. "
+        "min_cpu). One entity: wp_entity."
+    ),
+)
+def wp_layer(
+    state: ServerState,
+    view: Annotated[str, Field(description="layer or view name")],
+    snapshot: Snapshot = "latest",
+    fmt: Literal["txt", "json", "mermaid", "dot"] = "txt",
+    cursor: Cursor = None,
+    max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    filters: Annotated[
+        dict[str, str | int | float] | None,
+        Field(description='e.g. {"kind": "thread", "min_cpu": 50}'),
+    ] = None,
+) -> CallToolResult:
+    if view.strip().lower() in ("entity", "summary"):
+        raise UserError(
+            f"{view.strip().lower()} is not a layer but a tool of its own: call "
+            + ("wp_entity id=<id> (ids from wp_search)" if "entity" in view else "wp_summary")
+        )
+    page, sid = _render(
+        state, snapshot, view, fmt=fmt, cursor=cursor, max_tokens=max_tokens, filters=filters
     )
-    @_user_errors
-    def wp_layer(
-        view: Annotated[str, Field(description="layer or view name")],
-        snapshot: Snapshot = "latest",
-        fmt: Literal["txt", "json", "mermaid", "dot"] = "txt",
-        cursor: Cursor = None,
-        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-        filters: Annotated[
-            dict[str, str | int | float] | None,
-            Field(description='e.g. {"kind": "thread", "min_cpu": 50}'),
-        ] = None,
-    ) -> CallToolResult:
-        if view.strip().lower() in ("entity", "summary"):
-            raise UserError(
-                f"{view.strip().lower()} is not a layer but a tool of its own: call "
-                + ("wp_entity id=<id> (ids from wp_search)" if "entity" in view else "wp_summary")
-            )
+    return _page_result(
+        page,
+        sid,
+        "nothing matches; loosen filters, or call wp_summary to see which layers have data",
+    )
+
+
+@tool(
+    name="wp_entity",
+    title="One entity with its neighbours",
+    annotations=READ_ONLY,
+    description=(
+        "One node (process, thread, socket, device, NUMA node…) by id with every attribute "
+        "and its neighbours up to depth hops. Find ids with wp_search or wp_layer."
+    ),
+)
+def wp_entity(
+    state: ServerState,
+    id: Annotated[str, Field(description="node id, e.g. proc:1234, npu:0, numa:6")],
+    snapshot: Snapshot = "latest",
+    depth: Annotated[int, Field(ge=1, le=2, description="neighbour hops")] = 1,
+    fmt: Literal["txt", "json"] = "txt",
+    cursor: Cursor = None,
+    max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+) -> CallToolResult:
+    from wp_mcp.converters import ViewError
+
+    try:
         page, sid = _render(
-            state, snapshot, view, fmt=fmt, cursor=cursor, max_tokens=max_tokens, filters=filters
-        )
-        return _page_result(
-            page,
-            sid,
-            "nothing matches; loosen filters, or call wp_summary to see which layers have data",
-        )
-
-    @server.tool(
-        name="wp_entity",
-        title="One entity with its neighbours",
-        annotations=READ_ONLY,
-        description=(
-            "One node (process, thread, socket, device, NUMA node…) by id with every attribute "
-            "and its neighbours up to depth hops. Find ids with wp_search or wp_layer."
-        ),
-    )
-    @_user_errors
-    def wp_entity(
-        id: Annotated[str, Field(description="node id, e.g. proc:1234, npu:0, numa:6")],
-        snapshot: Snapshot = "latest",
-        depth: Annotated[int, Field(ge=1, le=2, description="neighbour hops")] = 1,
-        fmt: Literal["txt", "json"] = "txt",
-        cursor: Cursor = None,
-        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> CallToolResult:
-        from wp_mcp.converters import ViewError
-
-        try:
-            page, sid = _render(
-                state, snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
-                max_tokens=max_tokens,
-            )  # fmt: skip
-        except ViewError as exc:  # the shared message says "search"; here it is a tool
-            hint = "call wp_search query=<pid, name or address>"
-            raise UserError(f"{error_line(exc)}; {hint}") from None
-        return _page_result(page, sid, "")
-
-    @server.tool(
-        name="wp_search",
-        title="Find entities",
-        annotations=READ_ONLY,
-        description="Find entities by id, name, command line or address; returns ids to pass to wp_entity.",
-    )
-    @_user_errors
-    def wp_search(
-        query: Annotated[str, Field(min_length=1, max_length=200)],
-        snapshot: Snapshot = "latest",
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    ) -> CallToolResult:
-        from wp_mcp.converters import search
-
-        sid = state.resolve_snapshot(snapshot)
-        page = state.cached(
-            (sid, "search", query, limit),
-            lambda: search(state.graph(sid), query, limit=limit, snapshot_id=sid),
-        )
-        return _page_result(
-            page, sid, "no match; try a shorter query, a pid, a process name or an address"
-        )
-
-    @server.tool(
-        name="wp_diff",
-        title="Compare two snapshots",
-        annotations=READ_ONLY,
-        description=(
-            "Verify a change between two snapshots (before/after an optimisation): first the "
-            "findings resolved, new and unchanged (every skill re-run on both), then what "
-            "appeared, vanished or changed beyond noise; the rest pages with cursor."
-        ),
-    )
-    @_user_errors
-    def wp_diff(
-        before: Snapshot,
-        after: Snapshot = "latest",
-        cursor: Cursor = None,
-        max_tokens: MaxTokens = DIFF_MAX_TOKENS,
-    ) -> CallToolResult:
-        from wp_mcp.converters.diff import diff_graphs, render_diff
-        from wp_mcp.skills.compare import compare_findings
-
-        old, new = state.resolve_snapshot(before), state.resolve_snapshot(after)
-        if old == new:
-            raise UserError(
-                f"before and after are the same snapshot {old}; collect again (wp_collect) "
-                "after the change, then diff the two ids from wp_snapshots"
-            )
-        diff = state.cached(
-            (old, new, "diff"), lambda: diff_graphs(state.graph(old), state.graph(new))
-        )
-        findings = state.cached(
-            (old, new, "findings"),
-            lambda: compare_findings(_diagnosis(state, old), _diagnosis(state, new)),
-        )
-        page = render_diff(
-            diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor,
-            lead=findings.lines(),
+            state, snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
+            max_tokens=max_tokens,
         )  # fmt: skip
-        return _result(
-            page.text, before=old, after=new, **findings.counts(), **page.counts,
-            page=page.page, pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
-        )  # fmt: skip
+    except ViewError as exc:  # the shared message says "search"; here it is a tool
+        hint = "call wp_search query=<pid, name or address>"
+        raise UserError(f"{error_line(exc)}; {hint}") from None
+    return _page_result(page, sid, "")
+
+
+@tool(
+    name="wp_search",
+    title="Find entities",
+    annotations=READ_ONLY,
+    description="Find entities by id, name, command line or address; returns ids to pass to wp_entity.",
+)
+def wp_search(
+    state: ServerState,
+    query: Annotated[str, Field(min_length=1, max_length=200)],
+    snapshot: Snapshot = "latest",
+    limit: Annotated[int, Field(ge=1, le=200)] = 20,
+) -> CallToolResult:
+    from wp_mcp.converters import search
+
+    sid = state.resolve_snapshot(snapshot)
+    page = state.cached(
+        (sid, "search", query, limit),
+        lambda: search(state.graph(sid), query, limit=limit, snapshot_id=sid),
+    )
+    return _page_result(
+        page, sid, "no match; try a shorter query, a pid, a process name or an address"
+    )
+
+
+@tool(
+    name="wp_diff",
+    title="Compare two snapshots",
+    annotations=READ_ONLY,
+    description=(
+        "Verify a change between two snapshots (before/after an optimisation): first the "
+        "findings resolved, new and unchanged (every skill re-run on both), then what "
+        "appeared, vanished or changed beyond noise; the rest pages with cursor."
+    ),
+)
+def wp_diff(
+    state: ServerState,
+    before: Snapshot,
+    after: Snapshot = "latest",
+    cursor: Cursor = None,
+    max_tokens: MaxTokens = DIFF_MAX_TOKENS,
+) -> CallToolResult:
+    from wp_mcp.converters.diff import diff_graphs, render_diff
+    from wp_mcp.skills.compare import compare_findings
+
+    old, new = state.resolve_snapshot(before), state.resolve_snapshot(after)
+    if old == new:
+        raise UserError(
+            f"before and after are the same snapshot {old}; collect again (wp_collect) "
+            "after the change, then diff the two ids from wp_snapshots"
+        )
+    diff = state.cached((old, new, "diff"), lambda: diff_graphs(state.graph(old), state.graph(new)))
+    findings = state.cached(
+        (old, new, "findings"),
+        lambda: compare_findings(_diagnosis(state, old), _diagnosis(state, new)),
+    )
+    page = render_diff(
+        diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor,
+        lead=findings.lines(),
+    )  # fmt: skip
+    return _result(
+        page.text, before=old, after=new, **findings.counts(), **page.counts,
+        page=page.page, pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
+    )  # fmt: skip
 
 
 def _diagnosis(state: ServerState, snapshot_id: str) -> Any:
@@ -658,120 +720,119 @@ def _diagnosis(state: ServerState, snapshot_id: str) -> Any:
 # --------------------------------------------------------------------------- skill tools
 
 
-def _register_skill_tools(server: WpServer, state: ServerState) -> None:
-    @server.tool(
-        name="wp_run_skill",
-        title="Run a diagnosis skill",
-        annotations=WRITES_STORE,
-        meta=PICTURE_APP_META,
-        description=(
-            "Run a skill on a snapshot and store its report: dataflow-topology-restore, "
-            "bottleneck-identification, hotspot-thread-discovery, or all (one combined report). "
-            "Returns the report id and the findings in brief; read details with wp_report."
+@tool(
+    name="wp_run_skill",
+    title="Run a diagnosis skill",
+    annotations=WRITES_STORE,
+    meta=PICTURE_APP_META,
+    description=(
+        "Run a skill on a snapshot and store its report: dataflow-topology-restore, "
+        "bottleneck-identification, hotspot-thread-discovery, or all (one combined report). "
+        "Returns the report id and the findings in brief; read details with wp_report."
+    ),
+)
+def wp_run_skill(
+    state: ServerState,
+    skill: Annotated[str, Field(description="skill name or 'all'")],
+    snapshot: Snapshot = "latest",
+    options: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description='bottleneck-identification: {"layers": [1, 3]}; hotspot-thread-discovery: {"top": 5}'
         ),
-    )
-    @_user_errors
-    def wp_run_skill(
-        skill: Annotated[str, Field(description="skill name or 'all'")],
-        snapshot: Snapshot = "latest",
-        options: Annotated[
-            dict[str, Any] | None,
-            Field(
-                description='bottleneck-identification: {"layers": [1, 3]}; hotspot-thread-discovery: {"top": 5}'
-            ),
-        ] = None,
-        max_tokens: Annotated[int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS)] = 1500,
-    ) -> CallToolResult:
-        from wp_mcp.converters import count_tokens
-        from wp_mcp.skills import run_skill
+    ] = None,
+    max_tokens: Annotated[int, Field(ge=MIN_MAX_TOKENS, le=HARD_MAX_TOKENS)] = 1500,
+) -> CallToolResult:
+    from wp_mcp.converters import count_tokens
+    from wp_mcp.skills import run_skill
 
-        sid = state.resolve_snapshot(snapshot)
-        if skill == "all":
-            if options:
-                raise UserError("options apply to one skill; run that skill alone to use them")
-            report = _diagnosis(state, sid)  # the one wp_diff computes, when it did
-        else:
-            report = run_skill(skill, state.graph(sid), **(options or {}))
-        report_id = state.store.put_report(
-            sid, report.skill, report.to_dict(), report.to_markdown()
-        )
-        by_priority = Counter(f.priority for f in report.findings)
-        sections = " | ".join(report.contents())
-        text = (
-            f"report {report_id} ({report.skill} on snapshot {sid})\n"
-            f"{report.brief(max_tokens=max_tokens - 100 - count_tokens(sections))}\n"
-            f"next: wp_report report={report_id} finding=<id above> or section=<one of: "
-            f"{sections}>"
-        )
-        return _result(
-            text, report_id=report_id, snapshot_id=sid, skill=report.skill,
-            findings=len(report.findings), by_priority=dict(sorted(by_priority.items())) or None,
-        )  # fmt: skip
-
-    @server.tool(
-        name="wp_report",
-        title="Read a stored report",
-        annotations=READ_ONLY,
-        description=(
-            "Read a stored report: whole (paged), one section, or one finding with its "
-            "evidence and action; md or json."
-        ),
+    sid = state.resolve_snapshot(snapshot)
+    if skill == "all":
+        if options:
+            raise UserError("options apply to one skill; run that skill alone to use them")
+        report = _diagnosis(state, sid)  # the one wp_diff computes, when it did
+    else:
+        report = run_skill(skill, state.graph(sid), **(options or {}))
+    report_id = state.store.put_report(sid, report.skill, report.to_dict(), report.to_markdown())
+    by_priority = Counter(f.priority for f in report.findings)
+    sections = " | ".join(report.contents())
+    text = (
+        f"report {report_id} ({report.skill} on snapshot {sid})\n"
+        f"{report.brief(max_tokens=max_tokens - 100 - count_tokens(sections))}\n"
+        f"next: wp_report report={report_id} finding=<id above> or section=<one of: "
+        f"{sections}>"
     )
-    @_user_errors
-    def wp_report(
-        report: Annotated[str, Field(description="report id, prefix, or 'latest'")] = "latest",
-        section: Annotated[
-            str | None,
-            Field(description="a heading as wp_run_skill lists it (any dash, unique start)"),
-        ] = None,
-        finding: Annotated[str | None, Field(description="finding id")] = None,
-        fmt: Literal["md", "json"] = "md",
-        cursor: Cursor = None,
-        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> CallToolResult:
-        report_id = state.store.get_report(report).id
-        text = state.cached(
-            ("report", report_id, section, finding, fmt),
-            lambda: _report_text(state, report_id, section, finding, fmt),
-        )
-        page = page_text(
-            text, max_tokens=max_tokens, cursor=cursor, again=f"wp_report report={report_id}"
-        )
-        return _result(
-            page.text, report_id=report_id, page=page.page, pages=page.pages,
-            next_cursor=page.next_cursor,
-        )  # fmt: skip
+    return _result(
+        text, report_id=report_id, snapshot_id=sid, skill=report.skill,
+        findings=len(report.findings), by_priority=dict(sorted(by_priority.items())) or None,
+    )  # fmt: skip
 
-    @server.tool(
-        name="wp_skill_docs",
-        title="Skill documentation",
-        annotations=READ_ONLY,
-        description=(
-            "Without arguments: list the skills. With skill: its SKILL.md (method, rules, "
-            "outputs) and its references. With skill and reference: that reference file."
-        ),
+
+@tool(
+    name="wp_report",
+    title="Read a stored report",
+    annotations=READ_ONLY,
+    description=(
+        "Read a stored report: whole (paged), one section, or one finding with its "
+        "evidence and action; md or json."
+    ),
+)
+def wp_report(
+    state: ServerState,
+    report: Annotated[str, Field(description="report id, prefix, or 'latest'")] = "latest",
+    section: Annotated[
+        str | None,
+        Field(description="a heading as wp_run_skill lists it (any dash, unique start)"),
+    ] = None,
+    finding: Annotated[str | None, Field(description="finding id")] = None,
+    fmt: Literal["md", "json"] = "md",
+    cursor: Cursor = None,
+    max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+) -> CallToolResult:
+    report_id = state.store.get_report(report).id
+    text = state.cached(
+        ("report", report_id, section, finding, fmt),
+        lambda: _report_text(state, report_id, section, finding, fmt),
     )
-    @_user_errors
-    def wp_skill_docs(
-        skill: str | None = None,
-        reference: Annotated[str | None, Field(description="file name under references/")] = None,
-        cursor: Cursor = None,
-        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> CallToolResult:
-        if skill is None:
-            if reference is not None:
-                raise UserError(
-                    "reference needs skill; call wp_skill_docs without arguments to list skills"
-                )
-            return _result(_skill_listing(), skills=len(SKILLS))
-        text = _skill_doc(skill, reference)
-        page = page_text(
-            text, max_tokens=max_tokens, cursor=cursor,
-            again=f"wp_skill_docs skill={skill}" + (f" reference={reference}" if reference else ""),
-        )  # fmt: skip
-        return _result(
-            page.text, skill=skill, page=page.page, pages=page.pages, next_cursor=page.next_cursor
-        )
+    page = page_text(
+        text, max_tokens=max_tokens, cursor=cursor, again=f"wp_report report={report_id}"
+    )
+    return _result(
+        page.text, report_id=report_id, page=page.page, pages=page.pages,
+        next_cursor=page.next_cursor,
+    )  # fmt: skip
+
+
+@tool(
+    name="wp_skill_docs",
+    title="Skill documentation",
+    annotations=READ_ONLY,
+    description=(
+        "Without arguments: list the skills. With skill: its SKILL.md (method, rules, "
+        "outputs) and its references. With skill and reference: that reference file."
+    ),
+)
+def wp_skill_docs(
+    state: ServerState,
+    skill: str | None = None,
+    reference: Annotated[str | None, Field(description="file name under references/")] = None,
+    cursor: Cursor = None,
+    max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+) -> CallToolResult:
+    if skill is None:
+        if reference is not None:
+            raise UserError(
+                "reference needs skill; call wp_skill_docs without arguments to list skills"
+            )
+        return _result(_skill_listing(), skills=len(SKILLS))
+    text = _skill_doc(skill, reference)
+    page = page_text(
+        text, max_tokens=max_tokens, cursor=cursor,
+        again=f"wp_skill_docs skill={skill}" + (f" reference={reference}" if reference else ""),
+    )  # fmt: skip
+    return _result(
+        page.text, skill=skill, page=page.page, pages=page.pages, next_cursor=page.next_cursor
+    )
 
 
 def _report_text(
