@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 import orjson
-from wp_mcp.graph import CollectorStatus, Graph, Meta, UserError, ids
+from wp_mcp.graph import CollectorStatus, Edge, Graph, Meta, UserError, ids
 from wp_mcp.graph.safetext import excerpt
 
 from ..ipc import socket_links
@@ -207,15 +207,15 @@ def join_cross_host_flows(graph: Graph) -> dict[str, int]:
         if client.attrs["netns"] == server.attrs["netns"]:
             continue  # same host: its own collection paired it already
         a, b = client.attrs["node_id"], server.attrs["node_id"]
-        graph.node(a).set("role", "client", SOURCE)
-        graph.node(b).set("role", "server", SOURCE)
+        graph.nodes[a].set("role", "client", SOURCE)
+        graph.nodes[b].set("role", "server", SOURCE)
         peers.append(graph.link("peer", a, b, source=SOURCE, cross_host=True))
     links = socket_links(graph, peers)
     sides = _both_sides(graph, peers)
     for (src, dst, transport), link in links.items():
         graph.link("talks_to", src, dst, source=SOURCE, **link.attrs(transport),
                    cross_host=True, hosts=[ids.split_host(src)[0], ids.split_host(dst)[0]],
-                   **sides.get((src, dst), {}))  # fmt: skip
+                   **sides.get((src, dst), Counter()))  # fmt: skip
     return {"cross_host_peers": len(peers), "cross_host_talks_to": len(links),
             "ambiguous_sockets": len(candidates) - len(usable)}  # fmt: skip
 
@@ -237,13 +237,13 @@ def _inet_sockets(graph: Graph) -> list[RawSocket]:
     return found
 
 
-def _both_sides(graph: Graph, peers: list) -> dict[tuple[str, str], Counter]:
+def _both_sides(graph: Graph, peers: list[Edge]) -> dict[tuple[str, str], Counter[str]]:
     """Each end's own counters per (client process, server process): the bytes the sender
     says it sent against those the receiver says it received, and each side's
     retransmissions (loss shows on the side that sends into the lossy link)."""
-    totals: dict[tuple[str, str], Counter] = {}
+    totals: dict[tuple[str, str], Counter[str]] = {}
     for edge in peers:
-        client, server = graph.node(edge.src), graph.node(edge.dst)
+        client, server = graph.nodes[edge.src], graph.nodes[edge.dst]
         for src in {e.src for e in graph.in_edges(client.id, "holds")}:
             for dst in {e.src for e in graph.in_edges(server.id, "holds")}:
                 if src == dst:
@@ -328,9 +328,9 @@ def clock_skew(graph: Graph, graphs: dict[str, Graph], labels: dict[str, str]) -
         "uncertainty_s": round(max(float(c.get("uncertainty_s", 0)) for c in hosts.values()), 6),
     }
     starts = [
-        graphs[name].meta.started_at - float(hosts[labels[name]]["offset_s"])
+        started - float(hosts[labels[name]]["offset_s"])
         for name in graphs
-        if labels[name] in hosts and graphs[name].meta.started_at is not None
+        if labels[name] in hosts and (started := graphs[name].meta.started_at) is not None
     ]
     if starts:
         result["window_start_spread_s"] = round(max(starts) - min(starts), 6)

@@ -87,7 +87,7 @@ def lossy_host(ctx: RuleContext) -> list[Finding]:
             continue
         if value < LOSS_TIMES_PEERS * max(peers, LOSS_FLOOR / LOSS_TIMES_PEERS):
             continue
-        ranked = any(ctx.graph.node(p).get("rank") is not None for p in sent.ends)
+        ranked = any(ctx.graph.nodes[p].get("rank") is not None for p in sent.ends)
         out.append(
             ctx.finding(
                 subject=f"host:{host}",
@@ -295,7 +295,7 @@ def _disjoint(pairs: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
 
 def _pairs_finding(ctx: RuleContext, host_a: str, host_b: str,
                    pairs: list[tuple[str, str, int]]) -> Finding:  # fmt: skip
-    rank = {p: ctx.graph.node(p).get("rank") for a, b, _ in pairs for p in (a, b)}
+    rank = {p: ctx.graph.nodes[p].get("rank") for a, b, _ in pairs for p in (a, b)}
     moved = sum(n for _, _, n in pairs)
     far, near = pairs[0][1], pairs[1][0]  # one swap: the first pair's B rank, the second's A
     return ctx.finding(
