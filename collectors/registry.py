@@ -28,6 +28,7 @@ COLLECTORS: list[str] = [
     "wp_mcp.collectors.nic:NicCollector",
     "wp_mcp.collectors.rdma:RdmaCollector",
     "wp_mcp.collectors.disk:DiskCollector",
+    "wp_mcp.collectors.waits:WaitsCollector",
     "wp_mcp.collectors.pci:PciCollector",
     "wp_mcp.collectors.ebpf:EbpfCollector",
 ]

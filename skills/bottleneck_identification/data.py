@@ -6,6 +6,15 @@ from wp_mcp.graph import Node
 
 from ..report import Evidence, Finding
 from .rulebook import NotEvaluable, RuleContext, rule
+from .thresholds import (
+    LOADER_RUN_DELAY,
+    LOADER_SATURATED,
+    LOADERS_WORKING,
+    NEW_WORKER_MIN_CPU,
+    OVERSUBSCRIBED,
+    TRAINER_ON_QUEUE,
+    TRAINER_WAITING,
+)
 
 PYTORCH_TUNING = (
     "proposed thresholds; remedies from the PyTorch Performance Tuning Guide (DataLoader workers)"
@@ -30,13 +39,14 @@ def _loader_sets(ctx: RuleContext) -> list[tuple[Node, list[Node]]]:
 
 def _loader_evidence(ctx: RuleContext, trainer: Node, workers: list[Node]) -> list[Evidence]:
     return [
-        ctx.entity(trainer, "cpu_pct", "vol_switches_per_s", note="trainer"),
+        ctx.entity(trainer, "cpu_pct", "vol_switches_per_s", "main_waits", note="trainer"),
         Evidence(
             "aggregate",
             [w.id for w in workers],
             {
                 "cpu_pct": [round(w.get("cpu_pct"), 1) for w in workers],
                 "vol_switches_per_s": [round(w.get("vol_switches_per_s") or 0, 1) for w in workers],
+                **_waits_of(workers),
             },
             ctx.window_s,
             note="loader workers",
@@ -44,19 +54,30 @@ def _loader_evidence(ctx: RuleContext, trainer: Node, workers: list[Node]) -> li
     ]
 
 
+def _waits_of(workers: list[Node]) -> dict[str, list]:
+    if not all(w.get("main_waits") for w in workers):
+        return {}
+    return {"main_waits": [w.get("main_waits") for w in workers]}
+
+
 @rule(
     "L7.dataloader-saturated",
     7,
     "Data loaders saturated, trainer waiting",
     "mean loader cpu_pct with the trainer's cpu_pct",
-    "loaders ≥ 90 % while the trainer < 50 %",
+    f"loaders {LOADER_SATURATED} while the trainer {TRAINER_WAITING} (and, when its waits "
+    f"were sampled, waits on its loader queue {TRAINER_ON_QUEUE})",
     PYTORCH_TUNING,
 )
 def dataloader_saturated(ctx: RuleContext) -> list[Finding]:
     out = []
     for trainer, workers in _loader_sets(ctx):
-        mean = sum(w.get("cpu_pct") for w in workers) / len(workers)
-        if mean >= 90 and trainer.get("cpu_pct") < 50:
+        mean = _mean_cpu(workers)
+        waits = trainer.get("main_waits")
+        on_queue = waits is None or TRAINER_ON_QUEUE.reached(100 * waits.get("fd_wait", 0.0))
+        if LOADER_SATURATED.reached(mean) and TRAINER_WAITING.reached(trainer.get("cpu_pct")):
+            if not on_queue:
+                continue  # the trainer waits on something else: its peers, the disk
             out.append(
                 ctx.finding(
                     subject=trainer.id,
@@ -65,50 +86,136 @@ def dataloader_saturated(ctx: RuleContext) -> list[Finding]:
                     title=f"{ctx.label(trainer.id)} at {trainer.get('cpu_pct'):.0f} % CPU while "
                     f"its {len(workers)} loaders run at {mean:.0f} %",
                     evidence=_loader_evidence(ctx, trainer, workers),
-                    action="Input is CPU-bound: add DataLoader workers if CPUs are free, move "
-                    "decoding/augmentation to the device or do it offline.",
+                    action="Input is CPU-bound: move decoding/augmentation to the device or do "
+                    "it offline; " + worker_count_advice(ctx, trainer, workers),
                 )
             )
     return out
 
 
+# what loader workers do when they are not waiting for the next index
+_WORK = {
+    "running": "computing on CPU (decoding, augmentation)",
+    "io": "blocked on disk I/O (D state)",
+    "sleep": "sleeping inside __getitem__ (a timed wait: throttled or remote reads)",
+    "socket": "reading from the network (remote storage)",
+    "other": "waiting in the kernel",
+}
+_IDLE_WAITS = ("fd_wait", "futex")  # a worker waiting for the next index, or on a lock
+_WORK_ACTIONS = {
+    "running": "Each batch costs CPU: move decoding/augmentation to the device or do it offline, ",
+    "io": "The loaders wait on storage: cache the dataset in memory or on local NVMe and read "
+    "larger sequential chunks (see layer 5 for the disk); more workers only deepen the disk "
+    "queue. ",
+}
+_WAIT_ACTION = (
+    "The loaders wait inside __getitem__: remove blocking calls, cache remote data locally, "
+    "raise prefetch_factor; "
+)
+
+
 @rule(
     "L7.dataloader-stalled",
     7,
-    "Data loaders waiting (sleep / I/O), trainer starved",
-    "loader cpu_pct and wake-ups with the trainer's cpu_pct",
-    "trainer < 50 % CPU without waiting for a CPU (run delay < 20 %), loaders < 25 % CPU "
-    "yet waking ≥ 5 times/s",
+    "Trainer waits on its data loaders, which are busy (CPU, I/O or slow item reads)",
+    "trainer's main thread waiting on its loader queue, and its loaders' share of time at work",
+    f"trainer waits on its loader queue {TRAINER_ON_QUEUE} while its loaders work "
+    f"{LOADERS_WORKING} and the trainer is not short of CPU (run delay < "
+    f"{LOADER_RUN_DELAY.value:g} %)",
     PYTORCH_TUNING,
 )
 def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
+    """The loader is the bottleneck only when both sides say so: the trainer's main thread
+    sleeps on file descriptors (how a PyTorch trainer waits on its DataLoader queue), and
+    its workers are busy rather than waiting for the next index. A rank waiting on its peers
+    (a collective: futex), on the disk (D) or for a CPU is left to the rules of those layers."""
     out = []
-    for trainer, workers in _loader_sets(ctx):
-        mean = sum(w.get("cpu_pct") for w in workers) / len(workers)
-        wakeups = sum(w.get("vol_switches_per_s") or 0 for w in workers) / len(workers)
-        # a trainer short of CPU (run-queue delay) is not waiting for data: layer 6 says so
-        starved = _worst_run_delay(ctx, trainer) >= 20
-        if trainer.get("cpu_pct") < 50 and mean < 25 and wakeups >= 5 and not starved:
-            out.append(
-                ctx.finding(
-                    subject=trainer.id,
-                    value=round(mean, 1),
-                    priority="P1",
-                    title=f"{ctx.label(trainer.id)} at {trainer.get('cpu_pct'):.0f} % CPU; its "
-                    f"{len(workers)} loaders are busy only {mean:.0f} % yet wake {wakeups:.0f}×/s",
-                    evidence=_loader_evidence(ctx, trainer, workers),
-                    impact="the trainer waits for batches the loaders fetch slowly",
-                    action="Loaders wait on something other than CPU (sleeps, remote or slow "
-                    "storage, locks): raise num_workers and prefetch_factor, cache the dataset "
-                    "locally, remove blocking calls from __getitem__.",
-                )
+    for trainer, workers in _sampled_sets(ctx):
+        on_queue = 100 * trainer.get("main_waits").get("fd_wait", 0.0)
+        working = _mean_working(workers)
+        short_of_cpu = LOADER_RUN_DELAY.reached(_worst_run_delay(ctx, trainer))
+        if not (TRAINER_ON_QUEUE.reached(on_queue) and LOADERS_WORKING.reached(working)):
+            continue
+        if short_of_cpu:
+            continue
+        work = _dominant_work(workers)
+        out.append(
+            ctx.finding(
+                subject=trainer.id,
+                value=round(on_queue, 1),
+                priority="P1",
+                title=f"{ctx.label(trainer.id)} waits on its DataLoader {on_queue:.0f} % of the "
+                f"window; its {len(workers)} loaders work {working:.0f} % of it, mostly "
+                f"{_WORK[work]}",
+                evidence=_loader_evidence(ctx, trainer, workers),
+                impact="each step waits for a batch: the loaders set the job's pace",
+                action=_WORK_ACTIONS.get(work, _WAIT_ACTION)
+                + worker_count_advice(ctx, trainer, workers),
             )
+        )
     return out
 
 
 def _worst_run_delay(ctx: RuleContext, proc: Node) -> float:
     delays = [t.get("run_delay_pct") or 0 for t in ctx.graph.successors(proc.id, "has_thread")]
     return max(delays, default=0.0)
+
+
+def _sampled_sets(ctx: RuleContext) -> list[tuple[Node, list[Node]]]:
+    sets = [
+        (trainer, workers)
+        for trainer, workers in _loader_sets(ctx)
+        if trainer.get("main_waits") and all(w.get("main_waits") for w in workers)
+    ]
+    if not sets:
+        raise NotEvaluable(
+            "no main-thread wait samples for trainers and their loaders (needs a window and "
+            "the waits collector)"
+        )
+    return sets
+
+
+def _mean_cpu(workers: list[Node]) -> float:
+    return sum(w.get("cpu_pct") for w in workers) / len(workers)
+
+
+def _mean_working(workers: list[Node]) -> float:
+    """Mean share (%) of the window the workers spent neither waiting for an index nor on
+    a lock."""
+    idle = [sum(w.get("main_waits").get(k, 0.0) for k in _IDLE_WAITS) for w in workers]
+    return 100 * (1 - sum(idle) / len(idle))
+
+
+def _dominant_work(workers: list[Node]) -> str:
+    totals: dict[str, float] = {}
+    for worker in workers:
+        for kind, share in worker.get("main_waits").items():
+            if kind in _WORK:
+                totals[kind] = totals.get(kind, 0.0) + share
+    return max(totals, key=lambda k: totals[k]) if totals else "other"
+
+
+def worker_count_advice(ctx: RuleContext, trainer: Node, workers: list[Node]) -> str:
+    """A loader-worker count that fits this host: more workers only where idle CPUs can run
+    them, at what one worker of this trainer costs (never past the idle CPUs)."""
+    now = len(workers)
+    cpus = ctx.host_cpus(trainer.id)
+    host = ctx.host_for(trainer.id)
+    busy = host.get("cpu_busy_pct") if host is not None else None
+    if not cpus or busy is None:
+        return f"keep num_workers ({now}) within the CPUs left idle by the job"
+    idle = cpus * (100 - busy) / 100
+    measured = _mean_cpu(workers)
+    per_worker = max(measured / 100, NEW_WORKER_MIN_CPU)
+    ranks = max(len(ctx.analysis.dataloaders), 1)
+    extra = min(int(idle / per_worker) // ranks, now)  # at most double at one step
+    where = (
+        f"this host has {cpus} CPUs, {idle:.1f} idle over the window, and a worker takes "
+        f"{measured:.1f} % of one"
+    )
+    if extra >= 1:
+        return f"raise num_workers from {now} to {now + extra} per rank ({where})."
+    return f"do not raise num_workers above {now} ({where}): make each item cheaper instead."
 
 
 @rule(
@@ -153,7 +260,7 @@ def frontend_saturated(ctx: RuleContext) -> list[Finding]:
     7,
     "More loader workers and ranks than CPUs",
     "(ranks + loader workers) / CPUs",
-    "> 2",
+    str(OVERSUBSCRIBED),
 )
 def loader_oversubscribed(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.dataloaders:
@@ -164,8 +271,9 @@ def loader_oversubscribed(ctx: RuleContext) -> list[Finding]:
         raise NotEvaluable("the host's CPU count is unknown")
     workers = sum(len(w) for w in ctx.analysis.dataloaders.values())
     busy = len(trainers) + workers
-    if busy <= 2 * total:
+    if not OVERSUBSCRIBED.reached(busy / total):
         return []
+    fit = max(0, (total - len(trainers)) // len(trainers))
     return [
         ctx.finding(
             subject=trainers[0],
@@ -173,8 +281,11 @@ def loader_oversubscribed(ctx: RuleContext) -> list[Finding]:
             priority="P2",
             title=f"{len(trainers)} trainers and {workers} loader workers on {total} CPUs",
             evidence=[Evidence("aggregate", trainers, {"workers": workers, "cpus": total})],
-            action="Loader workers beyond the free CPUs only add switching: set num_workers so "
-            "trainers + workers ≤ the job's CPUs.",
+            action="Loader workers beyond the free CPUs only add switching: set num_workers="
+            f"{fit} per rank on this host ({len(trainers)} ranks + {fit * len(trainers)} "
+            f"workers ≤ {total} CPUs)"
+            + (", i.e. load in the trainer itself" if fit == 0 else "")
+            + ".",
         )
     ]
 

@@ -56,8 +56,8 @@ class RankState:
     6,
     "A rank stopped, blocked or silent while its peers wait",
     "rank state (T/t, D) with its CPU and the bytes on its links to the other ranks",
-    f"stopped or in D state, or CPU {STALLED_CPU} with links {STALLED_LINK}, while the "
-    f"links to its peers carry {STALLED_LINK} (D counts when off CPU {BLOCKED_OFF_CPU})",
+    f"a rank stopped (T/t) or in D state off CPU {BLOCKED_OFF_CPU}, or every rank at CPU "
+    f"{STALLED_CPU}, while the links between the ranks carry {STALLED_LINK}",
 )
 def rank_stalled(ctx: RuleContext) -> list[Finding]:
     groups = [g for g in ctx.analysis.groups if len(g.members) >= 2]

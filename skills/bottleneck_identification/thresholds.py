@@ -14,19 +14,23 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Limit:
     """One threshold: ``value`` with its ``unit``; reached at or above it, or with
-    ``below=True`` at or under it (a floor that is a problem when undershot)."""
+    ``below=True`` at or under it (a floor that is a problem when undershot); ``strict``
+    leaves the value itself out (``>``, ``<``)."""
 
     value: float
     unit: str = ""
     below: bool = False
+    strict: bool = False
 
     def reached(self, measured: float | None) -> bool:
         if measured is None:
             return False
+        if self.strict:
+            return measured < self.value if self.below else measured > self.value
         return measured <= self.value if self.below else measured >= self.value
 
     def __str__(self) -> str:
-        sign = "≤" if self.below else "≥"
+        sign = ("<" if self.below else ">") if self.strict else "≤" if self.below else "≥"
         return f"{sign} {self.value:g}{_spaced(self.unit)}"
 
 
@@ -62,8 +66,11 @@ BLOCKED_OFF_CPU = Limit(50, "% of the window")
 
 # --------------------------------------------------------------------------- layer 7
 LOADER_SATURATED = Limit(90, "%")  # mean loader worker CPU (of one CPU each)
-TRAINER_WAITING = Limit(50, "%", below=True)  # trainer CPU while it waits on batches
+TRAINER_WAITING = Limit(50, "%", below=True, strict=True)  # trainer CPU while it waits on batches
 LOADER_RUN_DELAY = Limit(20, "%")  # trainer run delay that means "short of CPU", not data
-LOADER_BLOCKED = Limit(25, "% of the window")  # a worker off CPU in D state (I/O) this long
-LOADER_BUSY = Limit(50, "%")  # a worker at this CPU is busy producing batches
-OVERSUBSCRIBED = Limit(2, "× the CPUs")  # (ranks + loader workers) / CPUs
+# main-thread wait samples (collectors/waits.py): the trainer waits on its loader queue …
+TRAINER_ON_QUEUE = Limit(50, "% of the window")
+# … while its loader workers work (not waiting for the next index) this share of the time
+LOADERS_WORKING = Limit(80, "% of the window")
+NEW_WORKER_MIN_CPU = 0.05  # the least share of a CPU a new loader worker is counted at
+OVERSUBSCRIBED = Limit(2, "× the CPUs", strict=True)  # (ranks + loader workers) / CPUs

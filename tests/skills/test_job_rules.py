@@ -97,3 +97,101 @@ def test_thresholds_are_written_once_and_read_back_as_text():
     assert Limit(20, "ms").reached(20) and not Limit(20, "ms").reached(19.9)
     assert not Limit(20, "ms").reached(None)
     assert graded(Limit(20, "ms"), Limit(100, "ms"), "P1") == "≥ 20 ms (P1 from 100 ms)"
+
+
+# --------------------------------------------------------------------------- data loaders
+
+LOADER_RULE = "L7.dataloader-stalled"
+HEALTHY_WORKER = {"fd_wait": 0.5, "sleep": 0.4, "running": 0.1}  # half the time idle
+
+
+def loader_waits(trainer=None, worker=None, worker_cpu=5.0, run_delay=0.0, **host):
+    """Two ranks with two loader workers each; ``trainer`` and ``worker`` are the shares
+    of the window their main threads spent per wait class (collectors/waits.py)."""
+    trainer = trainer or {"sleep": 0.6, "running": 0.25, "futex": 0.15}
+    worker = worker or HEALTHY_WORKER
+
+    def build():
+        graph = two_node_host(**host)
+        for index, rank in enumerate(tcp_ranks(graph)):
+            node = graph.nodes[rank]
+            node.cpu_pct, node.main_waits = 10.0, trainer
+            thread(graph, 200 + index, 200 + index, cpu_pct=10.0, run_delay_pct=run_delay)
+            for w in range(2):
+                pid = 300 + 10 * index + w
+                process(graph, pid, parent=200 + index, name="pt_data_worker",
+                        cpu_pct=worker_cpu, main_waits=worker)  # fmt: skip
+        return graph
+
+    return build
+
+
+def loader_findings(graph, rule_id=LOADER_RULE):
+    result = next(o.result for o in evaluate(graph) if o.rule.id == rule_id)
+    assert not isinstance(result, str), result
+    return result
+
+
+ON_QUEUE = {"fd_wait": 0.85, "running": 0.1, "futex": 0.05}
+
+
+def test_a_trainer_waiting_on_busy_loaders_is_named_with_what_the_loaders_do():
+    found = loader_findings(loader_waits(ON_QUEUE, {"sleep": 1.0}, cpu_busy_pct=100.0)())
+    assert [f.subject for f in found] == ["proc:200", "proc:201"]
+    assert all(f.priority == "P1" for f in found)
+    assert "waits on its DataLoader 85 %" in found[0].title
+    assert "sleeping inside __getitem__" in found[0].title
+
+
+def test_a_healthy_job_whose_loaders_keep_up_draws_no_loader_finding():
+    """Loaders idle half the time (waiting for the next index) keep ahead of the trainer,
+    whatever the trainer waits on."""
+    assert loader_findings(loader_waits()()) == []
+    assert loader_findings(loader_waits(ON_QUEUE)()) == []
+
+
+def test_a_rank_waiting_on_its_peers_or_for_a_cpu_is_not_blamed_on_its_loaders():
+    """Packet loss or a slow peer: the trainer sleeps in the collective (futex); a CPU hog:
+    it waits for a CPU. Busy loaders do not make either a loader problem."""
+    on_peers = {"futex": 0.8, "running": 0.2}
+    assert loader_findings(loader_waits(on_peers, {"sleep": 1.0})()) == []
+    assert loader_findings(loader_waits(ON_QUEUE, {"sleep": 1.0}, run_delay=40.0)()) == []
+
+
+def test_loaders_blocked_on_disk_are_sent_to_the_storage_layer():
+    (first, _) = loader_findings(loader_waits(ON_QUEUE, {"io": 0.9, "running": 0.1})())
+    assert "blocked on disk I/O" in first.title and "layer 5" in first.action
+
+
+def test_the_worker_count_advised_fits_the_idle_cpus_of_this_host():
+    """8 CPUs, 75 % busy: 2 idle; CPU-bound workers (90 % of one each) fit 2 more for the
+    2 ranks, so 1 more per rank; with every CPU busy the advice is not to raise at all."""
+    cpu_bound = {"running": 0.95, "fd_wait": 0.05}
+    (free, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=75.0)())
+    assert "raise num_workers from 2 to 3 per rank" in free.action
+    assert "8 CPUs, 2.0 idle" in free.action
+    (full, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=99.0)())
+    assert "do not raise num_workers above 2" in full.action
+
+
+def test_loader_rule_without_wait_samples_says_what_it_needs():
+    graph = loader_waits()()
+    for node in graph.of_kind("process"):
+        node.main_waits = None
+    result = next(o.result for o in evaluate(graph) if o.rule.id == LOADER_RULE)
+    assert isinstance(result, str) and "wait samples" in result
+
+
+def test_oversubscribed_loaders_get_a_count_that_fits_the_cpus():
+    graph = loader_waits()()
+    for index in range(2):
+        for w in range(2, 12):
+            process(graph, 400 + 20 * index + w, parent=200 + index, name="pt_data_worker")
+    (finding,) = loader_findings(graph, "L7.loader-oversubscribed")
+    assert "num_workers=3 per rank" in finding.action  # 2 ranks + 6 workers ≤ 8 CPUs
+
+
+def stalled_loaders(stalled):
+    """For the rule table of test_skills_rules: trainers waiting on busy loaders, or (False)
+    a healthy job."""
+    return loader_waits(ON_QUEUE, {"sleep": 1.0}) if stalled else loader_waits()

@@ -19,7 +19,7 @@ from .builders import (
     thread,
     two_node_host,
 )
-from .test_job_rules import stalled_rank
+from .test_job_rules import stalled_loaders, stalled_rank
 
 # --------------------------------------------------------------------------- layer 1
 
@@ -418,7 +418,7 @@ CASES = {
     "L6.ranks-share-cpus": (shared_pins("1-2"), shared_pins("2-3")),
     "L6.rank-stalled": (stalled_rank("T"), stalled_rank(None)),
     "L7.dataloader-saturated": (loaders(20.0, 99.0, 1.0), loaders(95.0, 99.0, 1.0)),
-    "L7.dataloader-stalled": (loaders(10.0, 3.0, 40.0), loaders(10.0, 3.0, 0.5)),
+    "L7.dataloader-stalled": (stalled_loaders(True), stalled_loaders(False)),
     "L7.frontend-saturated": (front_end(100.0), front_end(30.0)),
     "L7.loader-oversubscribed": (oversubscribed(12), oversubscribed(2)),
     "L7.data-path-cross-numa": (loader_node(1), loader_node(0)),
