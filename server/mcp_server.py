@@ -34,6 +34,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import Field, ValidationError
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.skills import SKILL_NAMES as SKILLS  # the registry only: no engine is loaded
 
 from wp_mcp import __version__
 
@@ -51,9 +52,6 @@ OVERVIEW_TOKENS = 600  # the summary that follows wp_collect / wp_open
 DIFF_MAX_TOKENS = 2000  # findings first; the raw attribute changes page behind the cursor
 CANCEL_GRACE_S = 30.0  # how long a cancelled collection may take to close its collectors
 
-# The skills, as the skills package names them; kept here too so building the server (and
-# answering tools/list) does not import the skill engines. A test checks both agree.
-SKILLS = ("dataflow-topology-restore", "bottleneck-identification", "hotspot-thread-discovery")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 WRITES_STORE = ToolAnnotations(

@@ -1,46 +1,71 @@
 """wp_mcp.skills: deterministic diagnosis skills over a topology graph, plus agent bundles.
 
-Each skill is a folder (``skills/<snake_name>/``) holding its engine and its agent-facing
-bundle (``SKILL.md`` and ``references/``). ``run_skill`` runs one, ``diagnose`` runs all
-three into one report, ``install_bundles`` copies the bundles where an assistant finds them.
+Each skill is a folder (``skills/<snake_name>/``) holding its engine (``engine.py`` with
+``run(graph, analysis=None, **options) -> Report``) and its agent-facing bundle
+(``SKILL.md`` and ``references/``), registered by one line in ``SKILLS`` below.
+``run_skill`` runs one, ``diagnose`` runs all into one report, ``install_bundles`` copies
+the bundles where an assistant finds them.
+
+This module is light (the MCP server lists the skills without loading an engine or the
+graph model): the report classes load on first use (PEP 562).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import shown, write_output
 from wp_mcp.graph.safetext import excerpt
 
-from .analysis import Analysis
-from .report import Evidence, Finding, Report, Section, safe
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
 
-SKILL_NAMES = (
-    "dataflow-topology-restore",
-    "bottleneck-identification",
-    "hotspot-thread-discovery",
+    from .report import Evidence, Finding, Report, Section
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str  # as installed and called (dash-case); its folder is the name in snake_case
+    options: frozenset[str] = frozenset()  # what run_skill accepts, so a typo is a clear error
+
+    @property
+    def folder(self) -> str:
+        return self.name.replace("-", "_")
+
+
+# One line per skill, in the order diagnose runs them and listings show them.
+SKILLS = (
+    Skill("dataflow-topology-restore"),
+    Skill("bottleneck-identification", frozenset({"layers"})),
+    Skill("hotspot-thread-discovery", frozenset({"top"})),
 )
+SKILL_NAMES = tuple(skill.name for skill in SKILLS)
 _ROOT = Path(__file__).resolve().parent
-_OPTIONS = {  # what each skill accepts as options, so a typo is a clear error
-    "dataflow-topology-restore": set(),
-    "bottleneck-identification": {"layers"},
-    "hotspot-thread-discovery": {"top"},
-}
+_LAZY = ("Evidence", "Finding", "Report", "Section")
 
 
-def _engine(name: str):
-    if name == "dataflow-topology-restore":
-        from .dataflow_topology_restore import engine
-    elif name == "bottleneck-identification":
-        from .bottleneck_identification import engine
-    elif name == "hotspot-thread-discovery":
-        from .hotspot_thread_discovery import engine
-    else:
-        raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
-    return engine
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(".report", __name__), name)
+
+
+def skill(name: str) -> Skill:
+    """The registered skill ``name``; an unknown one is a UserError listing the skills."""
+    for known in SKILLS:
+        if known.name == name:
+            return known
+    raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
+
+
+def _engine(name: str) -> ModuleType:
+    return importlib.import_module(f".{skill(name).folder}.engine", __name__)
 
 
 def load_engines() -> None:
@@ -52,9 +77,10 @@ def load_engines() -> None:
 def run_skill(name: str, graph: Graph, **options) -> Report:
     """Run one skill. Options: ``layers`` (bottleneck-identification), ``top`` (hotspots)."""
     engine = _engine(name)
-    unknown = set(options) - _OPTIONS[name]
+    accepted_options = skill(name).options
+    unknown = set(options) - accepted_options
     if unknown:
-        accepted = ", ".join(sorted(_OPTIONS[name])) or "none"
+        accepted = ", ".join(sorted(accepted_options)) or "none"
         raise UserError(
             f"skill {name} has no option {', '.join(sorted(unknown))}; options: {accepted}"
         )
@@ -62,7 +88,10 @@ def run_skill(name: str, graph: Graph, **options) -> Report:
 
 
 def diagnose(graph: Graph) -> Report:
-    """All three skills over one graph, in one report (shared findings appear once)."""
+    """Every skill over one graph, in one report (shared findings appear once)."""
+    from .analysis import Analysis
+    from .report import Report
+
     analysis = Analysis(graph)
     parts = [_engine(name).run(graph, analysis=analysis) for name in SKILL_NAMES]
     report = Report(skill="diagnose", title=f"Diagnosis of {_hosts(graph)}")
@@ -82,6 +111,8 @@ def diagnose(graph: Graph) -> Report:
 
 
 def _hosts(graph: Graph) -> str:
+    from .report import safe
+
     names = graph.meta.hosts or [h.get("hostname") or h.id for h in graph.of_kind("host")]
     shown = ", ".join(safe(name, 60) for name in names[:8])  # names come from the file
     more = f" and {len(names) - 8} more" if len(names) > 8 else ""
@@ -89,6 +120,8 @@ def _hosts(graph: Graph) -> str:
 
 
 def _coverage(graph: Graph) -> Section:
+    from .report import Section, safe
+
     meta = graph.meta
     lines = [
         f"- origin: {safe(meta.origin or 'unknown')}; window: "
@@ -103,9 +136,7 @@ def _coverage(graph: Graph) -> Section:
 
 def bundle_dir(name: str) -> Path:
     """The folder with a skill's SKILL.md and references/."""
-    if name not in SKILL_NAMES:
-        raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
-    return _ROOT / name.replace("-", "_")
+    return _ROOT / skill(name).folder
 
 
 def front_matter(text: str) -> dict[str, str]:
@@ -175,16 +206,19 @@ def _refuse_changed(copies: list[tuple[Path, Path]], extras: list[Path]) -> None
 
 
 __all__ = [
+    "SKILLS",
     "SKILL_NAMES",
     "Evidence",
     "Finding",
     "Report",
     "Section",
+    "Skill",
     "bundle_dir",
     "diagnose",
     "front_matter",
     "install_bundles",
     "load_engines",
     "run_skill",
+    "skill",
     "skill_meta",
 ]
