@@ -2,26 +2,119 @@
 
 from __future__ import annotations
 
-from ..report import Evidence, Finding
+from dataclasses import dataclass
+
+from wp_mcp.graph import Node
+
+from ..report import Evidence, Finding, safe
 from .memory import PSI_DOC, psi_findings
 from .rulebook import NotEvaluable, RuleContext, rule
+from .thresholds import (
+    DISK_AWAIT,
+    DISK_AWAIT_P1,
+    DISK_QUEUE,
+    DISK_UTIL,
+    IO_NAMED_MAX,
+    IO_NAMED_RATE,
+    IOWAIT,
+    graded,
+)
 
-MIB = 1 << 20
+MB = 1_000_000  # rates in MB/s, as iostat and dd print them
 
 
-def _top_io_process(ctx: RuleContext) -> str | None:
-    procs = [
-        p
-        for p in ctx.graph.of_kind("process")
-        if (p.get("io_read_bytes_per_s") or 0) + (p.get("io_write_bytes_per_s") or 0) > 0
-    ]
-    if not procs:
-        return None
-    top = max(
-        procs, key=lambda p: p.get("io_read_bytes_per_s", 0) + p.get("io_write_bytes_per_s", 0)
+@dataclass
+class IoParty:
+    """A process reading or writing over the window, with its block latency when eBPF saw it."""
+
+    node: Node
+    read_per_s: float
+    write_per_s: float
+    latency_max_ms: float | None
+
+    @property
+    def total(self) -> float:
+        return self.read_per_s + self.write_per_s
+
+
+def io_parties(ctx: RuleContext) -> list[IoParty]:
+    """The processes moving ≥ ``IO_NAMED_RATE`` to or from storage (``/proc/PID/io``
+    read_bytes/write_bytes over the window), busiest first, at most ``IO_NAMED_MAX``."""
+    found = []
+    for proc in ctx.graph.of_kind("process"):
+        read = proc.get("io_read_bytes_per_s") or 0.0
+        write = proc.get("io_write_bytes_per_s") or 0.0
+        if IO_NAMED_RATE.reached(read + write):
+            found.append(IoParty(proc, read, write, proc.get("ebpf_block_lat_max_ms")))
+    found.sort(key=lambda p: -p.total)
+    return found[:IO_NAMED_MAX]
+
+
+def io_parties_text(ctx: RuleContext, parties: list[IoParty]) -> str:
+    """``dd (pid 123) writes 600 MB/s; python3 (pid 456, rank) writes 95 MB/s, block latency
+    up to 427 ms`` — empty when nobody moved enough to name."""
+    return "; ".join(_party_text(ctx, p) for p in parties)
+
+
+def _party_text(ctx: RuleContext, party: IoParty) -> str:
+    node = party.node
+    role = ctx.analysis.roles.get(node.id)
+    who = (
+        f"{safe(node.get('name') or '?', 30)} (pid {node.get('pid')}{', ' + role if role else ''})"
     )
-    rate = (top.get("io_read_bytes_per_s") or 0) + (top.get("io_write_bytes_per_s") or 0)
-    return f"top I/O process {ctx.label(top.id)} at {rate / MIB:.1f} MiB/s"
+    return f"{who} {_moves_text(party)}"
+
+
+def _moves_text(party: IoParty) -> str:
+    """``writes 95 MB/s, block latency up to 427 ms``: the direction(s) that matter."""
+    moves = []
+    if party.write_per_s and party.write_per_s >= party.read_per_s / 10:
+        moves.append(f"writes {party.write_per_s / MB:.0f} MB/s")
+    if party.read_per_s and party.read_per_s >= party.write_per_s / 10:
+        moves.append(f"reads {party.read_per_s / MB:.0f} MB/s")
+    if party.latency_max_ms is not None:
+        moves.append(f"block latency up to {party.latency_max_ms:.0f} ms")
+    return ", ".join(moves) if moves else "no I/O measured"
+
+
+def _party_of(proc: Node) -> str:
+    """``: it writes 95 MB/s, block latency up to 427 ms`` for one process that did I/O."""
+    party = IoParty(
+        proc,
+        proc.get("io_read_bytes_per_s") or 0.0,
+        proc.get("io_write_bytes_per_s") or 0.0,
+        proc.get("ebpf_block_lat_max_ms"),
+    )
+    if not party.total and party.latency_max_ms is None:
+        return ""
+    return f": it {_moves_text(party)}"
+
+
+def _io_evidence(ctx: RuleContext, parties: list[IoParty]) -> list[Evidence]:
+    if not parties:
+        return []
+    values: dict[str, list] = {
+        "io_read_bytes_per_s": [round(p.read_per_s) for p in parties],
+        "io_write_bytes_per_s": [round(p.write_per_s) for p in parties],
+    }
+    if any(p.latency_max_ms is not None for p in parties):
+        values["ebpf_block_lat_max_ms"] = [p.latency_max_ms for p in parties]
+    return [
+        Evidence(
+            "aggregate",
+            [p.node.id for p in parties],
+            values,
+            ctx.window_s,
+            note="readers and writers over the window (/proc/PID/io)",
+        )  # fmt: skip
+    ]
+
+
+def _naming(ctx: RuleContext) -> tuple[str, list[Evidence]]:
+    """The title suffix and evidence naming who reads and writes."""
+    parties = io_parties(ctx)
+    text = io_parties_text(ctx, parties)
+    return (f": {text}" if text else ""), _io_evidence(ctx, parties)
 
 
 @rule(
@@ -29,7 +122,7 @@ def _top_io_process(ctx: RuleContext) -> str | None:
     5,
     "Disk busy all the time",
     "disk util_pct",
-    "≥ 90 %",
+    str(DISK_UTIL),
     "sysstat iostat(1): %util near 100 % is saturation for devices serving requests serially",
     "published",
 )
@@ -37,15 +130,15 @@ def disk_util(ctx: RuleContext) -> list[Finding]:
     out = []
     for disk in ctx.having("disk", "util_pct"):
         util = disk.get("util_pct")
-        if util >= 90:
-            top = _top_io_process(ctx)
+        if DISK_UTIL.reached(util):
+            named, who = _naming(ctx)
             out.append(
                 ctx.finding(
                     subject=disk.id,
                     value=util,
                     priority="P1",
-                    title=f"{ctx.label(disk.id)} busy {util:.0f} % of the window",
-                    evidence=[ctx.entity(disk, "util_pct", "await_ms", "queue_depth", note=top)],
+                    title=f"{ctx.label(disk.id)} busy {util:.0f} % of the window{named}",
+                    evidence=[ctx.entity(disk, "util_pct", "await_ms", "queue_depth"), *who],
                     action="Move datasets/checkpoints to faster or more devices, cache the "
                     "dataset in memory, or write checkpoints asynchronously.",
                     command=f"iostat -x {disk.id.split(':', 1)[-1]} 1",
@@ -59,20 +152,21 @@ def disk_util(ctx: RuleContext) -> list[Finding]:
     5,
     "Slow disk requests",
     "disk await_ms",
-    "≥ 20 ms (P1 from 100 ms)",
+    graded(DISK_AWAIT, DISK_AWAIT_P1, "P1"),
 )
 def disk_await(ctx: RuleContext) -> list[Finding]:
     out = []
     for disk in ctx.having("disk", "await_ms"):
         wait = disk.get("await_ms")
-        if wait >= 20:
+        if DISK_AWAIT.reached(wait):
+            named, who = _naming(ctx)
             out.append(
                 ctx.finding(
                     subject=disk.id,
                     value=wait,
-                    priority="P1" if wait >= 100 else "P2",
-                    title=f"{ctx.label(disk.id)} requests wait {wait:.0f} ms on average",
-                    evidence=[ctx.entity(disk, "await_ms", "util_pct", "queue_depth")],
+                    priority="P1" if DISK_AWAIT_P1.reached(wait) else "P2",
+                    title=f"{ctx.label(disk.id)} requests wait {wait:.0f} ms on average{named}",
+                    evidence=[ctx.entity(disk, "await_ms", "util_pct", "queue_depth"), *who],
                     action="Requests queue on this device: reduce concurrent readers, prefetch, "
                     "or use local NVMe for hot data.",
                 )
@@ -85,20 +179,21 @@ def disk_await(ctx: RuleContext) -> list[Finding]:
     5,
     "CPUs idle waiting for I/O",
     "host cpu_iowait_pct",
-    "≥ 10 %",
+    str(IOWAIT),
 )
 def iowait(ctx: RuleContext) -> list[Finding]:
     out = []
     for host in ctx.having("host", "cpu_iowait_pct"):
         wait = host.get("cpu_iowait_pct")
-        if wait >= 10:
+        if IOWAIT.reached(wait):
+            named, who = _naming(ctx)
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=wait,
                     priority="P1",
-                    title=f"{wait:.0f} % of CPU time idle in I/O wait",
-                    evidence=[ctx.entity(host, "cpu_iowait_pct", note=_top_io_process(ctx))],
+                    title=f"{wait:.0f} % of CPU time idle in I/O wait{named}",
+                    evidence=[ctx.entity(host, "cpu_iowait_pct"), *who],
                     action="The job waits on storage: see which disk is busy (L5.disk-util) "
                     "and which process reads (per-process I/O rates).",
                 )
@@ -125,12 +220,14 @@ def d_state(ctx: RuleContext) -> list[Finding]:
     out = []
     for proc_id, stuck in by_process.items():
         rank = proc_id in ctx.analysis.ranks
+        proc = ctx.graph.node(proc_id)
+        party = _party_of(proc) if proc is not None and proc.kind == "process" else ""
         out.append(
             ctx.finding(
                 subject=proc_id,
                 value=len(stuck),
                 priority="P1" if rank else "P2",
-                title=f"{len(stuck)} threads of {ctx.label(proc_id)} in D state",
+                title=f"{len(stuck)} threads of {ctx.label(proc_id)} in D state{party}",
                 evidence=[
                     Evidence("aggregate", [t.id for t in stuck[:10]], {"state": "D"}, ctx.window_s)
                 ],
@@ -150,12 +247,17 @@ def d_state(ctx: RuleContext) -> list[Finding]:
     PSI_DOC,
 )
 def psi_io(ctx: RuleContext) -> list[Finding]:
-    return psi_findings(
+    found = psi_findings(
         ctx,
         "io",
         "stalled on I/O",
         "Find the disk (L5.disk-util) and reader (per-process I/O) behind it.",
     )
+    named, who = _naming(ctx) if found else ("", [])
+    for finding in found:
+        finding.title += named
+        finding.evidence += who
+    return found
 
 
 @rule(
@@ -163,13 +265,13 @@ def psi_io(ctx: RuleContext) -> list[Finding]:
     5,
     "Deep disk queue",
     "disk queue_depth",
-    "≥ 32 requests in flight",
+    f"{DISK_QUEUE} in flight",
 )
 def disk_queue(ctx: RuleContext) -> list[Finding]:
     out = []
     for disk in ctx.having("disk", "queue_depth"):
         depth = disk.get("queue_depth")
-        if depth >= 32:
+        if DISK_QUEUE.reached(depth):
             out.append(
                 ctx.finding(
                     subject=disk.id,

@@ -195,3 +195,41 @@ def stalled_loaders(stalled):
     """For the rule table of test_skills_rules: trainers waiting on busy loaders, or (False)
     a healthy job."""
     return loader_waits(ON_QUEUE, {"sleep": 1.0}) if stalled else loader_waits()
+
+
+# --------------------------------------------------------------------------- storage
+
+MB = 1_000_000
+
+
+def busy_disk():
+    """A disk busy 99 % of the window; dd writes 600 MB/s, a rank 95 MB/s with 427 ms block
+    latency seen by eBPF, a log reader 0.5 MB/s (too little to name)."""
+    graph = job()()
+    graph.add("disk", "disk:vda", name="vda", util_pct=99.0, await_ms=150.0)
+    graph.add("host", "host", cpu_iowait_pct=35.0)
+    process(graph, 500, name="dd", io_write_bytes_per_s=600 * MB, io_read_bytes_per_s=0.0)
+    graph.nodes["proc:200"].io_write_bytes_per_s = 95 * MB
+    graph.nodes["proc:200"].ebpf_block_lat_max_ms = 427.0
+    process(graph, 501, name="tail", io_read_bytes_per_s=0.5 * MB)
+    return graph
+
+
+NAMED = "dd (pid 500) writes 600 MB/s; python3 (pid 200, rank) writes 95 MB/s, block latency up to 427 ms"
+
+
+def test_io_findings_name_the_writers_with_their_rates_and_latency():
+    graph = busy_disk()
+    for rule_id in ("L5.disk-util", "L5.disk-await", "L5.iowait"):
+        (finding,) = loader_findings(graph, rule_id)
+        assert finding.title.endswith(NAMED), finding.title
+        (named,) = [e for e in finding.evidence if e.kind == "aggregate"]
+        assert named.ids == ["proc:500", "proc:200"]
+        assert named.values["io_write_bytes_per_s"] == [600 * MB, 95 * MB]
+
+
+def test_a_blocked_process_says_what_it_reads_or_writes():
+    graph = busy_disk()
+    thread(graph, 200, 210, state="D")
+    (finding,) = loader_findings(graph, "L5.d-state")
+    assert finding.title.endswith("in D state: it writes 95 MB/s, block latency up to 427 ms")
