@@ -127,6 +127,8 @@ def _collect_snapshot(ctx: Context, collectors: list[Collector] | None) -> Graph
     graph.meta.started_at = time.time()
     graph.meta.tool_version = __version__
     graph.meta.origin = "live"
+    # the collecting process: findings about the job leave it out (converters.facts.profiler)
+    graph.meta.profiler_pid = os.getpid()  # type: ignore[attr-defined]
     ctx.capabilities.update(probe_capabilities(ctx))
     runs = [_Run(c, _own_context(ctx)) for c in collectors]
     try:

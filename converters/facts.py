@@ -1,11 +1,16 @@
-"""Per-graph lookups the views share (thread → process, process → devices, holders, …).
+"""Per-graph lookups the views and the rules share (thread → process, a process's parent,
+children and devices, a socket's owners, the profiler's own processes, …).
 
+One answer to each question for both: the views read a ``Facts``, and the skills' ``Analysis``
+asks the same ``Facts`` before judging, so a view never disagrees with the rule it explains.
 Built once per graph on first use (the view index caches one ``Facts`` per graph), so a view
 never rescans the whole edge list to answer a neighbour question.
 """
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
@@ -16,6 +21,10 @@ from wp_mcp.graph.query import device_numa_node
 
 PROCESS = "process"
 PATH_ENDS = ("gpu", "npu", "nic", "rdma_device", "pci_bridge")
+ACCELERATOR_KINDS = ("gpu", "npu")
+# wp-mcp's own command line (the console script, ``python -m wp_mcp…``) on snapshots that do
+# not record the collecting pid
+_PROFILER_CMDLINE = re.compile(r"(^|[\s/])wp-mcp(\s|$)|-m\s+wp_mcp(\.|\s|$)")
 
 
 def attr(element: Element, name: str) -> Any:
@@ -60,6 +69,16 @@ class Facts:
     def devices_of(self, process_id: str) -> list[str]:
         return [e.dst for e in self.graph.out_edges(process_id, "uses_device")]
 
+    def accelerators_of(self, process_id: str) -> list[Node]:
+        """The GPUs and NPUs a process uses (what ranks and placements are judged by)."""
+        nodes = self.graph.nodes
+        found = (nodes.get(device) for device in self.devices_of(process_id))
+        return [d for d in found if d is not None and d.kind in ACCELERATOR_KINDS]
+
+    def socket_owners(self, socket_id: str) -> list[str]:
+        """The processes using a socket, not the children that inherited it (graph.query)."""
+        return query.socket_owners(self.graph, socket_id)
+
     def users_of(self, device_id: str) -> list[str]:
         return [e.src for e in self.graph.in_edges(device_id, "uses_device")]
 
@@ -76,11 +95,66 @@ class Facts:
         return edges[0].dst if edges else None
 
     def parent_of(self, process_id: str) -> str | None:
-        edges = self.graph.in_edges(process_id, "parent_of")
-        return edges[0].src if edges else None
+        """Its ``parent_of`` edge, else the process its ``ppid`` names."""
+        return query.parent_of(self.graph, process_id)
 
     def children_of(self, process_id: str) -> list[str]:
-        return [e.dst for e in self.graph.out_edges(process_id, "parent_of")]
+        kids = [e.dst for e in self.graph.out_edges(process_id, "parent_of")]
+        return kids or self._children_by_ppid.get(process_id, [])
+
+    @cached_property
+    def _children_by_ppid(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for process in self.graph.of_kind(PROCESS):
+            parent = self.parent_of(process.id)
+            if parent:
+                out[parent].append(process.id)
+        return out
+
+    def ancestors(self, process_id: str) -> set[str]:
+        found: set[str] = set()
+        current = self.parent_of(process_id)
+        while current is not None and current not in found:
+            found.add(current)
+            current = self.parent_of(current)
+        return found
+
+    def descendants(self, process_id: str) -> set[str]:
+        found: set[str] = set()
+        stack = [process_id]
+        while stack:
+            for child in self.children_of(stack.pop()):
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
+        return found
+
+    @cached_property
+    def profiler(self) -> frozenset[str]:
+        """wp-mcp's own processes in its snapshot: every process running wp-mcp with its
+        children (the tools it starts), and the process that collected (``meta.profiler_pid``:
+        a script calling the collector; its children are its own workload and stay). Findings
+        about the job leave them out: the profiler is not part of the workload it measures."""
+        processes = self.graph.of_kind(PROCESS)
+        roots = {p.id for p in processes if _PROFILER_CMDLINE.search(attr(p, "cmdline") or "")}
+        found = roots | {child for root in roots for child in self.descendants(root)}
+        pid = getattr(self.graph.meta, "profiler_pid", None)
+        found |= {p.id for p in processes if pid is not None and attr(p, "pid") == pid}
+        return frozenset(found)
+
+    def is_profiler(self, node_id: str) -> bool:
+        """A node of the profiler's own: one of its processes, their threads, or a socket
+        only they use."""
+        profiler = self.profiler
+        if not profiler:
+            return False
+        if node_id in profiler or self.thread_owner.get(node_id) in profiler:
+            return True
+        node = self.graph.nodes.get(node_id)
+        if node is None or node.kind != "socket":
+            return False
+        owners = self.socket_owners(node_id)
+        return bool(owners) and set(owners) <= profiler
 
     def name_of(self, node_id: str) -> str | None:
         node = self.graph.nodes.get(node_id)

@@ -154,7 +154,7 @@ def parent_of(graph: Graph, proc_id: str) -> str | None:
 
 
 def socket_owners(graph: Graph, sock_id: str) -> list[str]:
-    """The processes that really use a socket, of those holding it.
+    """The processes that really use a TCP or UDP socket, of those holding it.
 
     A forked child (a DataLoader worker) inherits its parent's descriptors and so holds the
     parent's sockets without ever using them. With eBPF, the holders that moved bytes through
@@ -162,7 +162,9 @@ def socket_owners(graph: Graph, sock_id: str) -> list[str]:
     socket inherited it and is not an owner (the earliest holder is)."""
     holds = graph.in_edges(sock_id, "holds")
     holders = sorted({edge.src for edge in holds})
-    if len(holders) < 2:
+    node = graph.nodes.get(sock_id)
+    if len(holders) < 2 or (node is not None and node.get("proto") == "unix"):
+        # a UNIX socketpair is how a parent and its child talk: both hold both ends
         return holders
     moved = sorted(
         {

@@ -3,6 +3,12 @@
 Each helper reads the typed attribute first and falls back to the edges that carry the same
 fact (``numa_cpu_share`` or ``cpu_on`` shares, ``numa_node`` or ``local_to``), because live
 collectors and imports fill different ones. Nothing here judges; rules do.
+
+The neighbour questions — a process's parent, children, threads and devices, a socket's
+owners, which processes are the profiler's own — are answered by ``converters.facts.Facts``,
+the same object the views read, so a view and the rule it explains agree. The roles built on
+them (rank groups, data loaders) leave the profiler's processes out, and the engine drops
+findings about them: every rule inherits that.
 """
 
 from __future__ import annotations
@@ -12,14 +18,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from wp_mcp.converters.facts import Facts
 from wp_mcp.graph import Graph, Node, query
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
 from wp_mcp.graph.query import cpu_set, device_numa_node
 
 from .report import safe
-
-ACCELERATOR_KINDS = ("gpu", "npu")
 
 # NUMA locality grades (issue 6): share of the work that is local to one node.
 GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
@@ -113,8 +118,9 @@ class Group:
 class Analysis:
     """Cached readings of one graph (rules call them many times)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, facts: Facts | None = None) -> None:
         self.graph = graph
+        self.facts = facts or Facts(graph)
 
     # ------------------------------------------------------------------ NUMA
 
@@ -156,9 +162,8 @@ class Analysis:
         return device_numa_node(self.graph, device)
 
     def devices_of(self, proc_id: str) -> list[Node]:
-        return [
-            d for d in self.graph.successors(proc_id, "uses_device") if d.kind in ACCELERATOR_KINDS
-        ]
+        """The accelerators a process uses."""
+        return self.facts.accelerators_of(proc_id)
 
     @cached_property
     def placements(self) -> list[Placement]:
@@ -203,11 +208,7 @@ class Analysis:
 
     def threads_of(self, proc: Node) -> list[Node]:
         """A process's threads: ``has_thread`` edges, else threads naming its pid."""
-        return self._threads.get(proc.id, [])
-
-    @cached_property
-    def _threads(self) -> dict[str, list[Node]]:
-        return query.threads_by_process(self.graph)
+        return self.facts.threads_of.get(proc.id, [])
 
     def foreign_threads(self, proc: Node) -> dict[str, set[int]]:
         """Threads whose affinity differs from their process's: thread id → its CPUs."""
@@ -286,28 +287,25 @@ class Analysis:
     # ------------------------------------------------------------------ roles
 
     def parent(self, proc_id: str) -> str | None:
-        parents = self.graph.predecessors(proc_id, "parent_of")
-        if parents:
-            return parents[0].id
-        node = self.graph.node(proc_id)
-        ppid = node.get("ppid") if node else None
-        if ppid is None:
-            return None
-        candidate = graph_ids.with_host(host_prefix(proc_id), graph_ids.process(int(ppid)))
-        return candidate if candidate in self.graph else None
+        return self.facts.parent_of(proc_id)
 
     def children(self, proc_id: str) -> list[str]:
-        kids = [n.id for n in self.graph.successors(proc_id, "parent_of")]
-        return kids or [p for p in self._children_by_ppid.get(proc_id, [])]
+        return self.facts.children_of(proc_id)
 
-    @cached_property
-    def _children_by_ppid(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = defaultdict(list)
-        for proc in self.graph.of_kind("process"):
-            parent = self.parent(proc.id)
-            if parent:
-                out[parent].append(proc.id)
-        return out
+    def ancestors(self, proc_id: str) -> set[str]:
+        return self.facts.ancestors(proc_id)
+
+    def descendants(self, proc_id: str) -> set[str]:
+        return self.facts.descendants(proc_id)
+
+    @property
+    def profiler(self) -> frozenset[str]:
+        """wp-mcp's own processes (Facts.profiler): never a rank, a loader or a finding."""
+        return self.facts.profiler
+
+    def is_profiler(self, node_id: str) -> bool:
+        """A finding's subject that is the profiler's own (process, thread or socket)."""
+        return self.facts.is_profiler(node_id)
 
     def talks(self, proc_id: str) -> list[tuple[str, object]]:
         """(peer id, talks_to edge) in both directions."""
@@ -332,7 +330,7 @@ class Analysis:
     def _device_groups(self) -> list[Group]:
         by_parent: dict[str | None, list[str]] = defaultdict(list)
         for proc in self.graph.of_kind("process"):
-            if len(self.devices_of(proc.id)) == 1:
+            if len(self.devices_of(proc.id)) == 1 and proc.id not in self.profiler:
                 by_parent[self.parent(proc.id)].append(proc.id)
         groups = []
         for parent, members in by_parent.items():
@@ -343,16 +341,18 @@ class Analysis:
         return groups
 
     def _tcp_groups(self) -> list[Group]:
-        """Sibling processes of one program exchanging data over TCP with each other."""
+        """Sibling processes of one program exchanging data over TCP with each other, that
+        were running when the window opened (a test's or a script's short-lived processes
+        talking over loopback are not a job's ranks)."""
         claimed = {m for g in self._device_groups() for m in g.members}
         by_key: dict[tuple, list[str]] = defaultdict(list)
         for proc in self.graph.of_kind("process"):
-            if proc.id not in claimed:
+            if proc.id not in claimed and self._may_be_rank(proc):
                 by_key[(self.parent(proc.id), _program(proc))].append(proc.id)
         groups = []
         for (parent, _), members in by_key.items():
-            if len(members) < 2:
-                continue
+            if len(members) < 2 or parent is None:
+                continue  # no known parent (seen only by eBPF, gone by the end): no siblings
             inside = set(members)
             linked = {
                 m
@@ -365,6 +365,13 @@ class Analysis:
             if len(linked) >= 2:
                 groups.append(Group("tcp ranks", sorted(linked), parent))
         return groups
+
+    def _may_be_rank(self, proc: Node) -> bool:
+        """Not the profiler's, and alive before the window opened (when both times are known)."""
+        if proc.id in self.profiler:
+            return False
+        opened, started = self.graph.meta.started_at, proc.get("started_at")
+        return opened is None or started is None or started <= opened
 
     def _rendezvous(self, group: Group) -> str | None:
         """A listening TCP port that most other members connect to (a TCPStore, etc.)."""
@@ -418,30 +425,11 @@ class Analysis:
             candidates = set(self.children(trainer))
             if trainer in self.ranks:
                 candidates |= {p for p, e in self.talks(trainer) if e.get("transport") in _IPC}
-            workers = sorted(
-                c for c in candidates - self.ranks - ancestors if self._is_loader(trainer, c)
-            )
+            others = self.ranks | ancestors | self.profiler
+            workers = sorted(c for c in candidates - others if self._is_loader(trainer, c))
             if workers:
                 out[trainer] = workers
         return out
-
-    def ancestors(self, proc_id: str) -> set[str]:
-        found: set[str] = set()
-        current = self.parent(proc_id)
-        while current is not None and current not in found:
-            found.add(current)
-            current = self.parent(current)
-        return found
-
-    def descendants(self, proc_id: str) -> set[str]:
-        found: set[str] = set()
-        stack = [proc_id]
-        while stack:
-            for child in self.children(stack.pop()):
-                if child not in found:
-                    found.add(child)
-                    stack.append(child)
-        return found
 
     def _is_loader(self, trainer: str, candidate: str) -> bool:
         node = self.graph.node(candidate)
@@ -449,10 +437,18 @@ class Analysis:
             return False
         if _DATALOADER_NAME.search(f"{node.get('name', '')} {node.get('cmdline', '')}"):
             return True
-        return trainer in self.ranks and any(
-            peer == trainer and edge.get("transport") in _IPC
-            for peer, edge in self.talks(candidate)
-        )
+        return trainer in self.ranks and self._feeds(candidate, trainer)
+
+    def _feeds(self, candidate: str, trainer: str) -> bool:
+        """It writes what the trainer reads over local IPC, or shares memory with it; a
+        process only reading the trainer's output (a test runner capturing its stdout) does
+        not feed it."""
+        for peer, edge in self.talks(candidate):
+            if peer != trainer or edge.get("transport") not in _IPC:
+                continue
+            if edge.get("directed") is False or edge.src == candidate:
+                return True
+        return False
 
     @cached_property
     def roles(self) -> dict[str, str]:
