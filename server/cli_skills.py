@@ -26,6 +26,7 @@ from wp_mcp.skills import (
     run_skill,
     skill_meta,
 )
+from wp_mcp.skills.job_scope import scope_to_job
 
 from .cli_collect import MAX_DURATION_S
 from .cli_collect import _run as collect_live
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="collection window for --live (default 3 s)")  # fmt: skip
     p.add_argument("--ebpf", choices=("auto", "on", "off"), default="off",
                    help="eBPF tier for --live (default off: it costs seconds of set-up)")  # fmt: skip
+    p.add_argument("--job", type=int, metavar="PID",
+                   help="only the job of PID: its rank group (launcher, ranks, loaders) or "
+                   "process tree, and the host's findings that bear on it")  # fmt: skip
     p.add_argument("--trace", action="append", metavar="DIR",
                    help="--live: PyTorch profiler traces of the job (files or folders, one "
                    "file per rank) joined to the snapshot; docs/traces.md")  # fmt: skip
@@ -105,6 +109,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         check_target(args.out)  # refused before anything is collected or stored
     if args.trace and args.source:
         raise UserError("--trace joins a live collection; for a stored one: import TRACE --to ID")
+    if args.job is not None and not args.source and not os.path.exists(f"/proc/{args.job}"):
+        raise UserError(f"--job {args.job}: no such process (see `ps -e`)")
     # traces are read before collecting: a bad one costs no collection window
     ranks = trace.read_ranks(args.trace) if args.trace else None
     store = open_store(args)
@@ -115,6 +121,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         graph = trace.join(graph, ranks) if ranks else graph
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
+    if args.job is not None:
+        report = scope_to_job(report, graph, args.job)
     return _emit(store, snapshot_id, report, args)
 
 

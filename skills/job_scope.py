@@ -1,0 +1,115 @@
+"""One job's part of a diagnosis: ``diagnose --job PID``.
+
+A host runs more than one job, and wp-mcp itself; a person asking about one job wants its
+findings and the host's findings that bear on it, not every process's. The job of a PID is
+the rank group it belongs to (a rank, its launcher, a data-loader worker of a rank: the
+whole group with its launcher and every descendant), else the PID and its descendants.
+
+A finding stays when it is about the job (its subject, or an evidence id, is one of the
+job's processes or threads, or an object they hold) or about the host the job runs on (a
+host, NUMA node, disk, NIC, device, container the job is in). Findings about other
+processes go — unless their evidence names the job (a neighbour pinned onto a rank's CPUs
+stays: it is outside load on the job, said as such by its rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from wp_mcp.graph import Graph, UserError
+from wp_mcp.graph import ids as graph_ids
+
+from .analysis import Analysis, host_prefix
+from .report import Finding, Report
+
+# Kinds whose findings concern every process of their host; others must name the job.
+HOST_WIDE_KINDS = frozenset(
+    {"host", "numa_node", "disk", "nic", "gpu", "npu", "rdma_device", "pci_bridge"}
+)
+
+
+def job_processes(graph: Graph, pid: int, analysis: Analysis | None = None) -> set[str]:
+    """The process ids of the job ``pid`` belongs to (see the module docstring)."""
+    analysis = analysis or Analysis(graph)
+    target = _process_id(graph, pid)
+    lineage = {target} | analysis.ancestors(target)
+    groups = [g for g in analysis.groups if lineage & set(g.members)]
+    if not groups:
+        return {target} | analysis.descendants(target)
+    job: set[str] = set()
+    for group in groups:
+        roots = [group.parent] if group.parent else list(group.members)
+        job.update(group.members)
+        for root in roots:
+            job |= {root} | analysis.descendants(root)
+    return job
+
+
+def _process_id(graph: Graph, pid: int) -> str:
+    # a cluster graph prefixes its hosts: the pid may live on any one of them
+    matches = [
+        n.id for n in graph.of_kind("process") if n.get("pid") == pid or n.id == f"proc:{pid}"
+    ]
+    if not matches:
+        raise UserError(f"no process {pid} in this snapshot (is the job running? see `ps -e`)")
+    plain = graph_ids.process(pid)
+    return plain if plain in matches else matches[0]
+
+
+def scope_to_job(report: Report, graph: Graph, pid: int) -> Report:
+    """A copy of ``report`` with only the findings that concern the job of ``pid``."""
+    analysis = Analysis(graph)
+    job = job_processes(graph, pid, analysis)
+    related = _related_ids(graph, analysis, job)
+    kept = [f for f in report.findings if _concerns(graph, f, related)]
+    kept_ids = {f.id for f in kept}
+    sections = [
+        replace(s, finding_ids=[i for i in s.finding_ids if i in kept_ids]) for s in report.sections
+    ]
+    for section in sections:
+        if section.status == "findings" and not section.finding_ids:
+            section.status = "clean"
+    root = _process_id(graph, pid)
+    note = (
+        f"scoped to the job of {root}: {len(job)} processes; "
+        f"{len(report.findings) - len(kept)} findings about other processes left out"
+    )
+    return replace(
+        report,
+        title=f"{report.title}, job of {root}",
+        findings=kept,
+        sections=sections,
+        data={**report.data, "job": sorted(job)},
+        notes=[note, *report.notes],
+    )
+
+
+def _related_ids(graph: Graph, analysis: Analysis, job: set[str]) -> set[str]:
+    """The job's processes, their threads, what they hold, the containers they are in,
+    and the hosts they run on."""
+    related = set(job)
+    for proc_id in job:
+        node = graph.node(proc_id)
+        if node is None:
+            continue
+        related.update(t.id for t in analysis.threads_of(node))
+        related.update(n.id for n in graph.successors(proc_id, "holds"))
+        related.update(n.id for n in graph.successors(proc_id, "in_container"))
+        related.add(graph_ids.with_host(host_prefix(proc_id), graph_ids.host()))
+    return related
+
+
+def _concerns(graph: Graph, finding: Finding, related: set[str]) -> bool:
+    subjects = [s for s in (finding.subject or "").split("+") if s]
+    named = set(subjects) | {i for ev in finding.evidence for i in ev.ids}
+    if named & related:
+        return True
+    for subject in subjects:
+        node = graph.node(subject)
+        if node is not None and node.kind in HOST_WIDE_KINDS:
+            return _same_host(subject, related)
+    return False
+
+
+def _same_host(subject: str, related: set[str]) -> bool:
+    return any(host_prefix(i) == host_prefix(subject) for i in related)
