@@ -25,10 +25,10 @@ Injector = Callable[[Job, dict], contextlib.AbstractContextManager[list[int]]]
 BUSY_LOOP = "while True: pass"
 CACHE_LEFT = 32 << 20  # page cache the squeezed job keeps: well under its dataset
 MEMORY_HOG = """
-import mmap, sys, time
+import sys, time
 size = int(sys.argv[1])
-block = mmap.mmap(-1, size)
-for offset in range(0, size, mmap.PAGESIZE):  # touch every page: resident, not just reserved
+block = bytearray(size)
+for offset in range(0, size, 4096):  # touch every page: private, resident, unswappable here
     block[offset] = 1
 print("allocated", flush=True)
 time.sleep(3600)

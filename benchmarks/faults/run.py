@@ -32,7 +32,7 @@ from pathlib import Path
 from .inject import REPO_TESTS, _netns_link, job_cgroups
 from .job import WORLD, Job, JobFailed, Launch, children
 from .scenarios import BY_NAME, SCENARIOS, Scenario
-from .score import Host, Roles, Score, score
+from .score import Expect, Host, Roles, Score, score
 
 WP_MCP = Path(sys.executable).parent / "wp-mcp"
 RX_IP, TX_IP, VETH = "10.78.0.1", "10.78.0.2", "wpfveth"
@@ -59,6 +59,9 @@ class Result:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    if opts.list:
+        print(listing())
+        return 0
     missing = _missing_tools()
     if missing:
         print(f"cannot run the fault suite: {missing}", file=sys.stderr)
@@ -107,6 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="healthy scenario: diagnoses per mode (eBPF overhead median)")  # fmt: skip
     p.add_argument("--out", help="also write the scorecard to this file")
     p.add_argument("--json", help="write each run's scores to this file (for tests)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     opts = p.parse_args(argv)
     unknown = set(opts.only.split(",")) - set(BY_NAME) if opts.only else set()
     if unknown:
@@ -286,6 +290,23 @@ _JOB_OPTION: bool | None = None
 
 
 # ----------------------------------------------------------------------------- the card
+
+
+def listing() -> str:
+    """One line per scenario: what it injects and which findings answer it."""
+    lines = []
+    for s in SCENARIOS:
+        answer = _describe(s.expect) if s.expect else "nothing (healthy)"
+        if s.related:
+            answer += f"; not false: {'; '.join(_describe(r) for r in s.related)}"
+        lines.append(f"{s.name:28} {s.injects}\n{'':28} answered by: {answer}")
+    return "\n".join(lines)
+
+
+def _describe(want: Expect) -> str:
+    layers = "/".join(f"L{n}" for n in sorted(want.layers))
+    rules = f" or {', '.join(sorted(want.rules))}" if want.rules else ""
+    return f"{layers}{rules} about {'/'.join(sorted(want.roles))}"
 
 
 def scorecard(results: list[Result], opts: argparse.Namespace) -> str:

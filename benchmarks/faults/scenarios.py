@@ -147,8 +147,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),  # fmt: skip
     Scenario(
         "cpu-throttled",
-        "the job's CPU cgroup capped at 0.3 CPU (cfs quota / cpu.max)",
-        functools.partial(inject.cpu_quota, cpus=0.3),
+        "the job's CPU cgroup capped at 0.2 CPU (cfs quota / cpu.max)",
+        functools.partial(inject.cpu_quota, cpus=0.2),
         expect("1,6", "job", "L1.container-throttled"),
         related=(expect("1,6,7", "job,host"),),
         cgroups=("cpu",),
