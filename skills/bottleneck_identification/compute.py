@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from ..report import Evidence, Finding
 from .rulebook import NotEvaluable, RuleContext, rule
+from .thresholds import (
+    ACCELERATOR_IDLE,
+    CPU_BUSY,
+    CPU_STEAL,
+    CPU_STEAL_P0,
+    DRIVER_THREAD,
+    THROTTLED,
+    THROTTLED_P0,
+    graded,
+)
 
 USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
 
@@ -13,14 +23,14 @@ USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
     1,
     "Host CPU saturated",
     "host cpu_busy_pct",
-    "≥ 90 %",
+    str(CPU_BUSY),
     f"proposed; after {USE_METHOD} (utilisation near 100 % is a bottleneck)",
 )
 def cpu_saturation(ctx: RuleContext) -> list[Finding]:
     out = []
     for host in ctx.having("host", "cpu_busy_pct"):
         busy = host.get("cpu_busy_pct")
-        if busy >= 90:
+        if CPU_BUSY.reached(busy):
             out.append(
                 ctx.finding(
                     subject=host.id,
@@ -40,18 +50,18 @@ def cpu_saturation(ctx: RuleContext) -> list[Finding]:
     1,
     "CPU time stolen by the hypervisor",
     "host cpu_steal_pct",
-    "≥ 5 % (P0 from 10 %)",
+    graded(CPU_STEAL, CPU_STEAL_P0, "P0"),
 )
 def cpu_steal(ctx: RuleContext) -> list[Finding]:
     out = []
     for host in ctx.having("host", "cpu_steal_pct"):
         steal = host.get("cpu_steal_pct")
-        if steal >= 5:
+        if CPU_STEAL.reached(steal):
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=steal,
-                    priority="P0" if steal >= 10 else "P1",
+                    priority="P0" if CPU_STEAL_P0.reached(steal) else "P1",
                     title=f"Hypervisor steals {steal:.1f} % of CPU time",
                     evidence=[ctx.entity(host, "cpu_steal_pct", "virtualized")],
                     impact=f"≈ {steal:.0f} % of every CPU-bound step",
@@ -67,7 +77,7 @@ def cpu_steal(ctx: RuleContext) -> list[Finding]:
     1,
     "Device-driving thread saturated",
     "thread cpu_pct (process using an accelerator)",
-    "≥ 95 % of one CPU",
+    str(DRIVER_THREAD),
 )
 def driver_thread_saturated(ctx: RuleContext) -> list[Finding]:
     users = [p for p in ctx.graph.of_kind("process") if ctx.analysis.devices_of(p.id)]
@@ -83,7 +93,7 @@ def driver_thread_saturated(ctx: RuleContext) -> list[Finding]:
         raise NotEvaluable("no per-thread cpu_pct for accelerator users (needs a window)")
     out = []
     for proc, thread in threads:
-        if thread.get("cpu_pct") >= 95:
+        if DRIVER_THREAD.reached(thread.get("cpu_pct")):
             devices = ", ".join(d.id for d in ctx.analysis.devices_of(proc.id))
             out.append(
                 ctx.finding(
@@ -105,7 +115,7 @@ def driver_thread_saturated(ctx: RuleContext) -> list[Finding]:
     1,
     "Accelerator idle while a process holds it",
     "device util_pct",
-    "< 30 %",
+    str(ACCELERATOR_IDLE),
 )
 def accelerator_idle(ctx: RuleContext) -> list[Finding]:
     devices = [d for kind in ("gpu", "npu") for d in ctx.graph.of_kind(kind)]
@@ -120,7 +130,7 @@ def accelerator_idle(ctx: RuleContext) -> list[Finding]:
     for device in measured:
         users = ctx.graph.predecessors(device.id, "uses_device")
         util = device.get("util_pct")
-        if users and util < 30:
+        if users and ACCELERATOR_IDLE.reached(util):
             out.append(
                 ctx.finding(
                     subject=device.id,
@@ -144,18 +154,18 @@ def accelerator_idle(ctx: RuleContext) -> list[Finding]:
     1,
     "Container CPU throttled by its cgroup quota",
     "container cpu_throttled_pct",
-    "≥ 5 % of periods (P0 from 20 %)",
+    graded(THROTTLED, THROTTLED_P0, "P0"),
 )
 def container_throttled(ctx: RuleContext) -> list[Finding]:
     out = []
     for ctr in ctx.having("container", "cpu_throttled_pct"):
         pct = ctr.get("cpu_throttled_pct")
-        if pct >= 5:
+        if THROTTLED.reached(pct):
             out.append(
                 ctx.finding(
                     subject=ctr.id,
                     value=pct,
-                    priority="P0" if pct >= 20 else "P1",
+                    priority="P0" if THROTTLED_P0.reached(pct) else "P1",
                     title=f"Container {ctx.label(ctr.id)} throttled in {pct:.0f} % of CPU periods",
                     evidence=[ctx.entity(ctr, "cpu_throttled_pct", "cpu_throttled_per_s")],
                     action="Raise the container's CPU limit (cpu.max / --cpus / k8s limits) to the "

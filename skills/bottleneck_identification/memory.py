@@ -6,6 +6,15 @@ from ..analysis import host_prefix, numa_id
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .rulebook import NotEvaluable, RuleContext, rule
+from .thresholds import (
+    MAJOR_FAULTS,
+    MEM_AVAILABLE_LOW,
+    MEM_AVAILABLE_P0,
+    NODE_FREE_LOW,
+    PSI_MEMORY_FULL_P0,
+    PSI_SOME,
+    SWAP_FAULTS_P1,
+)
 
 GIB = 1 << 30
 PSI_DOC = "proposed; PSI semantics per the kernel's Documentation/accounting/psi.rst"
@@ -16,18 +25,18 @@ PSI_DOC = "proposed; PSI semantics per the kernel's Documentation/accounting/psi
     2,
     "Little memory available",
     "host mem_available_bytes / mem_total_bytes",
-    "< 10 % (P0 under 5 %)",
+    f"{MEM_AVAILABLE_LOW} (P0 under {MEM_AVAILABLE_P0.value:g} %)",
 )
 def mem_available_low(ctx: RuleContext) -> list[Finding]:
     out = []
     for host in ctx.having("host", "mem_available_bytes", "mem_total_bytes"):
         share = host.get("mem_available_bytes") / host.get("mem_total_bytes") * 100
-        if share < 10:
+        if MEM_AVAILABLE_LOW.reached(share):
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=round(share, 1),
-                    priority="P0" if share < 5 else "P1",
+                    priority="P0" if MEM_AVAILABLE_P0.reached(share) else "P1",
                     title=f"Only {share:.1f} % of memory available "
                     f"({host.get('mem_available_bytes') / GIB:.1f} GiB)",
                     evidence=[ctx.entity(host, "mem_available_bytes", "mem_total_bytes")],
@@ -43,7 +52,7 @@ def mem_available_low(ctx: RuleContext) -> list[Finding]:
     2,
     "Swap in use",
     "host swap_used_bytes",
-    "> 0 (P1 with ≥ 10 major faults/s)",
+    f"> 0 (P1 with {SWAP_FAULTS_P1})",
     f"{USE_METHOD}: swapping is memory saturation",
     "published",
 )
@@ -57,7 +66,7 @@ def swapping(ctx: RuleContext) -> list[Finding]:
                 ctx.finding(
                     subject=host.id,
                     value=used,
-                    priority="P1" if faults >= 10 else "P2",
+                    priority="P1" if SWAP_FAULTS_P1.reached(faults) else "P2",
                     title=f"{used / GIB:.2f} GiB swapped out",
                     evidence=[ctx.entity(host, "swap_used_bytes", "major_faults_per_s")],
                     action="Keep the job's memory resident: lower memory use, or "
@@ -73,13 +82,13 @@ def swapping(ctx: RuleContext) -> list[Finding]:
     2,
     "Major page faults",
     "host major_faults_per_s",
-    "≥ 100 /s",
+    str(MAJOR_FAULTS),
 )
 def major_faults(ctx: RuleContext) -> list[Finding]:
     out = []
     for host in ctx.having("host", "major_faults_per_s"):
         rate = host.get("major_faults_per_s")
-        if rate >= 100:
+        if MAJOR_FAULTS.reached(rate):
             out.append(
                 ctx.finding(
                     subject=host.id,
@@ -110,7 +119,7 @@ def psi_findings(
     for host in hosts:
         psi = host.get("psi")
         some, full = psi[f"{resource}_some_avg10"], psi.get(f"{resource}_full_avg10") or 0
-        if some < 10:
+        if not PSI_SOME.reached(some):
             continue
         out.append(
             ctx.finding(
@@ -130,7 +139,7 @@ def psi_findings(
     2,
     "Tasks stalled on memory (PSI)",
     "psi memory_some_avg10",
-    "≥ 10 % (P0 when memory_full_avg10 ≥ 5 %)",
+    f"{PSI_SOME} (P0 when memory_full_avg10 {PSI_MEMORY_FULL_P0})",
     PSI_DOC,
 )
 def psi_memory(ctx: RuleContext) -> list[Finding]:
@@ -140,7 +149,7 @@ def psi_memory(ctx: RuleContext) -> list[Finding]:
         "stalled on memory",
         "Memory reclaim stalls the job: free memory, avoid overcommitting page cache for "
         "datasets, check for swapping.",
-        p0_full=5,
+        p0_full=PSI_MEMORY_FULL_P0.value,
     )
 
 
@@ -149,10 +158,21 @@ def psi_memory(ctx: RuleContext) -> list[Finding]:
     2,
     "A process needs more memory than is free on its NUMA node",
     "numa_node mem_free_bytes vs the biggest resident set running on it",
-    "free < 10 % of the node and a process there holds more than what is free",
+    f"free {NODE_FREE_LOW} and a process there holds more than what is free (hosts with "
+    "more than one node)",
 )
 def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
-    nodes = ctx.having("numa_node", "mem_free_bytes", "mem_total_bytes")
+    # on a one-node host the node is the host: nothing to spill to or bind elsewhere, and a
+    # low MemFree beside reclaimable page cache is normal (L2.mem-available-low judges it)
+    nodes = [
+        n
+        for n in ctx.having("numa_node", "mem_free_bytes", "mem_total_bytes")
+        if len(ctx.analysis.numa_nodes.get(host_prefix(n.id), {})) > 1
+    ]
+    if not nodes:
+        raise NotEvaluable(
+            "one NUMA node per host: no node to spill to (L2.mem-available-low judges memory)"
+        )
     procs = [p for p in ctx.graph.of_kind("process") if p.get("rss_bytes")]
     if not procs:
         raise NotEvaluable("no process rss_bytes in this snapshot")
@@ -160,7 +180,7 @@ def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
     for node in nodes:
         free, total = node.get("mem_free_bytes"), node.get("mem_total_bytes")
         number = numa_id(node)
-        if free / total >= 0.10:
+        if not NODE_FREE_LOW.reached(free / total * 100):
             continue
         residents = [p for p in procs if _home_node(ctx, p) == number]
         if not residents:

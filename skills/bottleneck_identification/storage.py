@@ -17,6 +17,7 @@ from .thresholds import (
     IO_NAMED_MAX,
     IO_NAMED_RATE,
     IOWAIT,
+    PSI_SOME,
     graded,
 )
 
@@ -243,7 +244,7 @@ def d_state(ctx: RuleContext) -> list[Finding]:
     5,
     "Tasks stalled on I/O (PSI)",
     "psi io_some_avg10",
-    "≥ 10 %",
+    str(PSI_SOME),
     PSI_DOC,
 )
 def psi_io(ctx: RuleContext) -> list[Finding]:

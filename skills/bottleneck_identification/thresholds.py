@@ -39,13 +39,29 @@ def _spaced(unit: str) -> str:
 
 
 def graded(base: Limit, higher: Limit, priority: str) -> str:
-    """``≥ 20 ms (P1 from 100 ms)``: the text of a limit whose priority rises at ``higher``."""
-    return f"{base} ({priority} from {higher.value:g}{_spaced(higher.unit)})"
+    """``≥ 20 ms (P1 from 100 ms)``: the text of a limit whose priority rises at ``higher``
+    (its unit's first word only: ``≥ 5 % of periods (P0 from 20 %)``)."""
+    unit = higher.unit.split()[0] if higher.unit else ""
+    return f"{base} ({priority} from {higher.value:g}{_spaced(unit)})"
 
+
+# --------------------------------------------------------------------------- layer 1
+CPU_BUSY = Limit(90, "%")  # host CPU busy over the window
+CPU_STEAL = Limit(5, "%")  # CPU time stolen by the hypervisor (P1)
+CPU_STEAL_P0 = Limit(10, "%")
+DRIVER_THREAD = Limit(95, "% of one CPU")  # the thread driving an accelerator
+ACCELERATOR_IDLE = Limit(30, "%", below=True, strict=True)  # device busy while held
+THROTTLED = Limit(5, "% of periods")  # cgroup CPU periods throttled (P1)
+THROTTLED_P0 = Limit(20, "% of periods")
 
 # --------------------------------------------------------------------------- layer 2
-MEM_AVAILABLE_LOW = Limit(10, "%", below=True)  # share of memory available (P1)
-MEM_AVAILABLE_P0 = Limit(5, "%", below=True)
+MEM_AVAILABLE_LOW = Limit(10, "%", below=True, strict=True)  # share of memory available (P1)
+MEM_AVAILABLE_P0 = Limit(5, "%", below=True, strict=True)
+SWAP_FAULTS_P1 = Limit(10, "major faults/s")  # swap in use becomes P1 with this fault rate
+MAJOR_FAULTS = Limit(100, "/s")
+PSI_SOME = Limit(10, "%")  # some_avg10: share of the last 10 s some task stalled (cpu, memory, io)
+PSI_MEMORY_FULL_P0 = Limit(5, "%")  # full_avg10 of memory: every task stalled at once
+NODE_FREE_LOW = Limit(10, "% of the node", below=True, strict=True)  # a NUMA node's free memory
 
 # --------------------------------------------------------------------------- layer 5
 DISK_UTIL = Limit(90, "%")  # share of the window with I/O in flight (iostat %util)

@@ -5,10 +5,12 @@ test_job_live.py.)"""
 
 from __future__ import annotations
 
+from wp_mcp.graph import Graph
+from wp_mcp.skills import diagnose
 from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_mcp.skills.bottleneck_identification.thresholds import Limit, graded
 
-from .builders import process, tcp_ranks, thread, two_node_host
+from .builders import GIB, process, tcp_ranks, thread, two_node_host
 
 RULE = "L6.rank-stalled"
 MIB = 1 << 20
@@ -233,3 +235,21 @@ def test_a_blocked_process_says_what_it_reads_or_writes():
     thread(graph, 200, 210, state="D")
     (finding,) = loader_findings(graph, "L5.d-state")
     assert finding.title.endswith("in D state: it writes 95 MB/s, block latency up to 427 ms")
+
+
+# --------------------------------------------------------------------------- one-node hosts
+
+
+def test_a_one_node_host_gets_no_numa_advice():
+    """One NUMA node, little of it free (page cache holds the rest) and a 20 GiB process: the
+    node rule says it cannot apply, and nothing in the diagnosis advises numactl."""
+    graph = Graph()
+    graph.meta.window_s = 5.0
+    graph.add("host", "host", mem_total_bytes=32 * GIB, mem_available_bytes=24 * GIB)
+    graph.add("numa_node", "numa:0", numa_id=0, cpulist="0-7", mem_total_bytes=32 * GIB,
+              mem_free_bytes=1 * GIB)  # fmt: skip
+    process(graph, 300, rss_bytes=20 * GIB, numa_cpu_share={"0": 1.0})
+    reason = next(o.result for o in evaluate(graph) if o.rule.id == "L2.numa-node-exhausted")
+    assert isinstance(reason, str) and "one NUMA node" in reason
+    advice = " ".join(f"{f.action} {f.command or ''}" for f in diagnose(graph).findings)
+    assert "numactl" not in advice and "NUMA node" not in advice
