@@ -151,3 +151,28 @@ def test_a_read_only_store_serves_its_pages(small_disk):
     served = reader.page(snapshot_id, "memory", max_tokens=4000)
     assert served.text == render_view(graph, "memory", snapshot_id=snapshot_id).text
     reader.build_pages(snapshot_id, graph, limit=None)  # nothing to write to: nothing done
+
+
+def test_a_monitor_cycle_stores_its_pages_with_its_snapshot(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    report = ("bottleneck-identification", {"findings": []}, "# report")
+    snapshot_id, _ = store.put_cycle(graph, "monitor", report, [])
+    served = store.page(snapshot_id, "summary", max_tokens=4000)
+    assert fields(served) == fields(render_view(graph, "summary", snapshot_id=snapshot_id))
+
+
+def test_a_page_that_cannot_be_built_leaves_the_snapshot_stored(store_dir, monkeypatch, caplog):
+    from wp_mcp.converters import pages
+
+    def broken(*_args):
+        raise RuntimeError("renderer bug")
+        yield
+
+    monkeypatch.setattr(pages, "chains", broken)
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)
+    assert store.info(snapshot_id).nodes == 129
+    assert store.page(snapshot_id, "summary", max_tokens=4000) is None  # rendered when asked
+    assert "pages of snapshot" in caplog.text and "renderer bug" in caplog.text
