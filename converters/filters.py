@@ -16,10 +16,11 @@ from typing import Any
 
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.safetext import escape
 
 from .cursor import ViewError
 from .items import Item
-from .text import escape, word
+from .text import word
 
 KEYS = ("kind", "pid", "name", "host")
 METRICS = {

@@ -94,7 +94,7 @@ def group_item(
     detail: str = "",
     *,
     procs: tuple[str, ...] = (),
-    metrics: dict[str, float] | None = None,
+    metrics: dict[str, float] | Callable[[], dict[str, float]] | None = None,
     indent: int = 0,
 ) -> Item:
     """``48× thread "ProcessPool-*" idle thr:100..147`` — many alike entities on one line."""

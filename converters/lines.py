@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph import query
 from wp_mcp.graph.cpulist import format_cpulist, parse_cpulist
@@ -38,7 +39,7 @@ def parts(*pieces: str | None) -> str:
     return " ".join(p for p in pieces if p)
 
 
-def kv(name: str, value: object, fmt: Callable[[float], str] = fmt_num) -> str | None:
+def kv(name: str, value: object, fmt: Callable[[Any], str] = fmt_num) -> str | None:
     return None if value is None else f"{name}={fmt(value)}"
 
 
@@ -48,13 +49,13 @@ def named(node: Node) -> str:
     return f"{show_id(node.id)} {quote(name, 40)}" if name is not None else show_id(node.id)
 
 
-def pair(a: object, b: object, fmt: Callable[[float], str] = fmt_count) -> str | None:
+def pair(a: object, b: object, fmt: Callable[[Any], str] = fmt_count) -> str | None:
     if a is None and b is None:
         return None
     return f"{fmt(a) if a is not None else '?'}/{fmt(b) if b is not None else '?'}"
 
 
-def pair_kv(name: str, a: object, b: object, fmt: Callable[[float], str]) -> str | None:
+def pair_kv(name: str, a: object, b: object, fmt: Callable[[Any], str]) -> str | None:
     shown = pair(a, b, fmt)
     return f"{name}={shown}" if shown else None
 
@@ -150,7 +151,7 @@ def host_facts(node: Node, fields: tuple[str, ...]) -> str:
     return parts(*(pieces[f] for f in fields))
 
 
-def psi_kv(psi: dict | None, resource: str) -> str | None:
+def psi_kv(psi: dict[str, Any] | None, resource: str) -> str | None:
     if not psi:
         return None
     shown = [
@@ -193,7 +194,7 @@ def device_items(facts: Facts, line: DeviceLine, attrs: tuple[str, ...]) -> list
     def many(group: list[Node]) -> Item:
         return group_item(group, "no data", procs=())
 
-    def key(device: Node) -> tuple | None:
+    def key(device: Node) -> tuple[Any, ...] | None:
         # Users are on the process lines (dev=) and in interconnect; not a reason to expand.
         return (device.kind,) if is_unmeasured(device, attrs) else None
 
@@ -238,7 +239,7 @@ def bus_line(facts: Facts, node: Node) -> str:
     )
 
 
-def _ports(ports: list | None) -> str | None:
+def _ports(ports: list[Any] | None) -> str | None:
     if not ports:
         return None
     shown = []

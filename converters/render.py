@@ -16,6 +16,7 @@ from typing import Any
 
 from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.safetext import escape
 
 from . import cursor as cursors
 from . import filters as filtering
@@ -24,7 +25,7 @@ from .cursor import CursorState, ViewError
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
-from .text import escape, word
+from .text import word
 from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, MIN_MAX_TOKENS, count_tokens
 from .views import REGISTRY, SPECIAL, names
 

@@ -6,13 +6,14 @@ from functools import partial
 
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Node
+from wp_mcp.graph.safetext import escape
 
 from .facts import attr
 from .index import index_for
 from .items import Item, node_item
 from .lines import named, parts
 from .render import Page, clamp_budget, snapshot_label
-from .text import escape, quote
+from .text import quote
 from .tokens import DEFAULT_MAX_TOKENS, count_tokens
 
 SEARCHED = ("name", "cmdline", "local_addr", "remote_addr", "path", "hostname", "pci_bus_id")

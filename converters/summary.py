@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.safetext import escape
 
 from . import filters as filtering
 from .cluster import cluster_facts, cluster_lines, host_part
@@ -19,7 +20,7 @@ from .formats import dumps
 from .index import ViewIndex, index_for
 from .items import Item
 from .render import EXACT_LAYOUT_LIMIT, Page, snapshot_label
-from .text import escape, fmt_count, quote, word
+from .text import fmt_count, quote, word
 from .tokens import count_tokens
 from .views import View, layers
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -64,7 +65,7 @@ def compute(facts: Facts) -> list[Item]:
     return items
 
 
-def _busy_first(node: Node) -> tuple:
+def _busy_first(node: Node) -> tuple[Any, ...]:
     switches = (attr(node, "vol_ctxt_switches") or 0) + (attr(node, "invol_ctxt_switches") or 0)
     return (sort_desc(attr(node, "cpu_pct")), -switches, node.id)
 
@@ -118,7 +119,7 @@ def _thread_line(thread: Node) -> str:
     )
 
 
-def _numa_time(values: dict | None) -> str | None:
+def _numa_time(values: dict[str, float] | None) -> str | None:
     if not values:
         return None
     total = sum(v for v in values.values() if v)
@@ -144,7 +145,7 @@ def thread_items(
 ) -> list[Item]:
     """Threads one per line, idle or unmeasured look-alikes folded into groups."""
 
-    def key(thread: Node) -> tuple | None:
+    def key(thread: Node) -> tuple[Any, ...] | None:
         # All idle threads of a process share one line; unmeasured ones fold by name shape.
         if is_idle(thread):
             return ("idle",)

@@ -4,6 +4,7 @@ threads waiting for a CPU or sharing a restricted CPU set (the rest folded)."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -57,7 +58,7 @@ def control(facts: Facts) -> list[Item]:
     shared = _shared_affinity(facts)
     processes = sorted(graph.of_kind("process"), key=_contention_rank)
 
-    def key(process: Node) -> tuple | None:
+    def key(process: Node) -> tuple[Any, ...] | None:
         if process.id in shared or _contended(process):
             return None
         return ("ok",)
@@ -98,7 +99,7 @@ def control(facts: Facts) -> list[Item]:
     return items
 
 
-def _throttle_rank(ctr: Node) -> tuple:
+def _throttle_rank(ctr: Node) -> tuple[Any, ...]:
     return (sort_desc(attr(ctr, "cpu_throttled_pct")), ctr.id)
 
 
@@ -121,7 +122,7 @@ def _contended(node: Node) -> bool:
     )
 
 
-def _contention_rank(node: Node) -> tuple:
+def _contention_rank(node: Node) -> tuple[Any, ...]:
     return (
         sort_desc(attr(node, "run_delay_pct")),
         sort_desc(attr(node, "invol_switches_per_s")),

@@ -4,6 +4,7 @@ pipes, message queues and unix sockets by size (look-alikes of one holder set fo
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -30,7 +31,7 @@ def data(facts: Facts) -> list[Item]:
     objects += [s for s in graph.of_kind("socket") if (attr(s, "proto") or "") == "unix"]
     objects.sort(key=lambda n: (-(attr(n, "size_bytes") or 0), n.kind, n.id))
 
-    def key(obj: Node) -> tuple:
+    def key(obj: Node) -> tuple[Any, ...]:
         return (obj.kind, attr(obj, "shm_type"), tuple(facts.holders(obj.id)))
 
     def one(obj: Node) -> Item:

@@ -3,6 +3,8 @@ size folded per pair of hosts, names and transport)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from wp_mcp.graph import ids
 
 from ..facts import Facts, attr
@@ -22,7 +24,7 @@ def flows(facts: Facts) -> list[Item]:
     unmeasured = [i for i in items if not i.metrics]
     if len(unmeasured) < 3:
         return measured + unmeasured
-    shapes: dict[tuple, list[Item]] = {}
+    shapes: dict[tuple[Any, ...], list[Item]] = {}
     for item in unmeasured:
         edge = item.edges[0]
         shape = (  # per pair of hosts, so a host's drill-down holds only its own flows

@@ -4,6 +4,7 @@ device-to-device paths per class, and each process's placement against its devic
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Edge, Node
 
@@ -52,7 +53,7 @@ def interconnect(facts: Facts) -> list[Item]:
             )
     items += path_items(facts)
 
-    def key(process: Node) -> tuple | None:
+    def key(process: Node) -> tuple[Any, ...] | None:
         if is_unmeasured(process, PLACEMENT_ATTRS):
             return ("unmeasured",)
         return None
@@ -77,7 +78,7 @@ def interconnect(facts: Facts) -> list[Item]:
 PLACEMENT_ATTRS = ("numa_cpu_share", "numa_page_share", "numa_locality")
 
 
-def _placement_rank(facts: Facts, process: Node) -> tuple:
+def _placement_rank(facts: Facts, process: Node) -> tuple[Any, ...]:
     """Device workers first, then the worst locality."""
     locality = attr(process, "numa_locality")
     return (
@@ -99,7 +100,7 @@ def _numa_line(numa: Node) -> str:
     )
 
 
-def _numeric_key(text: str) -> tuple:
+def _numeric_key(text: str) -> tuple[Any, ...]:
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
@@ -162,15 +163,17 @@ def _placement_line(facts: Facts, process: Node) -> str:
 
 
 def _device_remote(
-    cpu_share: dict | None, page_share: dict | None, device_numas: dict[str, int | None]
+    cpu_share: dict[str, float] | None,
+    page_share: dict[str, float] | None,
+    device_numas: dict[str, int | None],
 ) -> str | None:
     """Says when a device worker runs or keeps its memory away from its device's node."""
     wanted = {str(n) for n in device_numas.values() if n is not None}
     if not wanted:
         return None
     flags = []
-    if cpu_share and max(cpu_share, key=cpu_share.get) not in wanted:
+    if cpu_share and max(cpu_share, key=lambda node: cpu_share[node]) not in wanted:
         flags.append("cpu")
-    if page_share and max(page_share, key=page_share.get) not in wanted:
+    if page_share and max(page_share, key=lambda node: page_share[node]) not in wanted:
         flags.append("mem")
     return f"REMOTE({'+'.join(flags)}≠dev)" if flags else None

@@ -4,6 +4,7 @@ accelerators' memory, processes by resident size."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -39,7 +40,7 @@ def memory(facts: Facts) -> list[Item]:
     devices = device_items(facts, _device_line, ("mem_used_bytes", "mem_total_bytes"))
     items += [i for i in devices if i.group is None]  # only measured ones
 
-    def key(process: Node) -> tuple | None:
+    def key(process: Node) -> tuple[Any, ...] | None:
         if is_unmeasured(process, ("rss_bytes", "numa_pages", "major_faults")):
             return ("unmeasured",)
         return None
@@ -70,7 +71,7 @@ def _total_pages(process: Node) -> int | None:
     return sum(pages.values()) if pages else None
 
 
-def _rank(process: Node) -> tuple:
+def _rank(process: Node) -> tuple[Any, ...]:
     return (sort_desc(attr(process, "rss_bytes")), sort_desc(_total_pages(process)), process.id)
 
 

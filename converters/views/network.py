@@ -4,6 +4,7 @@ TCP/UDP and the sockets behind them (look-alikes of one owner folded)."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -58,7 +59,7 @@ def network(facts: Facts) -> list[Item]:
     return items
 
 
-def _nic_rank(nic: Node) -> tuple:
+def _nic_rank(nic: Node) -> tuple[Any, ...]:
     rate = (attr(nic, "rx_bytes_per_s") or 0) + (attr(nic, "tx_bytes_per_s") or 0)
     return (-rate, nic.id)
 
@@ -87,7 +88,7 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
     """Sockets by traffic; look-alikes of one owner (same proto, state, addresses) folded."""
     sockets = sorted(sockets, key=_socket_rank)
 
-    def key(sock: Node) -> tuple | None:
+    def key(sock: Node) -> tuple[Any, ...] | None:
         g = sock.get
         if g("rtt_ms") is not None and (g("retrans_total") or 0) > 0:
             return None  # a flow with losses keeps its own line
@@ -122,7 +123,7 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
     return aggregate(sockets, key, one, many)
 
 
-def _socket_rank(sock: Node) -> tuple:
+def _socket_rank(sock: Node) -> tuple[Any, ...]:
     moved = (attr(sock, "bytes_sent") or 0) + (attr(sock, "bytes_received") or 0)
     rate = (attr(sock, "send_bytes_per_s") or 0) + (attr(sock, "recv_bytes_per_s") or 0)
     return (-rate, -moved, sock.id)

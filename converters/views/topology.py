@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.model import Node
 
@@ -79,7 +80,7 @@ def _level(facts: Facts, siblings: list[Node], depth: int) -> list[Item]:
     folded into one."""
     graph = facts.graph
 
-    def key(process: Node) -> tuple | None:
+    def key(process: Node) -> tuple[Any, ...] | None:
         if facts.children_of(process.id) or facts.devices_of(process.id):
             return None
         return (name_pattern(attr(process, "name") or ""), facts.container_of(process.id))
