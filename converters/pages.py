@@ -22,7 +22,8 @@ from typing import Any
 from wp_mcp.graph.graph import Graph
 
 from . import render_view
-from .render import VIEWS, Page
+from .catalog import VIEWS
+from .render import Page
 from .tokens import DEFAULT_MAX_TOKENS
 
 STORED_VIEWS = tuple(view for view in VIEWS if view != "entity")  # entity needs an id

@@ -142,6 +142,10 @@ class SnapshotInfo:
     size: int  # stored bytes (compressed)
 
 
+_Rows = list[tuple[Any, ...]]  # rows to insert (named here: Store.list hides the builtin)
+PageProgress = dict[tuple[str, str, int], tuple[int, str | None]]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredPage:
     """A page as converters' ``Page`` has it, read back from the store (same fields, so
@@ -300,7 +304,7 @@ class Store:
                     (content,),
                 ).fetchone()
             if same is not None:
-                snapshot_id = same[0]
+                snapshot_id = str(same[0])
             else:
                 snapshot_id = self._insert_snapshot(db, graph, label, document, content)
                 self._apply_retention(db)
@@ -496,7 +500,7 @@ class Store:
             return
         for chain in chains(graph, snapshot_id, self._page_progress(snapshot_id), limit):
             view, fmt, budget, stored, pages = chain
-            batch: list[tuple] = []
+            batch: _Rows = []
             next_cursor: str | None = None
             for cursor, record in pages:
                 batch.append((snapshot_id, view, fmt, budget, cursor, _pack(record)))
@@ -527,7 +531,7 @@ class Store:
         rows = self._connect().execute(query, (snapshot_id,))
         return {(view, fmt, budget): (stored, after) for view, fmt, budget, stored, after in rows}
 
-    def _write_pages(self, batch: list[tuple], progress: tuple) -> bool:
+    def _write_pages(self, batch: _Rows, progress: tuple[Any, ...]) -> bool:
         """Store a batch of pages and how far its chain got; False once the snapshot is
         gone (deleted, or dropped by retention, while its pages were being rendered)."""
         with self._transaction("cannot store the pages") as db:
