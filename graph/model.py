@@ -18,8 +18,10 @@ from __future__ import annotations
 import copy
 import typing
 from collections import Counter, deque
-from itertools import repeat
-from operator import itemgetter
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not, itemgetter, methodcaller
+from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -620,8 +622,13 @@ def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> l
     start = 0
     for kind, size in sorted(Counter(kinds).items()):
         cls = classes.get(kind, generic)
+        run = ordered[start : start + size]
+        if _plainly_valid(cls, run):
+            elements += _wrap(cls, run)
+            start += size
+            continue
         try:
-            values = cls.list_adapter().validate_python(ordered[start : start + size])
+            values = cls.list_adapter().validate_python(run)
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             loc = list(first["loc"])
@@ -637,6 +644,95 @@ def _validate_grouped(items: list, classes: dict[str, type], generic: type) -> l
         return elements  # one kind, or already grouped by kind
     back = sorted(range(count), key=order.__getitem__)  # the inverse permutation
     return list(map(elements.__getitem__, back))
+
+
+# ---- the plain path: most elements of a large graph hold only strings, whole numbers and
+# floats where the schema asks for exactly those. Checking that over a whole run of one kind
+# takes a few C-level passes per declared attribute (type sets, a minimum for ``ge`` bounds)
+# where pydantic builds every element's dict again; anything else (a value pydantic would
+# coerce or refuse, a nested dict or list attribute, a non-dict) goes through pydantic, which
+# also writes the error message. The plain path keeps each dict's own key order.
+
+_NONE = type(None)
+_PLAIN_TYPES = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class _PlainCheck:
+    name: str
+    types: frozenset[type]  # exact types accepted (None among them when it may be absent)
+    minimum: float | None = None
+    literal: str | None = None  # the one value a class's ``kind`` may take
+
+
+_PLAIN_CHECKS: dict[type, tuple[_PlainCheck, ...] | None] = {}
+
+
+def _plain_checks(cls: type) -> tuple[_PlainCheck, ...] | None:
+    """What the plain path checks for ``cls``, or None where a required attribute is not
+    plain."""
+    if cls in _PLAIN_CHECKS:
+        return _PLAIN_CHECKS[cls]
+    hints = typing.get_type_hints(cls, include_extras=True)
+    checks: list[_PlainCheck] | None = []
+    for name in cls.FIELDS:
+        check = _plain_check(name, hints[name], name in cls.REQUIRED or name == "kind", cls)
+        if check is None:
+            checks = None
+            break
+        checks.append(check)
+    _PLAIN_CHECKS[cls] = result = tuple(checks) if checks is not None else None
+    return result
+
+
+def _plain_check(name: str, hint: Any, required: bool, cls: type) -> _PlainCheck | None:
+    if name == "kind" and _class_kind(cls) is not None:
+        return _PlainCheck(name, frozenset({str}), literal=_class_kind(cls))
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, UnionType) else ()
+    optional = _NONE in args
+    if args:
+        rest = [a for a in args if a is not _NONE]
+        if len(rest) != 1:
+            return None
+        hint = rest[0]
+    minimum = None
+    if typing.get_origin(hint) is Annotated:
+        hint, *metadata = typing.get_args(hint)
+        bounds = [m for info in metadata for m in getattr(info, "metadata", [info])]
+        if any(not hasattr(bound, "ge") for bound in bounds):
+            return None
+        minimum = max((bound.ge for bound in bounds), default=None)
+    if hint not in _PLAIN_TYPES:
+        # a nested value (a dict of shares, a list of ports): plain only where no element
+        # has one, so pydantic checks every one there is
+        return None if required and not optional else _PlainCheck(name, frozenset({_NONE}))
+    types = {hint} if required and not optional else {hint, _NONE}
+    return _PlainCheck(name, frozenset(types), minimum)
+
+
+def _plainly_valid(cls: type, run: list) -> bool:
+    checks = _plain_checks(cls)
+    if checks is None:
+        return False
+    try:
+        keys = set().union(*run)  # one pass over every key: attributes no element has
+        for check in checks:  # need no pass of their own
+            if check.name not in keys:
+                if _NONE not in check.types:
+                    return False
+                continue
+            values = list(map(methodcaller("get", check.name), run))
+            if not check.types.issuperset(map(type, values)):
+                return False
+            if check.literal is not None and set(values) != {check.literal}:
+                return False
+            if check.minimum is not None:
+                given = list(compress(values, map(is_not, values, repeat(None))))
+                if given and min(given) < check.minimum:
+                    return False
+    except (AttributeError, TypeError):  # an element that is no dict
+        return False
+    return True
 
 
 def _wrap(cls: type, values: list[dict]) -> list:

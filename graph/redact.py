@@ -476,12 +476,19 @@ def redact_graph(graph: Graph) -> None:
     entity's ``details``, a thread's copy of its process, environments), and the file's own
     extra metadata (a witty file's ``env``). Declared attributes other than command lines
     are typed numbers, CPU lists and paths: not read, which keeps large imports cheap."""
+    done: dict[tuple[str, str], Any] = {}  # a large import repeats the same few command lines
     for node in graph.nodes.values():
         if node.kind not in REDACTED_KINDS:
             continue
         values = node.__dict__
         for name in [n for n in values if n in COMMAND_KEYS or n not in node.FIELDS]:
-            values[name] = redact_structure({name: values[name]})[name]
+            value = values[name]
+            if type(value) is not str:
+                values[name] = redact_structure({name: value})[name]
+            elif (name, value) in done:
+                values[name] = done[name, value]
+            else:
+                values[name] = done[name, value] = redact_structure({name: value})[name]
     extra = graph.meta.model_extra or {}
     for name in list(extra):
         extra[name] = redact_structure({name: extra[name]})[name]

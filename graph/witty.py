@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,6 @@ _EXPORT_EDGE_TYPES = {
     **{(kind, None): witty for witty, kind in EDGE_KINDS.items() if kind != "numa_access"},
 }
 _AMBIGUOUS_SOURCES = {"AccessWithProcStatusEdge": "thread", "NumaAccessEdge": "process"}
-_EDGE_ENDPOINT_FIELDS = ("edge_type", "source_node", "target_node")
 
 
 # ============================================================================ import
@@ -212,8 +212,15 @@ class _Importer:
         entity_type = data.get("entity_type")
         if not isinstance(entity_type, str):
             raise self.fail(where, "entity has no 'entity_type' string")
-        key = self.identity(entity_type, data, where)
-        known = self.node_ids.get(key)
+        # every edge embeds both its ends: most calls find an entity already read, by its
+        # key fields read in one C call
+        getter = _IDENTITY_GETTERS.get(entity_type)
+        try:
+            key = (entity_type, getter(data)) if getter else self.identity(entity_type, data, where)
+            known = self.node_ids.get(key)
+        except (KeyError, TypeError):  # a key field missing or unhashable: said, or made so
+            key = self.identity(entity_type, data, where)
+            known = self.node_ids.get(key)
         if known is not None:
             return known
         spec = ENTITY_SPECS.get(entity_type)
@@ -230,17 +237,16 @@ class _Importer:
         return node_id
 
     def identity(self, entity_type: str, data: dict, where: str) -> tuple:
+        """(type, key): the key is the value of a type's one key field, or the tuple of its
+        key fields (as ``_IDENTITY_GETTERS`` read them), or a digest of an unknown entity."""
         fields = _IDENTITY_FIELDS.get(entity_type)
         if fields is None:
             return (entity_type, _digest(data))
-        try:
-            return (entity_type, *[data[name] for name in fields])
-        except KeyError as exc:
-            if exc.args[0] == "ppid":
-                return (entity_type, *[data.get(name) for name in fields])
-            raise self.fail(where, f"{entity_type} lacks its key field {exc.args[0]!r}") from None
-        except TypeError:  # an unhashable key field (a list or object where a value belongs)
-            return (entity_type, *[_hashable(data.get(name)) for name in fields])
+        missing = [name for name in fields if name not in data and name != "ppid"]
+        if missing:
+            raise self.fail(where, f"{entity_type} lacks its key field {missing[0]!r}")
+        values = tuple(_hashable(data.get(name)) for name in fields)
+        return (entity_type, values if len(values) > 1 else values[0])
 
     def node_id(self, entity_type: str, key: tuple, data: dict) -> str:
         match entity_type:
@@ -332,16 +338,18 @@ class _Importer:
             raise self.fail(where, f"{edge_type} has no 'target_node' entity")
         src = self.entity(source, f"{where}.source_node")
         dst = self.entity(target, f"{where}.target_node")
-        record = {"src": src, "dst": dst, "kind": EDGE_KINDS.get(edge_type)}
+        kind = EDGE_KINDS.get(edge_type)
         expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
         if expected_src and self.nodes[src]["kind"] != expected_src:
-            record["kind"] = None  # export could not tell it apart: keep it generic with its type
-        if record["kind"] is None:
-            record["kind"] = GENERIC_EDGE_KIND
+            kind = None  # export could not tell it apart: keep it generic with its type
+        record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
+        if kind is None:
             record["edge_type"] = edge_type
-        for name, value in data.items():
-            if name not in _EDGE_ENDPOINT_FIELDS:
-                record[name] = value
+        record.update(data)  # the edge's own fields, in C; then its ends and type back out
+        del record["source_node"], record["target_node"]
+        if kind is not None:
+            del record["edge_type"]
+        record["src"], record["dst"], record["kind"] = src, dst, kind or GENERIC_EDGE_KIND
         self.add_edge(record, where)
 
     def add_edge(self, record: dict[str, Any], where: str) -> None:
@@ -389,6 +397,7 @@ _IDENTITY_FIELDS = {
     "NumaSetEntity": ("numa_id_str",),
     "ContainerEntity": ("container_id",),
 }
+_IDENTITY_GETTERS = {kind: itemgetter(*fields) for kind, fields in _IDENTITY_FIELDS.items()}
 
 
 # ============================================================================ derivation

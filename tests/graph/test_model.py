@@ -130,3 +130,47 @@ def test_set_and_path_values_a_collector_leaves_are_written_as_json():
     doc = orjson.loads(native.dumps(graph))
     assert doc["nodes"][0]["cpus_seen"] == [1, 2, 3]
     assert doc["nodes"][0]["exe"] == "/usr/bin/python3"
+
+
+# The plain path (a run of one kind holding only exactly-typed plain values is checked in a
+# few passes, not rebuilt by pydantic) must accept and refuse exactly what pydantic does.
+PLAIN_CASES = [
+    [{"id": "s", "kind": "socket", "proto": "tcp", "local_port": 80, "rtt_ms": 0.5, "x": [1]}],
+    [{"id": "t", "kind": "thread", "tid": 3, "pid": None}],
+    [{"id": "t", "kind": "thread", "tid": -3}],  # below its bound
+    [{"id": "p", "kind": "process", "pid": 1, "ppid": -1}],  # an optional id below its bound
+    [{"id": "t", "kind": "thread", "tid": True}],  # bool where an int belongs
+    [{"id": "t", "kind": "thread", "tid": "3"}],  # coerced by pydantic: not plain
+    [{"id": "s", "kind": "socket", "rtt_ms": 2}],  # int where a float belongs: coerced
+    [{"id": "t", "kind": "thread"}],  # a required attribute missing
+    [{"id": 5, "kind": "zzz"}],  # a generic node's id of the wrong type
+    [{"id": "p", "kind": "process", "pid": 1, "numa_cpu_share": {"0": "x"}}],  # nested
+    [{"id": "p", "kind": "process", "pid": 1, "source": {"pid": "procfs"}}],
+]
+
+
+@pytest.mark.parametrize("items", PLAIN_CASES)
+def test_the_plain_path_accepts_and_refuses_what_pydantic_does(items):
+    from wp_mcp.graph.model import NODE_CLASSES
+
+    cls = NODE_CLASSES.get(items[0]["kind"], Node)
+    try:
+        expected = cls.list_adapter().validate_python(items)
+    except ValidationError:
+        expected = None
+    if expected is None:
+        with pytest.raises(ElementsError):
+            validate_nodes(items)
+    else:
+        assert [n.__dict__ for n in validate_nodes(items)] == expected
+        assert [type(n) for n in validate_nodes(items)] == [cls] * len(items)
+
+
+def test_edges_a_large_import_builds_take_the_plain_path_and_keep_their_key_order():
+    items = [{"src": "a", "dst": "b", "kind": "mem_on", "share": 0.5, "pages": 7, "z": 1}]
+    items.append({"src": "a", "dst": "b", "kind": "has_thread", "key": "2"})
+    edges = validate_edges(items)
+    assert [e.__dict__ for e in edges] == items
+    assert edges[0].__dict__ is items[0]  # wrapped, not rebuilt
+    with pytest.raises(ElementsError):
+        validate_edges([{"src": "a", "dst": "b", "kind": "has_thread", "key": 2}])
