@@ -142,7 +142,15 @@ def psi_cpu(ctx: RuleContext) -> list[Finding]:
 
 
 def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
-    """CPUs each rank or any of its threads may run on, when narrower than the whole host."""
+    """CPUs each rank or any of its threads may run on, when narrower than the whole host
+    (once per analysis: two rules read it)."""
+    memo = ctx.analysis.__dict__
+    if "_rank_cpus" not in memo:
+        memo["_rank_cpus"] = _pinned_rank_cpus(ctx)
+    return memo["_rank_cpus"]
+
+
+def _pinned_rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
     out = {}
     for rank in ctx.analysis.ranks:
         node = ctx.graph.node(rank)
@@ -169,8 +177,11 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
         raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
     reserved_on: dict[str, set[int]] = {}  # per host: CPU numbers of two hosts differ
-    for rank, cpus in rank_cpus.items():
+    ranks_on: dict[tuple[str, int], list[str]] = {}  # (host, CPU) → the ranks allowed it
+    for rank, cpus in sorted(rank_cpus.items()):
         reserved_on.setdefault(host_prefix(rank), set()).update(cpus)
+        for cpu in cpus:
+            ranks_on.setdefault((host_prefix(rank), cpu), []).append(rank)
     job = set(ctx.analysis.ranks) | set(ctx.analysis.roles)
     out = []
     for proc in ctx.graph.of_kind("process"):
@@ -182,25 +193,24 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
         total = ctx.host_cpus(proc.id)
         # pinned by someone's choice: narrower than the host and entirely on the ranks' CPUs
         pinned = allowed <= reserved and (total is None or len(allowed) < total)
-        victims = sorted(
-            r
-            for r, c in rank_cpus.items()
-            if c & allowed and host_prefix(r) == host_prefix(proc.id)
-        )
+        prefix = host_prefix(proc.id)
+        victims = sorted({r for cpu in allowed & reserved for r in ranks_on[(prefix, cpu)]})
+        named = ", ".join(victims[:4]) + (f" and {len(victims) - 4} more" if victims[4:] else "")
         out.append(
             ctx.finding(
                 subject=proc.id,
                 value=busy,
                 priority="P0" if pinned else "P2",
                 title=f"{ctx.label(proc.id)} uses {busy:.0f} % CPU on CPUs "
-                f"{format_cpulist(allowed & reserved)} reserved for {', '.join(victims)}",
+                f"{format_cpulist(allowed & reserved)} reserved for {named}",
                 evidence=[
                     ctx.entity(proc, "cpu_pct", "cpus_allowed", "cmdline"),
                     Evidence(
                         "aggregate",
                         victims,
-                        {r: format_cpulist(rank_cpus[r]) for r in victims},
-                        note="ranks' CPU affinity",
+                        {r: format_cpulist(rank_cpus[r]) for r in victims[:WORST_SHOWN]},
+                        note="ranks' CPU affinity"
+                        + (f", the first {WORST_SHOWN} shown" if victims[WORST_SHOWN:] else ""),
                     ),
                 ],
                 impact="the ranks on those CPUs get only part of them; the group runs at the "

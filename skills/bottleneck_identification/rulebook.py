@@ -101,17 +101,30 @@ class RuleContext:
         return found
 
     def host_for(self, node_id: str) -> Node | None:
-        prefix = host_prefix(node_id)
-        return next((h for h in self.graph.of_kind("host") if host_prefix(h.id) == prefix), None)
+        return self._hosts().get(host_prefix(node_id))
+
+    def _hosts(self) -> dict[str, Node]:
+        """Host prefix → its host node (the first), once per analysis: rules ask per rank."""
+        memo = self.analysis.__dict__
+        if "_hosts_by_prefix" not in memo:
+            hosts: dict[str, Node] = {}
+            for host in self.graph.of_kind("host"):
+                hosts.setdefault(host_prefix(host.id), host)
+            memo["_hosts_by_prefix"] = hosts
+        return memo["_hosts_by_prefix"]
 
     def host_cpus(self, node_id: str) -> int | None:
         """How many CPUs the host of ``node_id`` has (host attribute, else its NUMA cpulists)."""
-        host = self.host_for(node_id)
-        if host is not None and host.get("cpus"):
-            return int(host.get("cpus"))
-        nodes = self.analysis.numa_nodes.get(host_prefix(node_id), {}).values()
-        count = sum(len(cpu_set(n.get("cpulist"))) for n in nodes)
-        return count or None
+        prefix = host_prefix(node_id)
+        counts = self.analysis.__dict__.setdefault("_host_cpus", {})
+        if prefix not in counts:
+            host = self.host_for(node_id)
+            if host is not None and host.get("cpus"):
+                counts[prefix] = int(host.get("cpus"))
+            else:
+                nodes = self.analysis.numa_nodes.get(prefix, {}).values()
+                counts[prefix] = sum(len(cpu_set(n.get("cpulist"))) for n in nodes) or None
+        return counts[prefix]
 
     def label(self, node_id: str) -> str:
         """``proc:12 (python3)`` — the id plus its escaped name for titles."""
