@@ -195,27 +195,41 @@ def _dominant_work(workers: list[Node]) -> str:
     return max(totals, key=lambda k: totals[k]) if totals else "other"
 
 
+def workers_that_fit(cpus: int, ranks: int) -> int:
+    """Loader workers per rank when every rank and every worker has a CPU of its own."""
+    return max(0, (cpus - ranks) // max(ranks, 1))
+
+
 def worker_count_advice(ctx: RuleContext, trainer: Node, workers: list[Node]) -> str:
-    """A loader-worker count that fits this host: more workers only where idle CPUs can run
-    them, at what one worker of this trainer costs (never past the idle CPUs)."""
+    """A loader-worker count that fits this host: more workers only up to one CPU each
+    (``workers_that_fit``) and only as many as the CPUs left idle over the window can run
+    at what one worker of this trainer costs; fewer when CPU-bound workers already exceed
+    the CPUs."""
     now = len(workers)
     cpus = ctx.host_cpus(trainer.id)
     host = ctx.host_for(trainer.id)
     busy = host.get("cpu_busy_pct") if host is not None else None
     if not cpus or busy is None:
-        return f"keep num_workers ({now}) within the CPUs left idle by the job"
+        return f"keep num_workers at {now} or fewer: this host's idle CPUs are unknown."
+    ranks = max(len(ctx.analysis.dataloaders), 1)
+    fit = workers_that_fit(cpus, ranks)
     idle = cpus * (100 - busy) / 100
     measured = _mean_cpu(workers)
     per_worker = max(measured / 100, NEW_WORKER_MIN_CPU)
-    ranks = max(len(ctx.analysis.dataloaders), 1)
-    extra = min(int(idle / per_worker) // ranks, now)  # at most double at one step
+    affordable = min(int(idle / per_worker) // ranks, now)  # at most double at one step
+    target = min(now + affordable, fit)
     where = (
-        f"this host has {cpus} CPUs, {idle:.1f} idle over the window, and a worker takes "
-        f"{measured:.1f} % of one"
+        f"this host has {cpus} CPUs for {ranks} ranks, {idle:.1f} idle over the window, and "
+        f"a worker takes {measured:.1f} % of one"
     )
-    if extra >= 1:
-        return f"raise num_workers from {now} to {now + extra} per rank ({where})."
-    return f"do not raise num_workers above {now} ({where}): make each item cheaper instead."
+    if target > now:
+        return f"raise num_workers from {now} to {target} per rank ({where})."
+    if now > fit and _mean_cpu(workers) >= 50:
+        return (
+            f"lower num_workers from {now} to {fit} per rank so every rank and worker has a "
+            f"CPU ({where})" + ("; 0 loads in the trainer itself." if fit == 0 else ".")
+        )
+    return f"keep num_workers at {now} ({where}): make each item cheaper instead."
 
 
 @rule(
@@ -273,7 +287,7 @@ def loader_oversubscribed(ctx: RuleContext) -> list[Finding]:
     busy = len(trainers) + workers
     if not OVERSUBSCRIBED.reached(busy / total):
         return []
-    fit = max(0, (total - len(trainers)) // len(trainers))
+    fit = workers_that_fit(total, len(trainers))
     return [
         ctx.finding(
             subject=trainers[0],

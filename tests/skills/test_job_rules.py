@@ -107,9 +107,9 @@ LOADER_RULE = "L7.dataloader-stalled"
 HEALTHY_WORKER = {"fd_wait": 0.5, "sleep": 0.4, "running": 0.1}  # half the time idle
 
 
-def loader_waits(trainer=None, worker=None, worker_cpu=5.0, run_delay=0.0, **host):
-    """Two ranks with two loader workers each; ``trainer`` and ``worker`` are the shares
-    of the window their main threads spent per wait class (collectors/waits.py)."""
+def loader_waits(trainer=None, worker=None, worker_cpu=5.0, run_delay=0.0, workers=2, **host):
+    """Two ranks with ``workers`` loader workers each on 8 CPUs; ``trainer`` and ``worker``
+    are the shares of the window their main threads spent per wait class (waits collector)."""
     trainer = trainer or {"sleep": 0.6, "running": 0.25, "futex": 0.15}
     worker = worker or HEALTHY_WORKER
 
@@ -119,7 +119,7 @@ def loader_waits(trainer=None, worker=None, worker_cpu=5.0, run_delay=0.0, **hos
             node = graph.nodes[rank]
             node.cpu_pct, node.main_waits = 10.0, trainer
             thread(graph, 200 + index, 200 + index, cpu_pct=10.0, run_delay_pct=run_delay)
-            for w in range(2):
+            for w in range(workers):
                 pid = 300 + 10 * index + w
                 process(graph, pid, parent=200 + index, name="pt_data_worker",
                         cpu_pct=worker_cpu, main_waits=worker)  # fmt: skip
@@ -166,14 +166,18 @@ def test_loaders_blocked_on_disk_are_sent_to_the_storage_layer():
 
 
 def test_the_worker_count_advised_fits_the_idle_cpus_of_this_host():
-    """8 CPUs, 75 % busy: 2 idle; CPU-bound workers (90 % of one each) fit 2 more for the
-    2 ranks, so 1 more per rank; with every CPU busy the advice is not to raise at all."""
+    """8 CPUs for 2 ranks hold 3 workers each with a CPU apiece. 75 % busy leaves 2 idle:
+    CPU-bound workers (90 % of one each) fit 1 more per rank. With every CPU busy the count
+    stays; with 4 CPU-bound workers per rank it comes down to the 3 that fit."""
     cpu_bound = {"running": 0.95, "fd_wait": 0.05}
     (free, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=75.0)())
     assert "raise num_workers from 2 to 3 per rank" in free.action
-    assert "8 CPUs, 2.0 idle" in free.action
+    assert "8 CPUs for 2 ranks, 2.0 idle" in free.action
     (full, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=99.0)())
-    assert "do not raise num_workers above 2" in full.action
+    assert "keep num_workers at 2" in full.action and "raise" not in full.action
+    crowded = loader_waits(ON_QUEUE, cpu_bound, 90.0, workers=4, cpu_busy_pct=99.0)()
+    (fewer, _) = loader_findings(crowded)
+    assert "lower num_workers from 4 to 3 per rank" in fewer.action
 
 
 def test_loader_rule_without_wait_samples_says_what_it_needs():
