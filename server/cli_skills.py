@@ -26,7 +26,7 @@ from wp_mcp.skills import (
     run_skill,
     skill_meta,
 )
-from wp_mcp.skills.job_scope import scope_to_job
+from wp_mcp.skills.job_scope import scope_to_job, without_process
 
 from .cli_collect import MAX_DURATION_S
 from .cli_collect import _run as collect_live
@@ -121,6 +121,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         graph = trace.join(graph, ranks) if ranks else graph
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
+    if not args.source:  # this process collected: its own busy window is no finding
+        report = without_process(report, graph, os.getpid())
     if args.job is not None:
         report = scope_to_job(report, graph, args.job)
     return _emit(store, snapshot_id, report, args)

@@ -20,7 +20,7 @@ from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph import ids as graph_ids
 
 from .analysis import Analysis, host_prefix
-from .report import Finding, Report
+from .report import Finding, Report, Section
 
 # Kinds whose findings concern every process of their host; others must name the job.
 HOST_WIDE_KINDS = frozenset(
@@ -113,3 +113,34 @@ def _concerns(graph: Graph, finding: Finding, related: set[str]) -> bool:
 
 def _same_host(subject: str, related: set[str]) -> bool:
     return any(host_prefix(i) == host_prefix(subject) for i in related)
+
+
+def without_process(report: Report, graph: Graph, pid: int) -> Report:
+    """A copy of ``report`` without the findings about process ``pid`` alone (wp-mcp's own
+    process in a live diagnosis: it collects, so it is busy during the window)."""
+    target = graph_ids.process(pid)
+    node = graph.node(target)
+    if node is None:
+        return report
+    own = {target} | {t.id for t in Analysis(graph).threads_of(node)}
+    kept = [f for f in report.findings if not _only_about(f, own)]
+    if len(kept) == len(report.findings):
+        return report
+    return replace(report, findings=kept, sections=_sections_with(report, kept))
+
+
+def _sections_with(report: Report, kept: list[Finding]) -> list[Section]:
+    """The report's sections listing only the kept findings (a section left with none is
+    clean)."""
+    kept_ids = {f.id for f in kept}
+    sections = []
+    for section in report.sections:
+        ids = [i for i in section.finding_ids if i in kept_ids]
+        status = "clean" if section.status == "findings" and not ids else section.status
+        sections.append(replace(section, finding_ids=ids, status=status))
+    return sections
+
+
+def _only_about(finding: Finding, ids: set[str]) -> bool:
+    subjects = {s for s in (finding.subject or "").split("+") if s}
+    return bool(subjects) and subjects <= ids

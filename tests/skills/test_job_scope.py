@@ -14,7 +14,7 @@ import pytest
 from wp_mcp.graph import UserError
 from wp_mcp.server.cli import main
 from wp_mcp.skills import diagnose
-from wp_mcp.skills.job_scope import job_processes, scope_to_job
+from wp_mcp.skills.job_scope import job_processes, scope_to_job, without_process
 
 from .builders import process, tcp_ranks, thread, two_node_host
 
@@ -59,6 +59,15 @@ def test_the_scoped_report_keeps_the_job_the_host_and_outside_load_on_the_job():
     kept = {f.id for f in scoped.findings}
     for section in scoped.sections:
         assert set(section.finding_ids) <= kept
+
+
+def test_the_collecting_process_is_never_a_finding_of_its_own_live_diagnosis():
+    """wp-mcp is busy during its own window: its threads' run-queue delay is no finding."""
+    graph = host_with_a_job_and_neighbours()
+    whole = diagnose(graph)
+    mine = without_process(whole, graph, 900)
+    assert "thr:900" in subjects(whole) and "thr:900" not in subjects(mine)
+    assert subjects(whole) - subjects(mine) == {"thr:900"}
 
 
 def test_a_pid_not_in_the_snapshot_is_one_clear_error():
