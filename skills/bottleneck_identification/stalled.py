@@ -104,7 +104,12 @@ def _culprit_finding(
         )
         command = f"kill -CONT {pid}" if rank.stopped == "T" and pid else None
     else:
-        how = f"blocked in D state ({ctx.label(rank.blocked.id)} off CPU {rank.blocked_off_pct:.0f} % of the window)"
+        latency = rank.node.get("ebpf_block_lat_max_ms")  # eBPF's block I/O, when it ran
+        seen = f", block I/O latency up to {latency:.0f} ms" if latency is not None else ""
+        how = (
+            f"blocked in D state ({ctx.label(rank.blocked.id)} off CPU "
+            f"{rank.blocked_off_pct:.0f} % of the window{seen})"
+        )
         action = (
             "The rank waits in the kernel (storage, a network filesystem, a driver) and the "
             "job waits on it: read its kernel stack, then the disk or mount it uses (layer 5)."

@@ -53,6 +53,10 @@ def test_a_rank_blocked_in_d_state_while_its_peer_waits_is_p0():
     assert finding.priority == "P0" and finding.subject == "proc:201"
     assert "blocked in D state" in finding.title and "thr:201" in finding.title
     assert finding.command == "cat /proc/201/task/201/stack"
+    graph = job(states=("S", "D"), cpu=(0.3, 0.5), rate=0.0)()
+    graph.nodes["proc:201"].ebpf_block_lat_max_ms = 427.0
+    (seen,) = findings(graph)
+    assert "off CPU 100 % of the window, block I/O latency up to 427 ms" in seen.title
 
 
 def test_a_rank_stopped_only_at_the_windows_end_is_p1():
