@@ -33,7 +33,7 @@ from mcp.types import CallToolResult, Completion, TextContent, ToolAnnotations
 from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import Field, ValidationError
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.graph.safetext import error_line, escape, excerpt
 from wp_mcp.skills import SKILL_NAMES as SKILLS  # the registry only: no engine is loaded
 
 from wp_mcp import __version__
@@ -429,8 +429,6 @@ def _snapshot_listing(state: ServerState, limit: int) -> tuple[str, dict[str, An
 
 def _one_line(value: Any) -> str:
     """A host-provided string on one line (labels and origins come from users and files)."""
-    from wp_mcp.converters.text import escape
-
     return "-" if value in (None, "") else escape(str(value))
 
 
