@@ -110,7 +110,7 @@ async def test_the_example_view_is_served_by_wp_layer(
     assert listed == name == "threads"
     monkeypatch.setattr(catalog, "VIEWS", (*catalog.VIEWS[:-1], listed, catalog.VIEWS[-1]))
     with restored(views.REGISTRY):
-        views._load_listed()  # what importing the package does with each listed name
+        views.load_listed()  # what importing the package does with each listed name
         snapshot = Store(store_dir).put(witty, label="witty")
         async with Client(build_server(ServerState(store_path=store_dir))) as client:
             page = await client.call_tool("wp_layer", {"view": "threads", "snapshot": snapshot})

@@ -66,11 +66,14 @@ def names() -> tuple[str, ...]:
     return (SPECIAL[0], *REGISTRY, SPECIAL[1])
 
 
-def _load_listed() -> None:
-    """Import the module of each view that catalog.VIEWS names (its registration line)."""
+def load_listed() -> None:
+    """Import the module of each view that ``catalog.VIEWS`` names (its registration line);
+    each must register the view it is named after."""
     for name in catalog.VIEWS:
-        if name not in SPECIAL:
+        if name not in SPECIAL and name not in REGISTRY:
             importlib.import_module(f".{name}", __name__)
+            if name not in REGISTRY:
+                raise ImportError(f"converters/views/{name}.py registers no view named {name!r}")
 
 
-_load_listed()
+load_listed()
