@@ -132,7 +132,8 @@ def _contention_rank(node: Node) -> tuple[Any, ...]:
 
 
 def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
-    """Processes whose restricted CPU set (not all CPUs) is the same as another process's."""
+    """Processes whose restricted CPU set (not all CPUs) is the same as another process's,
+    each mapped to every process of that set (itself included)."""
     by_set: dict[tuple[str, str], list[str]] = {}
     for process in facts.graph.of_kind("process"):
         allowed = attr(process, "cpus_allowed")
@@ -148,8 +149,8 @@ def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
     shared: dict[str, tuple[str, ...]] = {}
     for members in by_set.values():
         if len(members) > 1:
-            for member in members:
-                shared[member] = tuple(m for m in members if m != member)
+            group = tuple(members)  # one tuple per set, its member too: O(k), not O(k²)
+            shared.update(dict.fromkeys(group, group))
     return shared
 
 
@@ -166,7 +167,9 @@ def _process_line(facts: Facts, process: Node, sharing: tuple[str, ...]) -> str:
     return parts(
         named(process),
         allowed(facts, process),
-        f"shares_cpus_with={id_ranges(sharing, 3)}" if sharing else None,
+        f"shares_cpus_with={id_ranges((m for m in sharing if m != process.id), 3)}"
+        if sharing
+        else None,
         kv("run", g("run_delay_pct"), fmt_pct),
         kv("invol", g("invol_switches_per_s"), fmt_rate),
         kv("cpu", g("cpu_pct"), fmt_pct),
