@@ -45,10 +45,10 @@ log = logging.getLogger(__name__)
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
 # Graphs kept parsed in memory (views of one snapshot must not re-read it), bounded by what
-# they weigh: about 8 bytes of Python objects per byte of native JSON (a 35 MB document
-# becomes ~300 MB), so two 640-host graphs fit and a third evicts the oldest.
+# they weigh: ~1.2 KB per node or edge once parsed and indexed (a 640-host cluster graph,
+# 1.6M of them, holds ~1.9 GB), so one such graph fits and a second evicts the oldest.
 _CACHE_BYTES = int(float(os.environ.get("WP_MCP_GRAPH_CACHE_MB", "2048")) * 2**20)
-_BYTES_PER_DOCUMENT_BYTE = 8
+_BYTES_PER_ELEMENT = 1200
 # Below this much free space an I/O error is the disk being full: SQLite reports a full
 # disk met while mapping its shared-memory file as "disk I/O error".
 _NEARLY_FULL_BYTES = 1 << 20
@@ -437,13 +437,14 @@ class Store:
             raise UserError(f"snapshot {snapshot_id!r} was deleted; {self._known_hint()}")
         from . import native
 
-        document = zlib.decompress(row[0])
-        graph = native.loads(document, origin=f"snapshot {snapshot_id}")
-        self._remember(snapshot_id, graph, len(document))
+        graph = native.loads(zlib.decompress(row[0]), origin=f"snapshot {snapshot_id}")
+        self.remember(snapshot_id, graph)
         return graph
 
-    def _remember(self, snapshot_id: str, graph: Graph, document_bytes: int) -> None:
-        weight = document_bytes * _BYTES_PER_DOCUMENT_BYTE
+    def remember(self, snapshot_id: str, graph: Graph) -> None:
+        """Keep ``graph`` as the parsed form of snapshot ``snapshot_id`` (the caller that
+        just stored it hands it over instead of having it read back; it must not change)."""
+        weight = (len(graph.nodes) + graph.edge_count) * _BYTES_PER_ELEMENT
         with self._cache_lock:
             if snapshot_id in self._cache:
                 return

@@ -170,6 +170,7 @@ class ServerState:
                     self.store.build_pages_quietly(snapshot_id, graph)
                     self.store.build_pages_quietly(snapshot_id, graph, limit=None)
                 finally:
+                    self.store.remember(snapshot_id, graph)  # entities, filters: no re-read
                     self._fresh.pop(snapshot_id, None)
                     self._warming.pop(snapshot_id, None)
 

@@ -26,6 +26,7 @@ def test_a_stored_snapshot_is_served_at_once_then_from_its_pages(store_dir):
     assert sid == snapshot_id
     assert fields(page) == fields(render_view(graph, "compute", fmt="json", snapshot_id=sid))
     state.warm(snapshot_id, graph).join(timeout=120)
+    assert state.graph(snapshot_id) is graph  # handed to the store's cache, not read back
     for view, options in (("summary", {}), ("network", {"fmt": "txt"}), ("topology", {})):
         served, _ = state.render("latest", view, **options)
         assert isinstance(served, StoredPage)
