@@ -226,9 +226,11 @@ def nothing(job: Job, setup: dict) -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def pinned_hog(job: Job, setup: dict) -> Iterator[list[int]]:
-    """A busy loop pinned onto rank 0's CPUs (the ranks are pinned one CPU each)."""
+    """Two busy loops at nice -10 (daemons that outrank the job) pinned onto rank 0's CPUs
+    (the ranks are pinned one CPU each)."""
+    cpus = os.sched_getaffinity(job.ranks[0])
     with spawned() as start:
-        yield [start(python(BUSY_LOOP), cpus=os.sched_getaffinity(job.ranks[0])).pid]
+        yield [start(python(BUSY_LOOP), cpus=cpus, nice=-10).pid for _ in range(2)]
 
 
 @contextlib.contextmanager

@@ -46,15 +46,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         functools.partial(inject.outside_load, count=1, nice=19),
         None,
         related=(expect("1,6", "injector,host"),),
-    ),  # fmt: skip
+    ),
     Scenario(
         "cpu-hog-pinned",
-        "ranks pinned 0|1; a busy loop pinned onto rank 0's CPU",
+        "ranks pinned 0|1; two busy loops at nice -10 pinned onto rank 0's CPU",
         inject.pinned_hog,
-        expect("1,6", "injector", "L6.cpu-hog-on-rank-cpus"),
+        expect("1,6", "injector", "L6.cpu-hog-on-rank-cpus", victims="job"),
         related=(ON_JOB,),
         job_args=("--cpus", "0|1"),
-    ),  # fmt: skip
+    ),
     Scenario(
         "ranks-share-cpus",
         "both ranks (and their loaders) pinned onto CPU 0",
@@ -62,14 +62,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("1,6", "ranks", "L6.ranks-share-cpus"),
         related=(expect("1,6,7", "job,host"),),
         job_args=("--cpus", "0|0"),
-    ),  # fmt: skip
+    ),
     Scenario(
         "loss-loopback",
         f"nftables drops {LOSS_PCT} % of the rank link's segments on lo",
         functools.partial(inject.lo_loss, loss_pct=LOSS_PCT),
         expect("4", "ranks", "L4.flow-retransmits"),
         related=(expect("4,6", "host"),),
-    ),  # fmt: skip
+    ),
     Scenario(
         "loss-veth",
         f"ranks in two netns over a veth pair; {LOSS_PCT} % dropped on arrival",
@@ -77,14 +77,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("4", "ranks", "L4.flow-retransmits"),
         related=(expect("4,6", "host"),),
         netns=True,
-    ),  # fmt: skip
+    ),
     Scenario(
         "stopped-rank",
         "SIGSTOP rank 1 (SIGCONT after)",
         inject.stopped_rank,
         expect("1,6", "rank1", "L6.rank-stalled"),
         related=(expect("1,6,4", "job"),),
-    ),  # fmt: skip
+    ),
     Scenario(
         "slow-disk",
         "rank 0 writes 256 KiB O_DIRECT per step; its cgroup's writes "
@@ -94,15 +94,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         related=(expect("1,5,6", "job,host"),),
         cgroups=("blkio",),
         job_args=("--checkpoint-dir", "{workdir}", "--direct-write-kb", "256"),
-    ),  # fmt: skip
+    ),
     Scenario(
         "starved-loader",
-        "__getitem__ costs 10 ms of CPU per sample (decoding)",
+        "__getitem__ costs 5 ms of CPU per sample (decoding)",
         inject.nothing,
         expect("7", "ranks,workers", "L7.dataloader-saturated"),
         related=(ON_JOB,),
-        job_args=("--item-ms", "0", "--decode-ms", "10"),
-    ),  # fmt: skip
+        job_args=("--item-ms", "0", "--decode-ms", "5"),
+    ),
     Scenario(
         "loader-oversubscribed",
         "8 loader workers per rank (16 on 2 CPUs), 1 ms CPU each",
@@ -110,7 +110,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("6,7", "ranks,workers", "L7.loader-oversubscribed"),
         related=(ON_JOB,),
         job_args=("--workers", "8", "--decode-ms", "1"),
-    ),  # fmt: skip
+    ),
     Scenario(
         "checkpoint-competing-writer",
         "16 MiB fsync'd checkpoints every 10 steps; an O_DIRECT writer outside the job",
@@ -125,7 +125,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "--checkpoint-mb",
             "16",
         ),
-    ),  # fmt: skip
+    ),
     Scenario(
         "memory-cgroup",
         "the job's memory cgroup limited to its anon memory + 32 MiB "
@@ -135,16 +135,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         related=(expect("1,2,5,6,7", "job,host"),),
         cgroups=("memory",),
         dataset_mb=192,
-    ),  # fmt: skip
+    ),
     Scenario(
         "memory-neighbour",
         f"a {HOG_BYTES >> 20} MiB hog joins the job's memory cgroup; limit = anon + 32 MiB",
         functools.partial(inject.memory_squeeze, hog_bytes=HOG_BYTES),
-        expect("2", "injector"),
+        expect("2", "injector", victims="job"),
         related=(expect("1,2,5,6,7", "job,host"),),
         cgroups=("memory",),
         dataset_mb=192,
-    ),  # fmt: skip
+    ),
     Scenario(
         "cpu-throttled",
         "the job's CPU cgroup capped at 0.2 CPU (cfs quota / cpu.max)",
@@ -152,14 +152,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("1,6", "job", "L1.container-throttled"),
         related=(expect("1,6,7", "job,host"),),
         cgroups=("cpu",),
-    ),  # fmt: skip
+    ),
     Scenario(
         "noisy-neighbour",
         "two busy loops outside the job, unpinned, nice 0",
         functools.partial(inject.outside_load, count=2, nice=0),
-        expect("1,6", "injector"),
+        expect("1,6", "injector", victims="job"),
         related=(ON_JOB,),
-    ),  # fmt: skip
+    ),
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -24,17 +24,21 @@ _RAISE_WORKERS = re.compile(r"\b(?:raise|increase|more)\b[^.;]{0,40}\bnum_worker
 @dataclass(frozen=True)
 class Expect:
     """Findings that answer a fault: one of ``layers`` (or ``rules``), about a process of
-    one of ``roles`` (injector, job, ranks, rank0, rank1, workers, host)."""
+    one of ``roles`` (injector, job, ranks, rank0, rank1, workers, host) and, when
+    ``victims`` is given, naming one of those too: a hog is found when a finding blames
+    it for what the job suffers, not when it merely says the hog itself waits."""
 
     layers: frozenset[int]
     roles: frozenset[str]
     rules: frozenset[str] = frozenset()
+    victims: frozenset[str] = frozenset()
 
 
-def expect(layers: str, roles: str, rules: str = "") -> Expect:
-    """``expect("1,6", "injector,ranks", "L6.cpu-hog-on-rank-cpus")``."""
+def expect(layers: str, roles: str, rules: str = "", victims: str = "") -> Expect:
+    """``expect("1,6", "injector", "L6.cpu-hog-on-rank-cpus", victims="job")``."""
     return Expect(frozenset(int(n) for n in layers.split(",")), frozenset(roles.split(",")),
-                  frozenset(filter(None, rules.split(","))))  # fmt: skip
+                  frozenset(filter(None, rules.split(","))),
+                  frozenset(filter(None, victims.split(","))))  # fmt: skip
 
 
 @dataclass
@@ -112,7 +116,9 @@ def _answers(finding: dict, want: Expect, roles: Roles) -> bool:
 def _attributed(finding: dict, want: Expect, roles: Roles) -> bool:
     if "host" in want.roles and roles.about_host(finding):
         return True
-    return bool(roles.processes_named(finding) & roles.of(want.roles))
+    named = roles.processes_named(finding)
+    victims_named = not want.victims or named & roles.of(want.victims)
+    return bool(named & roles.of(want.roles) and victims_named)
 
 
 def _judge_best(result: Score, answers: list[dict], serious: list[dict], want: Expect,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from wp_require import unavailable
 
-pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.netns]
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 REPO = Path(__file__).resolve().parents[2]
 SUBSET = ("healthy", "stopped-rank", "loss-loopback")

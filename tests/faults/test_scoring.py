@@ -74,3 +74,12 @@ def test_more_loader_workers_than_cpus_is_a_wrong_fix():
                                        action=action)]}  # fmt: skip
         result = score(report, starved, (), ROLES, HOST)
         assert result.found and not result.fix_ok, action
+
+
+def test_a_hog_is_found_only_when_blamed_for_the_job_not_when_it_waits_itself():
+    hog = expect("1,6", "injector", victims="job")
+    waits = {"findings": [finding("L6.run-queue-delay", subject=f"thr:{HOG}")]}
+    assert not score(waits, hog, (), ROLES, HOST).found
+    blamed = finding("L6.cpu-hog-on-rank-cpus", subject=f"proc:{RANK0}")
+    blamed["evidence"].append({"ids": [f"proc:{HOG}"]})
+    assert score({"findings": [blamed]}, hog, (), ROLES, HOST).found
