@@ -23,6 +23,8 @@ Public names (other stages code against these; docs/views.md and docs/compact-te
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -67,9 +69,22 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
-    # importing .search set the package's ``search`` to the module: the function wins
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """``search`` names the function, as it did when this package imported it eagerly:
+    importing the submodule ``.search`` (which sets the package's attribute to the module,
+    whoever imports it first) leaves the function in its place."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "search" and isinstance(value, types.ModuleType):
+            value = value.search
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def render_view(

@@ -56,3 +56,17 @@ def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):
         out == render_view(graph, "compute", filters=filters, snapshot_id=snapshot_id).text + "\n"
     )
     assert "wp_mcp.graph.model" in loaded
+
+
+def test_the_lazy_converters_package_keeps_its_public_names():
+    """Loading names on first use changes nothing for callers: ``search`` is the function
+    even when its module was imported first."""
+    code = (
+        "import wp_mcp.converters.search\n"
+        "from wp_mcp.converters import VIEWS, Page, ViewError, render_view, search\n"
+        "assert callable(search) and search.__name__ == 'search', search\n"
+        "assert 'summary' in VIEWS and Page.__name__ == 'Page' and callable(render_view)\n"
+        "assert issubclass(ViewError, Exception)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
