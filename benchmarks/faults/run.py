@@ -46,6 +46,7 @@ class Diagnosis:
     error: str = ""
     quiet_rate: float = 0.0  # steps/s just before it (healthy scenario only)
     window_rate: float = 0.0  # steps/s during its collection window
+    wall_s: float = 0.0  # how long the diagnose command ran
     score: Score = field(default_factory=Score)
 
 
@@ -111,6 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", help="also write the scorecard to this file")
     p.add_argument("--json", help="write each run's scores to this file (for tests)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--reports", help="keep each JSON report here as SCENARIO-MODE.json")
     opts = p.parse_args(argv)
     unknown = set(opts.only.split(",")) - set(BY_NAME) if opts.only else set()
     if unknown:
@@ -133,6 +135,7 @@ def run_scenario(scenario: Scenario, opts: argparse.Namespace, host: Host) -> Re
                     _faulted_run(job, scenario, setup, opts, host, result)
                 finally:
                     job.stop()
+                    _keep_store(workdir, scenario, opts.reports)
         except (JobFailed, RuntimeError, OSError, subprocess.CalledProcessError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"[:300]
     return result
@@ -157,8 +160,24 @@ def _faulted_run(job: Job, scenario: Scenario, setup: dict, opts: argparse.Names
                     diagnosis.score = score(diagnosis.report, scenario.expect, scenario.related,
                                             roles, host)  # fmt: skip
                 result.diagnoses.append(diagnosis)
+                _keep(diagnosis, scenario, opts.reports)
         if not job.alive():
             result.error = "the job died during the fault"
+
+
+def _keep(diagnosis: Diagnosis, scenario: Scenario, folder: str | None) -> None:
+    if folder and diagnosis.report is not None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        path = Path(folder) / f"{scenario.name}-{diagnosis.mode}.json"
+        path.write_text(json.dumps(diagnosis.report, indent=1))
+
+
+def _keep_store(workdir: Path, scenario: Scenario, folder: str | None) -> None:
+    """The snapshots the diagnoses stored: what a miss had to go on (`wp-mcp --store`)."""
+    if folder and (workdir / "store").is_dir():
+        target = Path(folder) / f"{scenario.name}-store"
+        shutil.rmtree(target, ignore_errors=True)  # this suite's own copy from a past run
+        shutil.copytree(workdir / "store", target)
 
 
 def _quiet_rate(job: Job, seconds: float) -> float:
@@ -237,7 +256,7 @@ def diagnose(job: Job, mode: str, window: float) -> Diagnosis:
     with (job.workdir / "diagnose.err").open("w") as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
         samples = _cpu_samples(proc)
-    diagnosis = Diagnosis(mode, None)
+    diagnosis = Diagnosis(mode, None, wall_s=samples[-1][0] - samples[0][0])
     if proc.returncode != 0 or not out.exists():
         tail = (job.workdir / "diagnose.err").read_text()[-300:].strip()
         diagnosis.error = f"diagnose exit {proc.returncode}: {tail}"
@@ -316,7 +335,7 @@ def scorecard(results: list[Result], opts: argparse.Namespace) -> str:
         f"{_host_line()}; job scoping (--job): {'yes' if _has_job_option() else 'no'}",
         "",
         f"{'scenario':28} {'eBPF':4} {'steps/s base→fault':>19} {'impact':>7}  found layer "
-        f"proc  fix  {'false':>5} {'outside':>7}  rule",
+        f"proc  fix  {'false':>5} {'outside':>7} {'diag s':>6}  rule",
     ]
     for result in results:
         lines += _rows(result, reference)
@@ -341,7 +360,7 @@ def _rows(result: Result, reference: float | None) -> list[str]:
             f"{name:28} {d.mode:4} {base:8.1f} → {d.window_rate:7.1f} {impact:>7}  "
             f"{_mark(s.found, healthy):5} {_mark(s.layer_ok, healthy):5} "
             f"{_mark(s.process_ok, healthy):4} {_mark(s.fix_ok, healthy or not s.found):4} "
-            f"{len(s.false):5} {len(s.outside):7}  {s.matched_rule or '-'}"
+            f"{len(s.false):5} {len(s.outside):7} {d.wall_s:6.1f}  {s.matched_rule or '-'}"
         )
     if result.error:
         rows.append(f"{'':28} note: {result.error}")
@@ -405,6 +424,7 @@ def _details(results: list[Result]) -> list[str]:
         for d in r.diagnoses[:2]:
             s, tag = d.score, f"  {r.scenario.name} [eBPF {d.mode}]"
             if d.report is None:
+                lines.append(f"{tag} no report: {d.error}")
                 continue
             if r.scenario.expect is not None and not s.found:
                 seen = [f"{f['priority']} {f['rule_id']}" for f in d.report["findings"]
