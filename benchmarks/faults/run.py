@@ -176,7 +176,9 @@ def _keep_store(workdir: Path, scenario: Scenario, folder: str | None) -> None:
     """The snapshots the diagnoses stored: what a miss had to go on (`wp-mcp --store`)."""
     if folder and (workdir / "store").is_dir():
         target = Path(folder) / f"{scenario.name}-store"
-        shutil.rmtree(target, ignore_errors=True)  # this suite's own copy from a past run
+        if target.exists():  # never overwrite: a folder of that name may not be ours
+            print(f"warning: {target} exists; snapshots not kept", file=sys.stderr)
+            return
         shutil.copytree(workdir / "store", target)
 
 
