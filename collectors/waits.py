@@ -9,11 +9,12 @@ window this collector reads the main thread's state and kernel wait channel
 - ``io`` — state D (uninterruptible: disk, network filesystem, driver);
 - ``stopped`` — state T/t;
 - ``sleep`` — a timed sleep (``nanosleep``);
-- ``fd_wait`` — poll/select/epoll or a pipe read: waiting on file descriptors, which is
-  how a PyTorch trainer waits on its DataLoader queue and how an idle loader worker waits
-  for the next index;
+- ``fd_wait`` — poll/select/epoll, a pipe or UNIX-socket read: waiting on local file
+  descriptors, which is how a PyTorch trainer waits on its DataLoader queue (and receives
+  its batches' shared-memory handles) and how an idle loader worker waits for the next
+  index;
 - ``futex`` — a lock or condition variable (another thread: gloo's collectives);
-- ``socket`` — a blocking socket read, connect or accept;
+- ``socket`` — a blocking network socket read, connect or accept;
 - ``other`` — anything else.
 
 Each sampled process gets ``main_waits`` (class → share of the samples) and
@@ -47,9 +48,9 @@ _WCHAN_CLASSES = (
     ("select", "fd_wait"),
     ("epoll", "fd_wait"),
     ("pipe", "fd_wait"),
+    ("unix_stream_read", "fd_wait"),
     ("futex", "futex"),
     ("sk_wait", "socket"),
-    ("unix_stream_read", "socket"),
     ("inet_csk_accept", "socket"),
     ("wait_woken", "socket"),
 )

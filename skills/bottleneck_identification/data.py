@@ -87,7 +87,7 @@ def dataloader_saturated(ctx: RuleContext) -> list[Finding]:
                     f"its {len(workers)} loaders run at {mean:.0f} %",
                     evidence=_loader_evidence(ctx, trainer, workers),
                     action="Input is CPU-bound: move decoding/augmentation to the device or do "
-                    "it offline; " + worker_count_advice(ctx, trainer, workers),
+                    "it offline; " + worker_count_advice(ctx, trainer, workers, cpu_bound=True),
                 )
             )
     return out
@@ -120,7 +120,7 @@ _WAIT_ACTION = (
     "Trainer waits on its data loaders, which are busy (CPU, I/O or slow item reads)",
     "trainer's main thread waiting on its loader queue, and its loaders' share of time at work",
     f"trainer waits on its loader queue {TRAINER_ON_QUEUE} while its loaders work "
-    f"{LOADERS_WORKING} and the trainer is not short of CPU (run delay < "
+    f"{LOADERS_WORKING} and the trainer's main thread is not short of CPU (run delay < "
     f"{LOADER_RUN_DELAY.value:g} %)",
     PYTORCH_TUNING,
 )
@@ -133,7 +133,7 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
     for trainer, workers in _sampled_sets(ctx):
         on_queue = 100 * trainer.get("main_waits").get("fd_wait", 0.0)
         working = _mean_working(workers)
-        short_of_cpu = LOADER_RUN_DELAY.reached(_worst_run_delay(ctx, trainer))
+        short_of_cpu = LOADER_RUN_DELAY.reached(_main_run_delay(ctx, trainer))
         if not (TRAINER_ON_QUEUE.reached(on_queue) and LOADERS_WORKING.reached(working)):
             continue
         if short_of_cpu:
@@ -150,14 +150,19 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
                 evidence=_loader_evidence(ctx, trainer, workers),
                 impact="each step waits for a batch: the loaders set the job's pace",
                 action=_WORK_ACTIONS.get(work, _WAIT_ACTION)
-                + worker_count_advice(ctx, trainer, workers),
+                + worker_count_advice(ctx, trainer, workers, cpu_bound=work == "running"),
             )
         )
     return out
 
 
-def _worst_run_delay(ctx: RuleContext, proc: Node) -> float:
-    delays = [t.get("run_delay_pct") or 0 for t in ctx.graph.successors(proc.id, "has_thread")]
+def _main_run_delay(ctx: RuleContext, proc: Node) -> float:
+    """Run-queue delay of the thread that waits on the loader queue: the main thread (tid =
+    pid), else the worst thread. A helper thread waiting for a CPU does not make the main
+    thread's wait on its queue a CPU shortage."""
+    threads = ctx.analysis.threads_of(proc)
+    main = [t for t in threads if t.get("tid") is not None and t.get("tid") == proc.get("pid")]
+    delays = [t.get("run_delay_pct") or 0 for t in (main or threads)]
     return max(delays, default=0.0)
 
 
@@ -200,17 +205,19 @@ def workers_that_fit(cpus: int, ranks: int) -> int:
     return max(0, (cpus - ranks) // max(ranks, 1))
 
 
-def worker_count_advice(ctx: RuleContext, trainer: Node, workers: list[Node]) -> str:
+def worker_count_advice(
+    ctx: RuleContext, trainer: Node, workers: list[Node], cpu_bound: bool
+) -> str:
     """A loader-worker count that fits this host: more workers only up to one CPU each
     (``workers_that_fit``) and only as many as the CPUs left idle over the window can run
-    at what one worker of this trainer costs; fewer when CPU-bound workers already exceed
-    the CPUs."""
+    at what one worker of this trainer costs; fewer when CPU-bound workers (``cpu_bound``:
+    busy or runnable all the time) already exceed the CPUs."""
     now = len(workers)
     cpus = ctx.host_cpus(trainer.id)
     host = ctx.host_for(trainer.id)
     busy = host.get("cpu_busy_pct") if host is not None else None
     if not cpus or busy is None:
-        return f"keep num_workers at {now} or fewer: this host's idle CPUs are unknown."
+        return "keep the number of loader workers: this host's idle CPUs are unknown."
     ranks = max(len(ctx.analysis.dataloaders), 1)
     fit = workers_that_fit(cpus, ranks)
     idle = cpus * (100 - busy) / 100
@@ -224,12 +231,12 @@ def worker_count_advice(ctx: RuleContext, trainer: Node, workers: list[Node]) ->
     )
     if target > now:
         return f"raise num_workers from {now} to {target} per rank ({where})."
-    if now > fit and _mean_cpu(workers) >= 50:
+    if now > fit and cpu_bound:
         return (
             f"lower num_workers from {now} to {fit} per rank so every rank and worker has a "
             f"CPU ({where})" + ("; 0 loads in the trainer itself." if fit == 0 else ".")
         )
-    return f"keep num_workers at {now} ({where}): make each item cheaper instead."
+    return f"keep the number of loader workers ({where}): make each item cheaper instead."
 
 
 @rule(

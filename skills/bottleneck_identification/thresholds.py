@@ -85,7 +85,7 @@ LOADER_SATURATED = Limit(90, "%")  # mean loader worker CPU (of one CPU each)
 TRAINER_WAITING = Limit(50, "%", below=True, strict=True)  # trainer CPU while it waits on batches
 LOADER_RUN_DELAY = Limit(20, "%")  # trainer run delay that means "short of CPU", not data
 # main-thread wait samples (collectors/waits.py): the trainer waits on its loader queue …
-TRAINER_ON_QUEUE = Limit(50, "% of the window")
+TRAINER_ON_QUEUE = Limit(25, "% of the window")
 # … while its loader workers work (not waiting for the next index) this share of the time
 LOADERS_WORKING = Limit(80, "% of the window")
 NEW_WORKER_MIN_CPU = 0.05  # the least share of a CPU a new loader worker is counted at

@@ -59,6 +59,7 @@ def test_wait_classes_follow_the_state_first_then_the_wait_channel():
     assert wait_class("S", "hrtimer_nanosleep") == "sleep"
     assert wait_class("S", "poll_schedule_timeout.constprop.0") == "fd_wait"
     assert wait_class("S", "anon_pipe_read") == "fd_wait"
+    assert wait_class("S", "unix_stream_read_generic") == "fd_wait"
     assert wait_class("S", "futex_do_wait") == "futex"
     assert wait_class("S", "sk_wait_data") == "socket"
     assert wait_class("S", "0") == "other"

@@ -164,6 +164,14 @@ def test_a_rank_waiting_on_its_peers_or_for_a_cpu_is_not_blamed_on_its_loaders()
     assert loader_findings(loader_waits(ON_QUEUE, {"sleep": 1.0}, run_delay=40.0)()) == []
 
 
+def test_a_helper_thread_waiting_for_a_cpu_does_not_hide_a_starved_main_thread():
+    """On a crowded host the trainer's gloo thread waits for a CPU 40 % of the window; its
+    main thread (on the loader queue) only 8 %: the loaders still hold it."""
+    graph = loader_waits(ON_QUEUE, {"running": 1.0}, run_delay=8.0)()
+    thread(graph, 200, 250, cpu_pct=0.3, run_delay_pct=40.0)
+    assert "proc:200" in {f.subject for f in loader_findings(graph)}
+
+
 def test_loaders_blocked_on_disk_are_sent_to_the_storage_layer():
     (first, _) = loader_findings(loader_waits(ON_QUEUE, {"io": 0.9, "running": 0.1})())
     assert "blocked on disk I/O" in first.title and "layer 5" in first.action
@@ -172,14 +180,15 @@ def test_loaders_blocked_on_disk_are_sent_to_the_storage_layer():
 def test_the_worker_count_advised_fits_the_idle_cpus_of_this_host():
     """8 CPUs for 2 ranks hold 3 workers each with a CPU apiece. 75 % busy leaves 2 idle:
     CPU-bound workers (90 % of one each) fit 1 more per rank. With every CPU busy the count
-    stays; with 4 CPU-bound workers per rank it comes down to the 3 that fit."""
+    stays; with 4 CPU-bound workers per rank (runnable all the time, whatever CPU they got)
+    it comes down to the 3 that fit."""
     cpu_bound = {"running": 0.95, "fd_wait": 0.05}
     (free, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=75.0)())
     assert "raise num_workers from 2 to 3 per rank" in free.action
     assert "8 CPUs for 2 ranks, 2.0 idle" in free.action
     (full, _) = loader_findings(loader_waits(ON_QUEUE, cpu_bound, 90.0, cpu_busy_pct=99.0)())
-    assert "keep num_workers at 2" in full.action and "raise" not in full.action
-    crowded = loader_waits(ON_QUEUE, cpu_bound, 90.0, workers=4, cpu_busy_pct=99.0)()
+    assert "keep the number of loader workers" in full.action and "raise" not in full.action
+    crowded = loader_waits(ON_QUEUE, cpu_bound, 15.0, workers=4, cpu_busy_pct=99.0)()
     (fewer, _) = loader_findings(crowded)
     assert "lower num_workers from 4 to 3 per rank" in fewer.action
 
