@@ -1,7 +1,15 @@
-"""What the eBPF tier costs a busy workload: loopback TCP throughput with and without it.
+"""What the eBPF tier costs a busy workload: loopback TCP throughput with and without it,
+or (``--job``) the steps/s of a real torch DDP job.
 
     sudo .venv/bin/python benchmarks/bench_ebpf.py [--seconds 1.5] [--rounds 12] [--chunk 131072]
         [--programs sockbytes,retrans,runqlat,blockio,pipes]
+    sudo .venv/bin/python benchmarks/bench_ebpf.py --job [--seconds 4] [--rounds 4]
+
+``--job`` starts the 2-rank gloo job of tests/collectors/torch_job.py (DataLoader workers, a
+step log per rank) and, in ABBA rounds, counts its steps for --seconds without eBPF and for
+the same window with the collector attached; it prints the steps/s of each, the loss over the
+window and over the whole collection (compiling and attaching the programs, the window,
+reading the maps), and the spread of the per-round losses (the machine is shared: repeat).
 
 A sender and a receiver process stream over one loopback TCP connection for --seconds;
 the receiver's byte count gives the throughput. Each round runs "without" (no BPF loaded)
@@ -26,11 +34,16 @@ import resource
 import socket
 import statistics
 import struct
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 from wp_mcp.collectors.base import Context
 from wp_mcp.collectors.ebpf import PROGRAMS, EbpfCollector, probe_ebpf
+from wp_mcp.collectors.ebpf.collector import default_programs
 from wp_mcp.graph import Graph
 
 
@@ -143,15 +156,146 @@ def with_collector(programs: tuple, seconds: float, chunk: int) -> tuple[Run, fl
     return run, bpf_s, seen
 
 
+TORCH_JOB = Path(__file__).resolve().parents[1] / "tests" / "collectors" / "torch_job.py"
+
+
+def steps_between(steplog: Path, start: float, end: float) -> float:
+    """Steps per second rank 0 finished between two wall-clock times (its step log)."""
+    stamps = [float(line) for line in steplog.read_text().split()]
+    return sum(1 for t in stamps if start <= t < end) / (end - start)
+
+
+class JobRound(NamedTuple):
+    without: float  # steps/s, no eBPF
+    window: float  # steps/s while the programs were attached
+    whole: float  # steps/s from the start of compiling to the end of reading the maps
+    compile_s: float
+    probes_s: dict[str, float]  # BPF run time per probe over the window (kernel-measured)
+
+
+def probe_run_times(collector: EbpfCollector) -> dict[str, float]:
+    """Seconds each attached probe has run so far (BPF_ENABLE_STATS must be on)."""
+    times = {}
+    bpf = collector._bpf
+    for name, function in (bpf.funcs if bpf is not None else {}).items():
+        try:
+            with open(f"/proc/self/fdinfo/{function.fd}") as info:
+                for line in info:
+                    if line.startswith("run_time_ns:"):
+                        times[name.decode() if isinstance(name, bytes) else name] = (
+                            int(line.split()[1]) / 1e9
+                        )
+        except OSError:
+            continue
+    return times
+
+
+def job_round(programs: tuple, seconds: float, steplog: Path, attached_first: bool) -> JobRound:
+    def plain() -> float:
+        start = time.time()
+        time.sleep(seconds)
+        return steps_between(steplog, start, time.time())
+
+    def attached() -> tuple[float, float, float, dict[str, float]]:
+        collector = EbpfCollector(programs)
+        ctx = Context(window_s=seconds)
+        stats_fd = enable_bpf_stats()
+        started = time.time()
+        try:
+            collector.begin(ctx)  # compile and attach
+            opened = time.time()
+            first = probe_run_times(collector)
+            time.sleep(seconds)
+            closed = time.time()
+            last = probe_run_times(collector)
+            collector.collect(Graph(), ctx)  # read the maps, detach, merge
+        finally:
+            collector.close()
+            if stats_fd is not None:
+                os.close(stats_fd)
+        ended = time.time()
+        window = steps_between(steplog, opened, closed)
+        probes = {name: last[name] - first.get(name, 0.0) for name in last}
+        return window, steps_between(steplog, started, ended), opened - started, probes
+
+    if attached_first:
+        window, whole, compile_s, probes = attached()
+        without = plain()
+    else:
+        without = plain()
+        window, whole, compile_s, probes = attached()
+    return JobRound(without, window, whole, compile_s, probes)
+
+
+def run_job(programs: tuple, seconds: float, rounds: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="wpmcp-bench-ebpf-"))
+    steplog = folder / "steps"
+    job = subprocess.Popen(
+        [sys.executable, str(TORCH_JOB), "2", "--steplog", str(steplog)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        if not job.stdout.readline():
+            raise SystemExit(f"the torch job did not start (exit {job.wait()})")
+        time.sleep(seconds)  # steps settle
+        rows = []
+        for round_no in range(1, rounds + 1):
+            row = job_round(programs, seconds, Path(f"{steplog}.rank0"), round_no % 2 == 0)
+            rows.append(row)
+            print(
+                f"round {round_no}: without {row.without:.2f} steps/s, with eBPF "
+                f"{row.window:.2f} steps/s over the window ({_loss(row.without, row.window):+.1f} %), "
+                f"{row.whole:.2f} over the whole collection "
+                f"({_loss(row.without, row.whole):+.1f} %; compile+attach {row.compile_s:.1f} s)"
+            )
+        _print_job_summary(programs, seconds, rows)
+    finally:
+        job.stdin.close()
+        job.wait(timeout=60)
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+
+
+def _loss(base: float, loaded: float) -> float:
+    return 100 * (base - loaded) / base if base else 0.0
+
+
+def _print_job_summary(programs: tuple, seconds: float, rows: list[JobRound]) -> None:
+    window = [_loss(r.without, r.window) for r in rows]
+    whole = [_loss(r.without, r.whole) for r in rows]
+    print(f"torch DDP job (2 gloo ranks, 2 DataLoader workers each), {seconds:g} s windows x "
+          f"{len(rows)} rounds; eBPF programs: {', '.join(p.name for p in programs)}")  # fmt: skip
+    print(f"median steps/s without eBPF: {statistics.median(r.without for r in rows):.2f}")
+    print(f"median steps/s with eBPF:    {statistics.median(r.window for r in rows):.2f}")
+    print(
+        f"steps/s loss over the window: median {statistics.median(window):.1f} % "
+        f"(rounds {min(window):.1f} to {max(window):.1f} %; target <= 3 %)"
+    )
+    print(
+        f"steps/s loss over the whole collection: median {statistics.median(whole):.1f} % "
+        f"(rounds {min(whole):.1f} to {max(whole):.1f} %)"
+    )
+    cpu_s = seconds * (os.cpu_count() or 1)
+    names = sorted({n for r in rows for n in r.probes_s}, key=lambda n: -rows[0].probes_s.get(n, 0))
+    for name in names:
+        spent = statistics.median(r.probes_s.get(name, 0.0) for r in rows)
+        print(f"  probe {name}: {spent * 1e3:.1f} ms per window = {100 * spent / cpu_s:.2f} % "
+              "of the machine's CPU time")  # fmt: skip
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", action="store_true", help="measure a torch DDP job's steps/s")
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--chunk", type=int, default=128 * 1024)
     parser.add_argument(
         "--programs",
-        default=",".join(p.name for p in PROGRAMS),
-        help="comma-separated subset of the eBPF programs to attach (to see what each costs)",
+        default=",".join(p.name for p in default_programs()),
+        help="comma-separated eBPF programs to attach (default: those diagnose attaches; "
+        f"all: {','.join(p.name for p in PROGRAMS)})",
     )
     args = parser.parse_args()
     reason = probe_ebpf()
@@ -159,6 +303,9 @@ def main() -> None:
         raise SystemExit(f"eBPF cannot run here: {reason}")
     chosen = set(args.programs.split(","))
     programs = tuple(p for p in PROGRAMS if p.name in chosen)
+    if args.job:
+        run_job(programs, args.seconds, args.rounds)
+        return
     rows = []  # (run without, run with, BPF seconds)
     stream(1.0, args.chunk)  # warm up: page cache, socket buffers, CPU frequency
     for round_no in range(1, args.rounds + 1):

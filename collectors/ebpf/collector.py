@@ -11,11 +11,13 @@ unloads them with its file descriptors.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.safetext import excerpt
 
 from ..base import Cancelled, Collector, Context, Outcome
 from . import blockio, pipes, retrans, runqlat, sockbytes
@@ -34,6 +36,29 @@ PROGRAMS: tuple[Program, ...] = (
     blockio.PROGRAM,
     pipes.PROGRAM,
 )
+# ``pipes`` is attached only when asked for: it needs the syscall tracepoints, and enabling
+# any of them sends every syscall of every task on the machine through the kernel's slower
+# tracing entry path — most of what a DDP job lost with eBPF on (benchmarks/bench_ebpf.py
+# --job, docs/ebpf.md). The others cost well under 1 % of the CPU.
+OPT_IN = frozenset({"pipes"})
+PROGRAMS_ENV = "WP_MCP_EBPF_PROGRAMS"  # comma-separated program names, replacing the default
+
+
+def default_programs() -> tuple[Program, ...]:
+    """The programs to attach: every one but the opt-in ones, or those named in
+    ``WP_MCP_EBPF_PROGRAMS``."""
+    chosen = os.environ.get(PROGRAMS_ENV, "").strip()
+    if not chosen:
+        return tuple(p for p in PROGRAMS if p.name not in OPT_IN)
+    names = {name.strip() for name in chosen.split(",") if name.strip()}
+    known = [p.name for p in PROGRAMS]
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise UserError(
+            f"{PROGRAMS_ENV}: no eBPF program {excerpt(unknown[0], 40)}; "
+            f"programs are {', '.join(known)}"
+        )
+    return tuple(p for p in PROGRAMS if p.name in names)
 
 
 class EbpfCollector(Collector):
@@ -45,8 +70,8 @@ class EbpfCollector(Collector):
     # programs never stay attached longer than the window plus this, whatever happens
     detach_margin_s: ClassVar[float] = 60.0
 
-    def __init__(self, programs: tuple[Program, ...] = PROGRAMS) -> None:
-        self.programs = programs
+    def __init__(self, programs: tuple[Program, ...] | None = None) -> None:
+        self.programs = default_programs() if programs is None else programs
         self._lock = threading.Lock()
         self._bpf: Any = None
         self._loaded: tuple[Program, ...] = ()

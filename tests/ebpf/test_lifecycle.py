@@ -36,7 +36,7 @@ def baseline(ebpf) -> int:
 
 
 def test_programs_are_loaded_while_attached_and_gone_after_collect(baseline):
-    collector = EbpfCollector()
+    collector = EbpfCollector(collector_module.PROGRAMS)
     ctx = Context(window_s=0.2)
     before = bpf_prog_ids()
     collector.begin(ctx)
@@ -128,7 +128,7 @@ def test_a_killed_collector_process_leaves_no_program():
     try:
         assert holder.stdout.readline().strip() == "attached"
         prog_ids = bpf_prog_ids(holder.pid)
-        assert len(prog_ids) == expected_programs()
+        assert len(prog_ids) == expected_programs(collector_module.default_programs())
         assert loaded_in_kernel(prog_ids) == prog_ids
     finally:
         holder.kill()
@@ -159,7 +159,8 @@ def test_auto_records_capabilities():
     [status] = graph.meta.collectors
     if caps["usable"]:
         assert status.status == "ok"
-        assert caps["programs"] == ["sockbytes", "retrans", "runqlat", "blockio", "pipes"]
+        # pipes (syscall tracepoints: every task's syscalls slowed) only when asked for
+        assert caps["programs"] == ["sockbytes", "retrans", "runqlat", "blockio"]
     else:
         assert status.status == "skipped"
         assert status.reason == caps["reason"]
@@ -224,7 +225,22 @@ def _wait_for_attached_programs(proc: subprocess.Popen, timeout_s: float = 60) -
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         prog_ids = bpf_prog_ids(proc.pid)
-        if len(prog_ids) == expected_programs():
+        if len(prog_ids) == expected_programs(collector_module.default_programs()):
             return prog_ids
         time.sleep(0.05)
     pytest.fail(f"programs not attached within {timeout_s:g}s")
+
+
+def test_syscall_tracing_pipes_program_is_attached_only_when_asked_for(monkeypatch):
+    """Enabling a syscall tracepoint slows every syscall of every task, so the pipes program
+    is opt-in: WP_MCP_EBPF_PROGRAMS names the programs to attach; a wrong name is one line."""
+    monkeypatch.delenv(collector_module.PROGRAMS_ENV, raising=False)
+    assert "pipes" not in [p.name for p in EbpfCollector().programs]
+    monkeypatch.setenv(collector_module.PROGRAMS_ENV, "sockbytes, pipes")
+    assert [p.name for p in EbpfCollector().programs] == ["sockbytes", "pipes"]
+    monkeypatch.setenv(collector_module.PROGRAMS_ENV, "sockbytes,kprobes\nrm -rf")
+    with pytest.raises(
+        UserError, match=r"^WP_MCP_EBPF_PROGRAMS: no eBPF program 'kprobes\\nrm"
+    ) as err:
+        EbpfCollector()
+    assert "\n" not in str(err.value) and "programs are sockbytes" in str(err.value)
