@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wp_mcp.graph.outfile import write_output
+
 from .inject import REPO_TESTS, _netns_link, job_cgroups
 from .job import WORLD, Job, JobFailed, Launch, children
 from .scenarios import BY_NAME, SCENARIOS, Scenario
@@ -77,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if opts.out:
         Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.out).write_text(text + "\n")
+        write_output(opts.out, (text + "\n").encode())
     if opts.json:
-        Path(opts.json).write_text(json.dumps([_as_dict(r) for r in results], indent=1))
+        write_output(opts.json, json.dumps([_as_dict(r) for r in results], indent=1).encode())
     return 0
 
 
@@ -169,7 +171,7 @@ def _keep(diagnosis: Diagnosis, scenario: Scenario, folder: str | None) -> None:
     if folder and diagnosis.report is not None:
         Path(folder).mkdir(parents=True, exist_ok=True)
         path = Path(folder) / f"{scenario.name}-{diagnosis.mode}.json"
-        path.write_text(json.dumps(diagnosis.report, indent=1))
+        write_output(path, json.dumps(diagnosis.report, indent=1).encode())
 
 
 def _keep_store(workdir: Path, scenario: Scenario, folder: str | None) -> None:
