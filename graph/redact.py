@@ -477,11 +477,15 @@ def redact_graph(graph: Graph) -> None:
     extra metadata (a witty file's ``env``). Declared attributes other than command lines
     are typed numbers, CPU lists and paths: not read, which keeps large imports cheap."""
     done: dict[tuple[str, str], Any] = {}  # a large import repeats the same few command lines
+    plain: dict[type, frozenset[str]] = {}  # per class: declared attributes, no command line
     for node in graph.nodes.values():
         if node.kind not in REDACTED_KINDS:
             continue
         values = node.__dict__
-        for name in [n for n in values if n in COMMAND_KEYS or n not in node.FIELDS]:
+        skipped = plain.get(type(node))
+        if skipped is None:
+            skipped = plain[type(node)] = frozenset(node.FIELDS) - COMMAND_KEYS
+        for name in values.keys() - skipped:  # one set difference in C per node
             value = values[name]
             if type(value) is not str:
                 values[name] = redact_structure({name: value})[name]
