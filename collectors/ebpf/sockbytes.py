@@ -263,14 +263,14 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
     """
     by_tuple = {}
     unconnected = {}
-    by_sk = {}
+    by_sk: dict[int, list[SocketRecord]] = defaultdict(list)
     for record in records:
         local = (record.proto, record.laddr, record.lport)
         if record.rport:
             by_tuple[(*local, record.raddr, record.rport)] = record
         elif record.lport:
             unconnected[local] = record
-        by_sk[record.sk] = record
+        by_sk[record.sk].append(record)
     sent: dict[tuple[str, str, str], int] = defaultdict(int)
     flows: dict[tuple[str, str, str], int] = defaultdict(int)
     for record in records:
@@ -293,12 +293,23 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
 WILDCARDS = ("0.0.0.0", "::")
 
 
+def _unix_peer(record: SocketRecord, by_sk: dict[int, list[SocketRecord]]) -> SocketRecord | None:
+    """The UNIX socket whose struct sock ``record`` names as its peer, and which names
+    ``record`` back. A struct sock freed in the window is reused for another socket (short
+    UNIX connections, as DataLoader workers open to pass file descriptors): a one-way or
+    ambiguous match would join unrelated processes, so it joins none."""
+    if not record.peer:
+        return None
+    mutual = [other for other in by_sk.get(record.peer, ()) if other.peer == record.sk]
+    return mutual[0] if len(mutual) == 1 else None
+
+
 def _peer(
     record: SocketRecord, by_tuple: dict, unconnected: dict, by_sk: dict
 ) -> SocketRecord | None:
     """The socket at the other end of ``record``'s flow, if eBPF saw it too."""
     if record.family == AF_UNIX:
-        return by_sk.get(record.peer) if record.peer else None
+        return _unix_peer(record, by_sk)
     if not record.rport:
         return None  # unconnected UDP: destinations vary per datagram
     exact = by_tuple.get((record.proto, record.raddr, record.rport, record.laddr, record.lport))

@@ -102,6 +102,18 @@ def test_unix_sockets_pair_through_their_peer_pointer():
     assert g.nodes["sock:11"].get("unix_type") == "stream"
 
 
+def test_a_reused_struct_sock_does_not_join_unrelated_unix_sockets():
+    """Socket 13 (process 3) was given the freed struct sock of socket 12 during the window
+    and points at nothing of 11's: only the pair that names each other joins."""
+    g = Graph()
+    a = SocketRecord(11, 0xA, AF_UNIX, 0, 1, peer=0xB, by_pid={1: [10, 0, 1, 0]})
+    b = SocketRecord(12, 0xB, AF_UNIX, 0, 1, peer=0xA, by_pid={2: [0, 10, 0, 1]})
+    reused = SocketRecord(13, 0xB, AF_UNIX, 0, 1, peer=0xC, by_pid={3: [0, 10, 0, 1]})
+    stranger = SocketRecord(14, 0xD, AF_UNIX, 0, 1, peer=0xB, by_pid={4: [10, 0, 1, 0]})
+    sockbytes.merge(g, [a, b, reused, stranger], Scope(window_s=1.0))
+    assert [(e.src, e.dst) for e in g.edges("talks_to")] == [("proc:1", "proc:2")]
+
+
 def test_thread_records_become_thread_attributes_under_their_process():
     g = Graph()
     g.add("process", "proc:5", source="procfs", pid=5)
