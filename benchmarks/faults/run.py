@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -70,11 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run the fault suite: {missing}", file=sys.stderr)
         return 2
     host = _host()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # both undo the faults on the way out
+        signal.signal(signum, _interrupted)
     selected = [BY_NAME[name] for name in opts.only.split(",")] if opts.only else SCENARIOS
     results: list[Result] = []
-    for scenario in selected:
-        print(f"-- {scenario.name}: {scenario.injects}", file=sys.stderr, flush=True)
-        results.append(run_scenario(scenario, opts, host))
+    try:
+        for scenario in selected:
+            print(f"-- {scenario.name}: {scenario.injects}", file=sys.stderr, flush=True)
+            results.append(run_scenario(scenario, opts, host))
+    except KeyboardInterrupt:  # every fault was undone on the way out
+        print("interrupted: the faults made so far are removed", file=sys.stderr)
+        return 130
     text = scorecard(results, opts)
     print(text)
     if opts.out:
@@ -100,6 +107,10 @@ def _as_dict(result: Result) -> dict:
             for d in result.diagnoses
         ],  # fmt: skip
     }
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -259,7 +270,12 @@ def diagnose(job: Job, mode: str, window: float) -> Diagnosis:
         command += ["--job", str(job.launcher)]
     with (job.workdir / "diagnose.err").open("w") as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
-        samples = _cpu_samples(proc)
+        try:
+            samples = _cpu_samples(proc)
+        finally:  # on Ctrl-C too: no diagnosis outlives the suite
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     diagnosis = Diagnosis(mode, None, wall_s=samples[-1][0] - samples[0][0])
     if proc.returncode != 0 or not out.exists():
         tail = (job.workdir / "diagnose.err").read_text()[-300:].strip()
