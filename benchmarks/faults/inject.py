@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .job import Job
+from .job import REPO, Job
 
 CGROUP_FS = Path("/sys/fs/cgroup")
+REPO_TESTS = REPO / "tests"
 TAG = f"wpfault{os.getpid()}"  # every name made here carries the runner's pid
 Injector = Callable[[Job, dict], contextlib.AbstractContextManager[list[int]]]
 
@@ -263,7 +264,7 @@ def lo_loss(job: Job, setup: dict, loss_pct: int) -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def veth_loss(job: Job, setup: dict, loss_pct: int) -> Iterator[list[int]]:
-    netns_link = _netns_link()
+    netns_link = netns_link_module()
     with netns_link.receiver_drops(setup["netns"]["rx"], setup["tx_ip"], loss_pct):
         yield []
 
@@ -332,14 +333,14 @@ def slow_disk(job: Job, setup: dict, bytes_per_s: int) -> Iterator[list[int]]:
 def competing_writer(job: Job, setup: dict, file_mb: int = 256) -> Iterator[list[int]]:
     """A process outside the job writing O_DIRECT into a file of its own in the work dir."""
     target = job.workdir / "competing-writer.bin"
-    with spawned() as start:
-        try:
+    try:
+        with spawned() as start:
             yield [start(python(DIRECT_WRITER, str(target), str(file_mb << 20))).pid]
-        finally:
-            target.unlink(missing_ok=True)
+    finally:  # once the writer is gone
+        target.unlink(missing_ok=True)
 
 
-def _netns_link():
+def netns_link_module():
     """tests/collectors/netns_link.py: the namespaces and the receiver-side drop."""
     for folder in (REPO_TESTS, REPO_TESTS / "collectors"):
         if str(folder) not in sys.path:
@@ -347,6 +348,3 @@ def _netns_link():
     import netns_link
 
     return netns_link
-
-
-REPO_TESTS = Path(__file__).resolve().parents[2] / "tests"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from wp_mcp.graph.outfile import write_output
 
-from .inject import REPO_TESTS, _netns_link, job_cgroups
+from .inject import REPO_TESTS, job_cgroups, netns_link_module
 from .job import WORLD, Job, JobFailed, Launch, children
 from .scenarios import BY_NAME, SCENARIOS, Scenario
 from .score import Expect, Host, Roles, Score, score
@@ -56,7 +56,7 @@ class Diagnosis:
 @dataclass
 class Result:
     scenario: Scenario
-    baseline: float = 0.0  # steps/s before the fault (or of the healthy run, built-in faults)
+    baseline: float = 0.0  # steps/s of the fresh job before the fault
     diagnoses: list[Diagnosis] = field(default_factory=list)
     error: str = ""
 
@@ -211,7 +211,7 @@ def prepared(scenario: Scenario, workdir: Path) -> Iterator[tuple[Launch, dict]]
         launch.args += ["--dataset", str(_dataset(workdir, scenario.dataset_mb))]
     with contextlib.ExitStack() as stack:
         if scenario.netns:
-            netns_link = _netns_link()
+            netns_link = netns_link_module()
             namespaces = stack.enter_context(
                 netns_link.veth_namespaces("wpf", RX_IP, TX_IP, ifname=VETH))  # fmt: skip
             launch.prefix = ["ip", "netns", "exec", namespaces["rx"]]
