@@ -78,7 +78,14 @@ def rank_stalled(ctx: RuleContext) -> list[Finding]:
 
 
 def _stalled_findings(ctx: RuleContext, group: Group, ranks: list[RankState]) -> list[Finding]:
-    culprits = [r for r in ranks if r.stopped or r.blocked is not None]
+    # a thread caught in D state at the window's end is common on a healthy job (a log
+    # write): it is a stall only when the rank links stood still (L5.d-state reports it
+    # otherwise); a stopped rank is reported either way
+    culprits = [
+        r
+        for r in ranks
+        if r.stopped or (r.blocked is not None and r.links is not None and r.links.quiet)
+    ]
     if culprits:
         return [_culprit_finding(ctx, group, r, ranks) for r in culprits]
     if all(r.idle and r.links is not None and r.links.quiet for r in ranks) and any(

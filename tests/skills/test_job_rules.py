@@ -59,6 +59,12 @@ def test_a_rank_blocked_in_d_state_while_its_peer_waits_is_p0():
     assert "off CPU 100 % of the window, block I/O latency up to 427 ms" in seen.title
 
 
+def test_a_thread_caught_in_d_state_on_a_moving_job_is_no_stall():
+    """A rank's thread in D at the window's end (a log write) while the links carried
+    40 MiB/s: the job moves; L5.d-state says the thread waits, this rule stays silent."""
+    assert findings(job(states=("S", "D"), cpu=(30.0, 0.5))()) == []
+
+
 def test_a_rank_stopped_only_at_the_windows_end_is_p1():
     """Its links still carried data: the job was moving for most of the window."""
     (finding,) = findings(job(states=("S", "T"), cpu=(20.0, 15.0))())
