@@ -10,8 +10,9 @@ stands still is its rank links: the bytes the ranks exchanged over the window. O
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from wp_mcp.graph import Node
+from wp_mcp.graph import Edge, Node
 
 from ..analysis import Group
 from ..report import Evidence, Finding
@@ -111,6 +112,7 @@ def _culprit_finding(
         )
         command = f"kill -CONT {pid}" if rank.stopped == "T" and pid else None
     else:
+        assert rank.blocked is not None  # a culprit is stopped or blocked
         latency = rank.node.get("ebpf_block_lat_max_ms")  # eBPF's block I/O, when it ran
         seen = f", block I/O latency up to {latency:.0f} ms" if latency is not None else ""
         how = (
@@ -166,7 +168,7 @@ def _silent_job_finding(ctx: RuleContext, group: Group, ranks: list[RankState]) 
 
 
 def _rank_state(ctx: RuleContext, group: Group, member: str) -> RankState:
-    node = ctx.graph.node(member)
+    node = ctx.graph.nodes[member]  # group members are nodes of the graph
     threads = ctx.analysis.threads_of(node)
     states = [str(t.get("state") or "")[:1] for t in threads] or [str(node.get("state") or "")[:1]]
     stopped = next((s for s in STOPPED_STATES if states and all(x == s for x in states)), None)
@@ -192,7 +194,8 @@ def _rank_links(ctx: RuleContext, group: Group, member: str) -> RankLinks | None
     measured over a window (no sockets data, or ranks joined by something else)."""
     others = set(group.members) - {member}
     peers, rate, lifetime, window = [], 0.0, 0, 0.0
-    for peer, edge in ctx.analysis.talks(member):
+    for peer, talk in ctx.analysis.talks(member):
+        edge = cast(Edge, talk)  # talks_to edges
         if peer not in others or edge.get("bytes_per_s") is None:
             continue
         peers.append(peer)
