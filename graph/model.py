@@ -19,7 +19,7 @@ import copy
 import typing
 from collections import Counter, deque
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import is_not, itemgetter, methodcaller
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required
@@ -663,6 +663,9 @@ class _PlainCheck:
     types: frozenset[type]  # exact types accepted (None among them when it may be absent)
     minimum: float | None = None
     literal: str | None = None  # the one value a class's ``kind`` may take
+    # a dict of str to one plain type, or a list of one plain type: the types its members
+    # may have (its own type is then dict or list)
+    members: frozenset[type] | None = None
 
 
 _PLAIN_CHECKS: dict[type, tuple[_PlainCheck, ...] | None] = {}
@@ -702,12 +705,25 @@ def _plain_check(name: str, hint: Any, required: bool, cls: type) -> _PlainCheck
         if any(not hasattr(bound, "ge") for bound in bounds):
             return None
         minimum = max((bound.ge for bound in bounds), default=None)
-    if hint not in _PLAIN_TYPES:
-        # a nested value (a dict of shares, a list of ports): plain only where no element
-        # has one, so pydantic checks every one there is
+    members = _plain_members(hint)
+    if members is not None:
+        hint, members = members
+    elif hint not in _PLAIN_TYPES:
+        # a deeper value (a dict of dicts, a list of ports): plain only where no element has
+        # one, so pydantic checks every one there is
         return None if required and not optional else _PlainCheck(name, frozenset({_NONE}))
     types = {hint} if required and not optional else {hint, _NONE}
-    return _PlainCheck(name, frozenset(types), minimum)
+    return _PlainCheck(name, frozenset(types), minimum, members=members)
+
+
+def _plain_members(hint: Any) -> tuple[type, frozenset[type]] | None:
+    """``dict[str, float]`` → (dict, {float}); ``list[str]`` → (list, {str}); else None."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is dict and len(args) == 2 and args[0] is str and args[1] in _PLAIN_TYPES:
+        return dict, frozenset({args[1]})
+    if origin is list and len(args) == 1 and args[0] in _PLAIN_TYPES:
+        return list, frozenset({args[0]})
+    return None
 
 
 def _plainly_valid(cls: type, run: list) -> bool:
@@ -722,6 +738,10 @@ def _plainly_valid(cls: type, run: list) -> bool:
                     return False
                 continue
             get = methodcaller("get", check.name)
+            if check.members is not None:
+                if not _plain_members_valid(check, list(map(get, run))):
+                    return False
+                continue
             if check.literal is None and check.minimum is None:
                 if not check.types.issuperset(map(type, map(get, run))):
                     return False
@@ -738,6 +758,22 @@ def _plainly_valid(cls: type, run: list) -> bool:
     except (AttributeError, TypeError):  # an element that is no dict
         return False
     return True
+
+
+def _plain_members_valid(check: _PlainCheck, values: list) -> bool:
+    """Dicts of str keys or lists whose members all have one of the accepted types, read in
+    C over every container at once."""
+    if not check.types.issuperset(map(type, values)):
+        return False
+    given = list(compress(values, map(is_not, values, repeat(None))))
+    if not given:
+        return True
+    members = check.members or frozenset()
+    if type(given[0]) is dict:
+        if not {str}.issuperset(map(type, chain.from_iterable(given))):
+            return False
+        given = list(map(dict.values, given))
+    return members.issuperset(map(type, chain.from_iterable(given)))
 
 
 def _wrap(cls: type, values: list[dict]) -> list:

@@ -146,6 +146,21 @@ PLAIN_CASES = [
     [{"id": 5, "kind": "zzz"}],  # a generic node's id of the wrong type
     [{"id": "p", "kind": "process", "pid": 1, "numa_cpu_share": {"0": "x"}}],  # nested
     [{"id": "p", "kind": "process", "pid": 1, "source": {"pid": "procfs"}}],
+    [
+        {
+            "id": "p",
+            "kind": "process",
+            "pid": 1,
+            "numa_cpu_share": {"0": 0.25, "1": 0.75},
+            "numa_pages": {"0": 7},
+            "devices": ["/dev/nvidia0"],
+        }
+    ],
+    [{"id": "p", "kind": "process", "pid": 1, "numa_cpu_share": {"0": 1}}],  # int: coerced
+    [{"id": "p", "kind": "process", "pid": 1, "numa_pages": {"0": 0.5}}],  # float in ints
+    [{"id": "p", "kind": "process", "pid": 1, "devices": ["/dev/x", 3]}],
+    [{"id": "p", "kind": "process", "pid": 1, "devices": "/dev/x"}],  # not a list
+    [{"id": "n", "kind": "numa_node", "numa_id": 0, "distances": {"0": 10, "1": 21}}],
 ]
 
 
