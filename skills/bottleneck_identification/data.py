@@ -26,8 +26,8 @@ def _loader_sets(ctx: RuleContext) -> list[tuple[Node, list[Node]]]:
         raise NotEvaluable("no data-loader workers found (no trainer with loader children)")
     sets = []
     for trainer_id, worker_ids in ctx.analysis.dataloaders.items():
-        trainer = ctx.graph.node(trainer_id)
-        workers = [ctx.graph.node(w) for w in worker_ids]
+        trainer = ctx.graph.nodes[trainer_id]  # the analysis names nodes of the graph
+        workers = [ctx.graph.nodes[w] for w in worker_ids]
         if trainer.get("cpu_pct") is not None and all(
             w.get("cpu_pct") is not None for w in workers
         ):
@@ -357,5 +357,5 @@ def data_path_cross_numa(ctx: RuleContext) -> list[Finding]:
 
 
 def _home(ctx: RuleContext, proc_id: str) -> int | None:
-    share = ctx.analysis.cpu_share(ctx.graph.node(proc_id))
+    share = ctx.analysis.cpu_share(ctx.graph.nodes[proc_id])
     return max(share, key=lambda n: share[n]) if share else None

@@ -188,7 +188,7 @@ def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
         biggest = max(residents, key=lambda p: p.get("rss_bytes"))
         if biggest.get("rss_bytes") <= free:
             continue
-        pages_home = ctx.analysis.page_share(biggest).get(number)
+        pages_home = ctx.analysis.page_share(biggest).get(number) if number is not None else None
         spilled = pages_home is not None and pages_home < 0.8
         out.append(
             ctx.finding(
