@@ -78,13 +78,32 @@ def capped(value: Any) -> Any:
             return f"{value[:JSON_STRING_LIMIT]}…(+{len(value) - JSON_STRING_LIMIT} chars)"
         return value
     if isinstance(value, dict):
-        return {capped(str(k))[:MAX_STRING]: capped(v) for k, v in list(value.items())[:200]}
+        return {_capped_key(k): _capped_member(v) for k, v in list(value.items())[:200]}
     if isinstance(value, list | tuple):
-        shown = [capped(v) for v in value[:200]]
+        shown = [_capped_member(v) for v in value[:200]]
         if len(value) > 200:
             shown.append(f"…(+{len(value) - 200} more)")
         return shown
     return value
+
+
+# What capped() returns unchanged, tested without a call: most members of an attribute
+# dict are numbers or short strings, and the JSON pages of a big graph cap millions of them.
+_PLAIN = frozenset((int, float, bool, type(None)))
+_SHORT_KEY = min(MAX_STRING, JSON_STRING_LIMIT)
+
+
+def _capped_member(value: Any) -> Any:
+    kind = type(value)
+    if kind in _PLAIN or (kind is str and len(value) <= JSON_STRING_LIMIT):
+        return value
+    return capped(value)
+
+
+def _capped_key(key: Any) -> str:
+    if type(key) is str and len(key) <= _SHORT_KEY:
+        return key
+    return str(capped(str(key)))[:MAX_STRING]
 
 
 def _json_item(item: Item) -> str:

@@ -1,16 +1,21 @@
-"""Pages rendered once, when a snapshot is stored, and served from the store ever after.
+"""Pages rendered once per stored snapshot, and served from the store ever after.
 
 A stored snapshot never changes, so every page a caller can ask for without filters is
-known when it is stored: the summary, then each view followed from its first page through
-every cursor, in compact text and JSON at the default budget. ``Store.build_pages`` writes
+known once it is stored: the summary, then each view followed from its first page through
+every cursor, in compact text and JSON at the default budget. They are built lazily, not
+when the snapshot is stored: rendering them costs far more than storing the graph (every
+item of a layer is rendered and its tokens counted in both formats, and each page counted
+again), so the first `wp-mcp show` of a view stores that view's pages in that format after
+printing its answer, and the MCP server builds them all in the background after `wp_open`
+or `wp_collect`. ``Store.build_pages`` writes
 them as one row per page keyed by the cursor that asks for it; ``Store.page`` reads one row
 back, so a page costs what it returns — neither the graph, nor the model, nor the token
 encoder is loaded to serve it. A request for anything else (filters, another budget, an
 entity, a diagram) is rendered from the graph as before.
 
 The pages are built with the public ``render_view`` and nothing else, so what the store
-serves is by construction what rendering the whole graph gives (tests/converters/
-test_pages.py checks it page by page).
+serves is by construction what rendering the whole graph gives (tests/graph/
+test_store_pages.py checks it page by page).
 """
 
 from __future__ import annotations
@@ -37,17 +42,29 @@ Progress = dict[tuple[str, str, int], tuple[int, str | None]]
 
 
 def chains(
-    graph: Graph, snapshot_id: str, progress: Progress, limit: int | None
+    graph: Graph,
+    snapshot_id: str,
+    progress: Progress,
+    limit: int | None,
+    views: tuple[str, ...] = STORED_VIEWS,
+    formats: tuple[str, ...] = STORED_FORMATS,
 ) -> Iterator[Chain]:
-    """The pages still to store for ``graph``: each chain resumes after its ``progress``
-    (pages stored, the next one's cursor; None once complete) and stops at ``limit``."""
-    for view in STORED_VIEWS:
-        for fmt in STORED_FORMATS:
+    """The pages still to store for ``graph`` (of ``views`` in ``formats``): each chain
+    resumes after its ``progress`` (pages stored, the next one's cursor; None once
+    complete) and stops at ``limit``."""
+    for view in (v for v in STORED_VIEWS if v in views):
+        for fmt in (f for f in STORED_FORMATS if f in formats):
             stored, cursor = progress.get((view, fmt, STORED_BUDGET), (0, ""))
             room = None if limit is None else limit - stored
             if cursor is not None and (room is None or room > 0):
                 pages = _walk(graph, snapshot_id, view, fmt, cursor or None, room)
                 yield view, fmt, STORED_BUDGET, stored, pages
+
+
+def is_stored_chain(view: str, fmt: str, max_tokens: int) -> bool:
+    """Whether the plain page of ``view`` in ``fmt`` at ``max_tokens`` belongs to a chain
+    the store keeps (the caller has checked the request has no filters, entity or depth)."""
+    return view in STORED_VIEWS and fmt in STORED_FORMATS and max_tokens == STORED_BUDGET
 
 
 def _walk(graph: Graph, snapshot_id: str, view: str, fmt: str, cursor: str | None,

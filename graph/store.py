@@ -111,8 +111,8 @@ _SCHEMA = (
 # Tables added after the first release: a store that lacks one gets the schema again.
 _ADDED_TABLES = ("events", "settings", "pages", "page_sets")
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
-# Pages of each view and format stored with the snapshot, before put() returns: the first
-# pages are what is read; a long-lived process (the MCP server) stores the rest meanwhile.
+# Pages of a view and format stored by a first build (the first `show` of it, or the MCP
+# server's first pass): the first pages are what is read; the server stores the rest after.
 # At 640 hosts a chain runs to ~3,000 text and ~15,000 JSON pages, ~10 ms each to render.
 EAGER_PAGES = 64
 MAX_EVENTS = 10_000  # events kept; the oldest go first
@@ -282,10 +282,10 @@ class Store:
     # ------------------------------------------------------------------ snapshots
 
     def put(self, graph: Graph, label: str | None = None, *, reuse_same: bool = False,
-            pages: bool = True) -> str:  # fmt: skip
-        """Store a graph; returns its snapshot id. With ``pages`` (the default) its pages are
-        rendered and stored too (:meth:`build_pages`) before this returns; a caller that
-        must not wait (the MCP server) passes False and builds them in the background.
+            pages: bool = False) -> str:  # fmt: skip
+        """Store a graph; returns its snapshot id. Its pages are built later, when first
+        asked for (converters/pages.py says why); with ``pages`` their first ones are
+        rendered and stored (:meth:`build_pages`) before this returns.
 
         With ``reuse_same``, a graph whose content is already stored is not stored again:
         the id of the newest snapshot with that content is returned (running a skill on
@@ -317,8 +317,8 @@ class Store:
         """One monitor cycle in one transaction: the snapshot, its report (skill, data,
         markdown) and its events (each gets ``snapshot`` and ``seq``), then retention —
         the count limit and, for snapshots with this label, the down-sampling ``tiers``.
-        A process killed at any point leaves all of it or none; the pages follow in their
-        own transactions. Returns (snapshot, report)."""
+        A process killed at any point leaves all of it or none; its pages are built when
+        first asked for. Returns (snapshot, report)."""
         from . import native
 
         document = native.dumps(graph)
@@ -331,7 +331,6 @@ class Store:
                 event["seq"] = self._insert_event(db, event)
             self._thin(db, label, tiers, time.time())
             self._apply_retention(db)
-        self.build_pages_quietly(snapshot_id, graph)
         return snapshot_id, report_id
 
     def _insert_snapshot(self, db: sqlite3.Connection, graph: Graph, label: str | None,
@@ -489,17 +488,21 @@ class Store:
 
     # ------------------------------------------------------------------ pages
 
-    def build_pages(self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES) -> None:
+    def build_pages(self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES,
+                    only: tuple[str, str] | None = None) -> None:  # fmt: skip
         """Render and store the pages served without the graph (converters/pages.py says
-        which), up to ``limit`` pages of each view and format (None: all of them). Pages
-        are written in batches, each with how far its chain got, so a later build with a
-        higher limit, or one after a build cut short, resumes where the last one stopped;
-        a snapshot deleted meanwhile ends the build quietly."""
-        from wp_mcp.converters.pages import chains  # the converters render; the store keeps
+        which), up to ``limit`` pages of each view and format (None: all of them), or of
+        the one (view, format) in ``only``. Pages are written in batches, each with how far
+        its chain got, so a later build with a higher limit, or one after a build cut short,
+        resumes where the last one stopped; a snapshot deleted meanwhile ends it quietly."""
+        # the converters render; the store keeps
+        from wp_mcp.converters.pages import STORED_FORMATS, STORED_VIEWS, chains
 
         if self.read_only:
             return
-        for chain in chains(graph, snapshot_id, self._page_progress(snapshot_id), limit):
+        done = self._page_progress(snapshot_id)
+        views, formats = ((only[0],), (only[1],)) if only else (STORED_VIEWS, STORED_FORMATS)
+        for chain in chains(graph, snapshot_id, done, limit, views, formats):
             view, fmt, budget, stored, pages = chain
             batch: _Rows = []
             next_cursor: str | None = None
@@ -513,14 +516,13 @@ class Store:
             if batch and not self._write_pages(batch, progress):
                 return
 
-    def build_pages_quietly(
-        self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES
-    ) -> None:
+    def build_pages_quietly(self, snapshot_id: str, graph: Graph, limit: int | None = EAGER_PAGES,
+                            only: tuple[str, str] | None = None) -> None:  # fmt: skip
         """:meth:`build_pages` for a caller whose work is done once the snapshot is stored:
         pages are a copy of what rendering gives, so a page that cannot be built or stored
         (a full disk) is logged and left to be rendered when asked for."""
         try:
-            self.build_pages(snapshot_id, graph, limit)
+            self.build_pages(snapshot_id, graph, limit, only)
         except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
             log.warning("pages of snapshot %s not stored: %s", snapshot_id, error_line(exc))
 

@@ -3,6 +3,8 @@
 A page the store holds is printed from its one row: this module loads the renderers, the
 graph model and the token encoder only when the answer has to be rendered (a file, filters,
 a budget or format no page was stored for), so such a call costs what its answer costs.
+The first show of a view of a snapshot renders it, prints it, then stores that view's first
+pages in that format, so the next call of any of them is read from its row.
 """
 
 from __future__ import annotations
@@ -124,7 +126,23 @@ def cmd_show(args: argparse.Namespace) -> int:
             snapshot_id=snapshot_id,
         )
     _emit(page.text + "\n", args.out)
+    if snapshot_id is not None and args.search is None:
+        _store_pages_of(args, graph, snapshot_id)
     return 0
+
+
+def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:
+    """After the answer is out: store the pages of the chain it belongs to, if any (the
+    graph and this view's items are loaded now; a later process would read them again)."""
+    from wp_mcp.converters.pages import is_stored_chain
+    from wp_mcp.graph.store import Store
+
+    plain = not args.filter and args.entity is None and args.depth == 1
+    if plain and is_stored_chain(args.view, args.fmt, args.max_tokens):
+        if not args.out:
+            sys.stdout.flush()  # the caller has its answer while the pages are stored
+        store = Store(getattr(args, "store", None))
+        store.build_pages_quietly(snapshot_id, graph, only=(args.view, args.fmt))
 
 
 def _stored_page(args: argparse.Namespace) -> StoredPage | None:

@@ -220,13 +220,10 @@ def _coverage(graph: Any) -> tuple[str, dict[str, int]]:
 
 
 def _stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str) -> CallToolResult:
-    from wp_mcp.converters import render_view
-
     coverage, counts = _coverage(graph)
-    summary = render_view(graph, "summary", max_tokens=OVERVIEW_TOKENS, snapshot_id=snapshot_id)
     text = (
         f"{verb} snapshot {snapshot_id} ({len(graph.nodes)} nodes, {graph.edge_count} edges)\n"
-        f"{coverage}\n{summary.text}\n"
+        f"{coverage}\n{_overview_summary(state, snapshot_id, graph)}\n"
         f"next: wp_layer view=<layer> snapshot={snapshot_id}, or wp_run_skill skill=all"
     )
     return _result(
@@ -235,6 +232,31 @@ def _stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str
         nodes=len(graph.nodes),
         edges=graph.edge_count,
         collectors=counts or None,
+    )
+
+
+# Up to this many nodes and edges the summary is rendered for wp_open/wp_collect's answer
+# (tens of milliseconds); above it, building it (every layer's items) takes seconds, so the
+# answer says where to read it once the background build has stored it.
+OVERVIEW_RENDER_ELEMENTS = 5_000
+
+
+def _overview_summary(state: ServerState, snapshot_id: str, graph: Any) -> str:
+    """The snapshot's summary, stored or cheap to render; else where to read it soon."""
+    from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS
+
+    # the summary is one page of at most 300 tokens: the stored one is the one asked for
+    stored = state.store.page(snapshot_id, "summary", max_tokens=DEFAULT_MAX_TOKENS)
+    if stored is not None:
+        return stored.text
+    if len(graph.nodes) + graph.edge_count <= OVERVIEW_RENDER_ELEMENTS:
+        from wp_mcp.converters import render_view
+
+        page = render_view(graph, "summary", max_tokens=OVERVIEW_TOKENS, snapshot_id=snapshot_id)
+        return page.text
+    return (
+        f"summary: being built in the background (a graph this size takes seconds); read it "
+        f"with wp_summary snapshot={snapshot_id}"
     )
 
 

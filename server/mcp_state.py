@@ -146,7 +146,11 @@ class ServerState:
         def make() -> Any:
             from wp_mcp.converters import render_view
 
-            return render_view(self.graph(snapshot_id), view, snapshot_id=snapshot_id, **options)
+            graph = self.graph(snapshot_id)
+            page = render_view(graph, view, snapshot_id=snapshot_id, **options)
+            if _is_chain_request(view, options):  # a snapshot stored without its pages
+                self.warm(snapshot_id, graph)
+            return page
 
         return self.cached(key, make), snapshot_id
 
@@ -248,3 +252,18 @@ def _resolve(path: str) -> Path | None:
         return candidate.resolve(strict=False)
     except (OSError, RuntimeError, ValueError):
         return None
+
+
+def _is_chain_request(view: str, options: dict[str, Any]) -> bool:
+    """Whether the store keeps pages for this request (a plain page of a stored view)."""
+    from wp_mcp.converters.pages import is_stored_chain
+
+    plain = not options.get("filters") and options.get("entity") is None
+    plain = plain and options.get("depth", 1) == 1
+    fmt, budget = options.get("fmt", "txt"), options.get("max_tokens")
+    return (
+        plain
+        and isinstance(fmt, str)
+        and type(budget) is int
+        and is_stored_chain(view, fmt, budget)
+    )

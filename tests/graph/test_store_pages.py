@@ -1,7 +1,8 @@
 """Pages stored with a snapshot: served without the graph, identical to rendering it.
 
 The store keeps, for every view but entity, each page in compact text and JSON at the
-default budget, keyed by the cursor that asks for it (converters/pages.py). Whatever it
+default budget, keyed by the cursor that asks for it (converters/pages.py), built when first
+asked for rather than when the snapshot is stored. Whatever it
 serves must be exactly what ``render_view`` gives on the whole graph; whatever it does not
 hold (filters, another budget, an entity) it says None to, and the caller renders.
 """
@@ -67,10 +68,26 @@ def test_every_stored_page_is_the_page_rendered_from_the_whole_graph(store_dir, 
     assert assert_served_as_rendered(reopened, snapshot_id, graph) >= len(STORED_VIEWS) * 2
 
 
-def test_put_stores_the_first_pages_of_each_view_and_a_later_build_the_rest(store_dir):
+def test_put_stores_no_pages_and_a_build_of_one_view_stores_only_that_one(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)  # storing costs what storing the graph costs
+    assert store.page(snapshot_id, "summary", max_tokens=4000) is None
+    store.build_pages(snapshot_id, graph, only=("compute", "json"))
+    served = store.page(snapshot_id, "compute", fmt="json", max_tokens=4000)
+    assert fields(served) == fields(
+        render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
+    )
+    for view, fmt in (("compute", "txt"), ("summary", "json"), ("memory", "json")):
+        assert store.page(snapshot_id, view, fmt=fmt, max_tokens=4000) is None, (view, fmt)
+
+
+def test_put_asked_for_pages_stores_the_first_pages_of_each_view_and_a_later_build_the_rest(
+    store_dir,
+):
     graph = small_capture_copies()
     store = Store(store_dir)
-    snapshot_id = store.put(graph)  # default: the first pages, before put returns
+    snapshot_id = store.put(graph, pages=True)  # the first pages, before put returns
     first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
     second = render_view(graph, "compute", fmt="json", cursor=first.next_cursor,
                          snapshot_id=snapshot_id)  # fmt: skip
@@ -94,7 +111,7 @@ def test_put_stores_the_first_pages_of_each_view_and_a_later_build_the_rest(stor
 def test_requests_no_page_was_stored_for_are_left_to_rendering(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
-    snapshot_id = store.put(graph)
+    snapshot_id = store.put(graph, pages=True)
     assert store.page(snapshot_id, "compute", max_tokens=4000) is not None
     for request in (
         {"filters": {"kind": "thread"}},
@@ -114,7 +131,7 @@ def test_requests_no_page_was_stored_for_are_left_to_rendering(store_dir):
 def test_deleting_a_snapshot_deletes_its_pages_and_a_build_for_it_stores_nothing(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
-    kept, doomed = store.put(graph), store.put(graph)
+    kept, doomed = store.put(graph, pages=True), store.put(graph, pages=True)
     store.delete(doomed)
     store.build_pages(doomed, graph, limit=None)  # e.g. a background build that lost a race
     db = sqlite3.connect(store_dir / "store.sqlite3")
@@ -143,7 +160,7 @@ def test_a_store_made_before_pages_gains_them_and_serves_its_old_snapshots(store
 def test_a_read_only_store_serves_its_pages(small_disk):
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(small_disk.root / "store")
-    snapshot_id = store.put(graph)
+    snapshot_id = store.put(graph, pages=True)
     store.close()
     small_disk.make_read_only()
     reader = Store(small_disk.root / "store")
@@ -153,11 +170,13 @@ def test_a_read_only_store_serves_its_pages(small_disk):
     reader.build_pages(snapshot_id, graph, limit=None)  # nothing to write to: nothing done
 
 
-def test_a_monitor_cycle_stores_its_pages_with_its_snapshot(store_dir):
+def test_a_monitor_cycle_stores_its_snapshot_and_its_pages_follow_when_built(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
     report = ("bottleneck-identification", {"findings": []}, "# report")
     snapshot_id, _ = store.put_cycle(graph, "monitor", report, [])
+    assert store.page(snapshot_id, "summary", max_tokens=4000) is None  # a cycle stays cheap
+    store.build_pages(snapshot_id, graph, only=("summary", "txt"))
     served = store.page(snapshot_id, "summary", max_tokens=4000)
     assert fields(served) == fields(render_view(graph, "summary", snapshot_id=snapshot_id))
 
@@ -172,7 +191,7 @@ def test_a_page_that_cannot_be_built_leaves_the_snapshot_stored(store_dir, monke
     monkeypatch.setattr(pages, "chains", broken)
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
-    snapshot_id = store.put(graph)
+    snapshot_id = store.put(graph, pages=True)
     assert store.info(snapshot_id).nodes == 129
     assert store.page(snapshot_id, "summary", max_tokens=4000) is None  # rendered when asked
     assert "pages of snapshot" in caplog.text and "renderer bug" in caplog.text

@@ -1,5 +1,6 @@
 """`wp-mcp show` of a stored page costs what the page costs: a fresh process prints it from
-its one stored row without loading the graph model (pydantic), the renderers or tiktoken."""
+its one stored row without loading the graph model (pydantic), the renderers or tiktoken.
+The first show of a view renders it from the graph and stores its pages for the next."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def show(*args: str) -> tuple[str, set[str]]:
 
 def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
-    snapshot_id = Store(store_dir).put(graph)
+    snapshot_id = Store(store_dir).put(graph, pages=True)
     first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
     for args, page in (
         ((), render_view(graph, "summary", snapshot_id=snapshot_id)),
@@ -45,6 +46,24 @@ def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder
         out, loaded = show(snapshot_id, *args)
         assert out == page.text + "\n"
         assert not HEAVY & loaded, sorted(HEAVY & loaded)
+
+
+def test_the_first_show_of_a_view_renders_it_and_stores_its_pages_for_the_next(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(store_dir).put(graph)  # no pages yet
+    json = ("--view", "compute", "--format", "json")
+    first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
+    second = render_view(
+        graph, "compute", fmt="json", cursor=first.next_cursor, snapshot_id=snapshot_id
+    )
+    out, loaded = show(snapshot_id, *json)
+    assert out == first.text + "\n" and "wp_mcp.graph.model" in loaded  # rendered
+    for args, page in (((), first), (("--cursor", first.next_cursor), second)):
+        out, loaded = show(snapshot_id, *json, *args)
+        assert out == page.text + "\n"
+        assert not HEAVY & loaded, sorted(HEAVY & loaded)  # read from the stored rows
+    out, loaded = show(snapshot_id, "--view", "compute")
+    assert "wp_mcp.graph.model" in loaded  # another format is another chain: not built yet
 
 
 def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):
