@@ -171,11 +171,11 @@ def _pinned_rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
 def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.ranks:
         raise NotEvaluable("no rank group found (no processes working together)")
+    if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
+        raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
     rank_cpus = _rank_cpus(ctx)
     if not rank_cpus:
         raise NotEvaluable("the ranks are not pinned (affinity is every CPU), so no CPU is theirs")
-    if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
-        raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
     reserved_on: dict[str, set[int]] = {}  # per host: CPU numbers of two hosts differ
     ranks_on: dict[tuple[str, int], list[str]] = {}  # (host, CPU) → the ranks allowed it
     for rank, cpus in sorted(rank_cpus.items()):
