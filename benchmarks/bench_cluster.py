@@ -52,9 +52,13 @@ def node_graphs(hosts: int, accelerators: int, lossy: str, straggler: str) -> di
             _address_pair(parts, src_host, src, dst_host, dst, address)
     for host, graph in parts.items():
         _mark_ranks(graph, hosts=list(parts), host=host, accelerators=accelerators)
+    for graph in parts.values():  # segments as tcp_info counts them on a 1500-byte MTU
+        for sock in graph.of_kind("socket"):
+            if sock.get("bytes_sent"):
+                sock.data_segs_out = sock.bytes_sent // 1448
     for sock in parts[lossy].of_kind("socket"):
         if sock.get("bytes_sent"):
-            sock.retrans_total = sock.bytes_sent // 1448 // 20
+            sock.retrans_total = sock.data_segs_out // 20
     parts[straggler].node(ids.process(_rank_pid(3))).run_delay_pct = 60.0
     _interleave(parts, *INTERLEAVED, accelerators)
     for number, graph in enumerate(parts.values()):  # clocks a few ms apart, as Ray reads them
