@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import compress
-from operator import attrgetter, itemgetter, methodcaller
+from operator import attrgetter
 from typing import Any
 
 from .errors import UserError
@@ -18,9 +18,9 @@ from .model import Edge, Meta, Node, edge_from_dict, node_from_dict
 
 _ID = attrgetter("id")
 _KIND = attrgetter("kind")
-_ATTRS = attrgetter("__dict__")
-_SRC_KEY, _DST_KEY, _KIND_KEY = itemgetter("src"), itemgetter("dst"), itemgetter("kind")
-_EDGE_KEY = methodcaller("get", "key")  # absent: None, as Edge.key reads (Edge.ident's tuple)
+_SRC = attrgetter("src")
+_DST = attrgetter("dst")
+_IDENT = attrgetter("src", "kind", "dst", "key")  # the same tuple as Edge.ident
 
 
 class GraphError(UserError):
@@ -61,17 +61,13 @@ class Graph:
         by_kind = graph._by_kind
         for node_id, node in by_id.items():
             by_kind[node.kind][node_id] = node
-        # read through each edge's own dict: an attribute lookup searches the class first
-        attrs = list(map(_ATTRS, edges))
-        srcs, dsts = list(map(_SRC_KEY, attrs)), list(map(_DST_KEY, attrs))
-        ends = set(srcs)
-        ends.update(dsts)
+        ends = set(map(_SRC, edges))
+        ends.update(map(_DST, edges))
         if ends.difference(by_id):
             for position, edge in enumerate(edges):
                 if edge.src not in by_id or edge.dst not in by_id:
                     return graph, None, position
-        idents = zip(srcs, map(_KIND_KEY, attrs), dsts, map(_EDGE_KEY, attrs), strict=True)
-        table = dict(zip(idents, edges, strict=True))
+        table = dict(zip(map(_IDENT, edges), edges, strict=True))
         if len(table) != len(edges):  # parallel twins in the file: merged into the first
             table = {}
             for edge in edges:
