@@ -340,7 +340,8 @@ def inet_peers(sockets: list[RawSocket]) -> list[tuple[RawSocket, RawSocket]]:
             listening.add((raw.attrs.get("netns"), raw.attrs["proto"], raw.attrs["local_port"]))
     pairs = []
     for raw in by_key.values():
-        other = by_key.get(pair_key(raw.attrs, reverse=True))
+        reverse = pair_key(raw.attrs, reverse=True)
+        other = by_key.get(reverse) if reverse is not None else None
         if other is None or other is raw:
             continue
         raw_serves = (

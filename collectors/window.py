@@ -60,6 +60,8 @@ class WindowedCollector(Collector, Generic[Sample]):
         first = self._first
         self._first = None
         self._first_at = None
+        if first is None:  # begin sampled nothing: the window has no first end
+            raise RuntimeError(f"{self.name}: no first sample for the window")
         return self.emit(graph, ctx, first, last, window_s)
 
 

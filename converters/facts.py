@@ -142,11 +142,11 @@ class Facts:
         found |= {p.id for p in processes if pid is not None and attr(p, "pid") == pid}
         return frozenset(found)
 
-    def is_profiler(self, node_id: str) -> bool:
+    def is_profiler(self, node_id: str | None) -> bool:
         """A node of the profiler's own: one of its processes, their threads, or a socket
         only they use."""
         profiler = self.profiler
-        if not profiler:
+        if not profiler or node_id is None:
             return False
         if node_id in profiler or self.thread_owner.get(node_id) in profiler:
             return True

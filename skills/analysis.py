@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from wp_mcp.converters.facts import Facts
-from wp_mcp.graph import Graph, Node, query
+from wp_mcp.graph import Edge, Graph, Node, query
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
 from wp_mcp.graph.query import cpu_set, device_numa_node
@@ -271,7 +271,7 @@ class Analysis:
     def _needs_plan(self, places: list[Placement]) -> bool:
         if any(p.grade != "good" for p in places):
             return True
-        sets = [self.affinity(self.graph.node(p.process)) for p in places]
+        sets = [self.affinity(self.graph.nodes[p.process]) for p in places]
         return any(a & b for i, a in enumerate(sets) for b in sets[i + 1 :])
 
     def bind_commands(self, proc: Node, node: int) -> tuple[str, str | None]:
@@ -303,11 +303,11 @@ class Analysis:
         """wp-mcp's own processes (Facts.profiler): never a rank, a loader or a finding."""
         return self.facts.profiler
 
-    def is_profiler(self, node_id: str) -> bool:
+    def is_profiler(self, node_id: str | None) -> bool:
         """A finding's subject that is the profiler's own (process, thread or socket)."""
         return self.facts.is_profiler(node_id)
 
-    def talks(self, proc_id: str) -> list[tuple[str, object]]:
+    def talks(self, proc_id: str) -> list[tuple[str, Edge]]:
         """(peer id, talks_to edge) in both directions."""
         out = [(e.dst, e) for e in self.graph.out_edges(proc_id, "talks_to")]
         out += [(e.src, e) for e in self.graph.in_edges(proc_id, "talks_to")]

@@ -94,7 +94,7 @@ def _job_processes(graph: Graph, analysis: Analysis) -> set[str]:
 
 
 def _describe(graph: Graph, analysis: Analysis, proc_id: str) -> str:
-    node = graph.node(proc_id)
+    node = graph.nodes[proc_id]
     role = analysis.roles.get(proc_id)
     devices = [d.id for d in analysis.devices_of(proc_id)]
     parts = [f"{code(proc_id)} {safe(node.get('name') or '?', 40)}"]
