@@ -128,7 +128,12 @@ def run(graph: Graph, top: int = 10, analysis: Analysis | None = None) -> Report
     ranked = sorted(measured, key=lambda s: -s.score)[:top]
     section = Section("Top threads", "clean", _table(ranked))
     for item in ranked:
-        if item.score >= HOT_SCORE and item.klass != "idle":
+        # the profiler's own threads are listed, never a finding about the job
+        if (
+            item.score >= HOT_SCORE
+            and item.klass != "idle"
+            and not analysis.is_profiler(item.thread)
+        ):
             finding = _finding(graph, item)
             report.findings.append(finding)
             section.finding_ids.append(finding.id)

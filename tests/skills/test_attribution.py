@@ -23,7 +23,7 @@ from wp_mcp.collectors.procfs import ProcfsCollector
 from wp_mcp.collectors.sockets import SocketsCollector
 from wp_mcp.graph import Graph, ids
 from wp_mcp.graph.query import socket_owners
-from wp_mcp.skills import diagnose
+from wp_mcp.skills import diagnose, run_skill
 from wp_mcp.skills.analysis import Analysis
 from wp_mcp.skills.bottleneck_identification.engine import evaluate
 
@@ -193,3 +193,13 @@ def test_gloo_ranks_talk_to_each_other_not_to_each_others_loader_workers(torch_j
     # the process that collected (this test) is the profiler: no finding is about it
     me = ids.process(os.getpid())
     assert not [f.id for f in report.findings if f.subject == me or me in f.title]
+
+
+def test_the_profilers_threads_are_no_hotspot_finding():
+    graph = two_node_host()
+    add_process(graph, 300, name="wp-mcp", cmdline="/opt/venv/bin/wp-mcp serve")
+    thread(graph, 300, 300, name="wp-mcp", cpu_pct=99.0, run_delay_pct=1.0)
+    add_process(graph, 400, name="python3", cmdline="python3 train.py")
+    thread(graph, 400, 400, name="python3", cpu_pct=99.0, run_delay_pct=1.0)
+    report = run_skill("hotspot-thread-discovery", graph)
+    assert [f.subject for f in report.findings] == ["thr:400"]
