@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wp_mcp.graph import Graph, Node
+from wp_mcp.graph import Edge, Graph, Node
 
 from ..analysis import Analysis, Group, grade, host_prefix
 from ..bottleneck_identification.engine import annotate, verified_plan
@@ -172,24 +172,22 @@ def _communication(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Se
             "Communication paths", "not evaluable", "No process↔process links in this snapshot."
         )
     # measured links first, biggest first; links without a byte count after them
-    edges.sort(
-        key=lambda e: (e.get("bytes") is None, -(e.get("bytes") or 0), -(e.get("flows") or 0))
-    )
+    edges.sort(key=lambda e: (_moved(e) is None, -(_moved(e) or 0), -(e.get("flows") or 0)))
     rows = ["| from | to | transport | bytes | rate | flows |", "|---|---|---|---|---|---|"]
     listed = []
     for edge in edges[:MAX_ROWS]:
-        rate = edge.get("bytes_per_s")
+        rate = _moved(edge, "bytes_per_s")
         rows.append(
             f"| {code(edge.src)} | {code(edge.dst)} | {safe(edge.get('transport') or '?')} "
-            f"| {_bytes(edge.get('bytes'))} | {_bytes(rate) + '/s' if rate is not None else '-'} "
-            f"| {edge.get('flows') or '-'} |"
+            f"| {_bytes(_moved(edge))} | {_bytes(rate) + '/s' if rate is not None else '-'} "
+            f"| {edge.get('flows') or edge.get('ebpf_flows') or '-'} |"
         )
         listed.append(
             {
                 "src": edge.src,
                 "dst": edge.dst,
                 "transport": edge.get("transport"),
-                "bytes": edge.get("bytes"),
+                "bytes": _moved(edge),
                 "bytes_per_s": rate,
             }
         )
@@ -318,6 +316,13 @@ def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None
         # the plan's commands only once re-diagnosis of a planned copy came out clean
         annotate(report.findings, verified_plan(graph, analysis))
     report.sections.append(section)
+
+
+def _moved(edge: Edge, figure: str = "bytes") -> float | None:
+    """A link's bytes (or bytes_per_s) as polling counted them (TCP), else as eBPF did at the
+    syscall (UNIX sockets, UDP, pipes: links polling cannot measure)."""
+    value = edge.get(figure)
+    return value if value is not None else edge.get(f"ebpf_{figure}")
 
 
 def _bytes(value: float | None) -> str:

@@ -40,6 +40,16 @@ def test_report_sections_describe_the_job():
     )
     flows = report.to_markdown(section="Communication paths")
     assert "| `proc:200` | `proc:201` | tcp | 1.0 MiB |" in flows
+
+
+def test_communication_paths_show_what_ebpf_counted_where_polling_cannot():
+    """A UNIX link has no byte counter a poll can read; eBPF counted 2 MiB at the syscall."""
+    graph, ranks, _ = job()
+    graph.link("talks_to", ranks[0], ranks[1], transport="unix", key="unix",
+               ebpf_bytes=2 << 20, ebpf_bytes_per_s=(2 << 20) / 4, ebpf_flows=3)  # fmt: skip
+    report = run_skill("dataflow-topology-restore", graph)
+    flows = report.to_markdown(section="Communication paths")
+    assert "| `proc:200` | `proc:201` | unix | 2.0 MiB | 512.0 KiB/s | 3 |" in flows
     tree = report.to_markdown(section="Process hierarchy")
     assert "`proc:100` launcher" in tree and "**rank**" in tree
 
