@@ -55,11 +55,11 @@ def flow_loss(sock: Node) -> tuple[int, int, str] | None:
     no segment counts (an import or an old snapshot): a ratio is never guessed from bytes."""
     if sock.get("window_s"):
         retrans, segments = sock.get("window_retrans"), sock.get("window_data_segs_out")
-        scope = f"over the {sock.get('window_s'):.0f} s window"
+        scope = f"over the {sock.get('window_s'):.1f} s window"
     else:
         retrans, segments = sock.get("retrans_total"), sock.get("data_segs_out")
         scope = "over the connection's life"
-    if retrans is None or not segments:
+    if retrans is None or segments is None:
         return None
     return retrans, segments, scope
 
@@ -77,16 +77,16 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
     for sock in _tcp_sockets(ctx, "retrans_total"):
         counts = flow_loss(sock)
         if counts is None:
-            ctx.skip(sock.id, "no segment counts (tcp_info segs_out) for this socket")
+            ctx.skip(sock.id, "no segment counts (tcp_info data_segs_out) for this socket")
         else:
             measured.append((sock, *counts))
     if not measured:
         raise NotEvaluable("no TCP socket with segment counts (tcp_info data_segs_out)")
     out = []
     for sock, retrans, segments, scope in measured:
-        ratio = retrans / segments
-        # a ratio, not a rate: a busy flow on a healthy link retransmits now and then
-        if retrans < LOSS_MIN_RETRANS or ratio < LOSS_FLOOR:
+        # a ratio, not a rate: a busy flow on a healthy link retransmits now and then; a flow
+        # that sent nothing lost nothing
+        if retrans < LOSS_MIN_RETRANS or not segments or retrans / segments < LOSS_FLOOR:
             continue
         out.append(_loss_finding(ctx, sock, retrans, segments, scope))
     return out

@@ -558,6 +558,15 @@ def test_flow_loss_is_judged_over_the_window_never_diluted_by_lifetime_counters(
     assert other.priority == "P1"
 
 
+def test_a_flow_idle_over_the_window_is_judged_clean_not_skipped():
+    graph = two_node_host()
+    tcp_socket(graph, process(graph, 1), 6, retrans_total=500, data_segs_out=9000,
+               window_s=5.0, window_retrans=0, window_data_segs_out=0)  # fmt: skip
+    assert outcome(graph, "L4.flow-retransmits") == []
+    (result,) = [o for o in evaluate(graph) if o.rule.id == "L4.flow-retransmits"]
+    assert not result.skipped
+
+
 def test_flow_loss_without_segment_counts_is_not_guessed_from_bytes():
     """An imported socket with bytes and retransmissions but no segment counts: the rule
     says it cannot judge, rather than dividing bytes by an assumed MSS."""
