@@ -8,7 +8,7 @@ from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import cpu_set, host_prefix
-from ..report import Evidence, Finding
+from ..report import Evidence, Finding, Priority
 from .compute import USE_METHOD
 from .memory import PSI_DOC, psi_findings
 from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
@@ -336,7 +336,7 @@ def _overlap_finding(
     action = "Give each rank its own CPUs (a disjoint slice of its device's NUMA node)" + (
         ": the fix plan does, for every thread (taskset -a)." if all(plan) else "."
     )
-    priority = "P2" if delay is not None and delay < 5 else "P1"
+    priority: Priority = "P2" if delay is not None and delay < 5 else "P1"
     cpus = format_cpulist(contested)
     if len(members) == 2:
         return _pair_finding(ctx, members, cpus, rank_cpus, priority, impact, action)
@@ -363,19 +363,18 @@ def _pair_finding(
     pair: list[str],
     cpus: str,
     rank_cpus: dict[str, set[int]],
-    priority: str,
+    priority: Priority,
     impact: str,
     action: str,
 ) -> Finding:
     first, second = pair
-    via = sorted(
-        t for proc in map(ctx.graph.node, pair) for t in ctx.analysis.foreign_threads(proc)
-    )
+    procs = filter(None, map(ctx.graph.node, pair))
+    via = sorted(t for proc in procs for t in ctx.analysis.foreign_threads(proc))
     threads = f" (through threads {', '.join(via[:4])})" if via else ""
     return ctx.finding(
         subject=f"{first}+{second}",
         value=cpus,
-        priority=priority,  # type: ignore[arg-type]
+        priority=priority,
         title=f"{first} and {second} may both run on CPUs {cpus}{threads}",
         evidence=[
             Evidence(

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import Placement, cpu_set, host_prefix
-from ..report import Evidence, Finding
+from ..report import Evidence, Finding, Priority
 from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
 
 VENDOR_AFFINITY = (
@@ -164,9 +164,9 @@ def device_numa_mismatch(ctx: RuleContext) -> list[Finding]:
 def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Finding]:
     """One finding per misplaced rank while few ranks share a device node and a grade; one
     finding for the node's ranks beyond that (the Fix plan still lists each rank)."""
-    by_cause: dict[tuple[str, int, str], list[Placement]] = defaultdict(list)
+    by_cause: dict[tuple[str, int, Priority], list[Placement]] = defaultdict(list)
     for place in misplaced:
-        priority = "P0" if place.cpu_on_device_node < 0.5 else "P1"
+        priority: Priority = "P0" if place.cpu_on_device_node < 0.5 else "P1"
         by_cause[(host_prefix(place.process), place.device_node, priority)].append(place)
     out: list[Finding] = []
     for (prefix, node, priority), places in by_cause.items():
@@ -178,7 +178,7 @@ def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Fin
 
 
 def _misplaced_group(
-    ctx: RuleContext, prefix: str, node: int, priority: str, places: list[Placement]
+    ctx: RuleContext, prefix: str, node: int, priority: Priority, places: list[Placement]
 ) -> Finding:
     places = sorted(places, key=lambda p: (p.cpu_on_device_node, p.process))
     devices = Counter(p.device for p in places)
@@ -191,7 +191,7 @@ def _misplaced_group(
         key=f"{where}numa:{node}:{'wrong-node' if priority == 'P0' else 'mild'}",
         members=[p.process for p in places],
         worst=worst,
-        priority=priority,  # type: ignore[arg-type]
+        priority=priority,
         title=f"{len(places)} ranks use devices on NUMA {node} "
         f"({', '.join(sorted(devices)[:4])}{' …' if len(devices) > 4 else ''}) but run "
         f"mostly on {runs_on}; worst {', '.join(list(worst)[:3])}",
