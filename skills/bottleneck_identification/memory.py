@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from wp_mcp.graph import Node
+
 from ..analysis import host_prefix, numa_id
 from ..report import Evidence, Finding
 from .compute import USE_METHOD
@@ -158,21 +160,10 @@ def psi_memory(ctx: RuleContext) -> list[Finding]:
     2,
     "A process needs more memory than is free on its NUMA node",
     "numa_node mem_free_bytes vs the biggest resident set running on it",
-    f"free {NODE_FREE_LOW} and a process there holds more than what is free (hosts with "
-    "more than one node)",
+    f"free {NODE_FREE_LOW} and a process there holds more than what is free",
 )
 def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
-    # on a one-node host the node is the host: nothing to spill to or bind elsewhere, and a
-    # low MemFree beside reclaimable page cache is normal (L2.mem-available-low judges it)
-    nodes = [
-        n
-        for n in ctx.having("numa_node", "mem_free_bytes", "mem_total_bytes")
-        if len(ctx.analysis.numa_nodes.get(host_prefix(n.id), {})) > 1
-    ]
-    if not nodes:
-        raise NotEvaluable(
-            "one NUMA node per host: no node to spill to (L2.mem-available-low judges memory)"
-        )
+    nodes = ctx.having("numa_node", "mem_free_bytes", "mem_total_bytes")
     procs = [p for p in ctx.graph.of_kind("process") if p.get("rss_bytes")]
     if not procs:
         raise NotEvaluable("no process rss_bytes in this snapshot")
@@ -188,28 +179,54 @@ def numa_node_exhausted(ctx: RuleContext) -> list[Finding]:
         biggest = max(residents, key=lambda p: p.get("rss_bytes"))
         if biggest.get("rss_bytes") <= free:
             continue
-        pages_home = ctx.analysis.page_share(biggest).get(number) if number is not None else None
-        spilled = pages_home is not None and pages_home < 0.8
+        one_node = len(ctx.analysis.numa_nodes.get(host_prefix(node.id), {})) == 1
         out.append(
             ctx.finding(
                 subject=node.id,
                 value=round(free / total * 100, 1),
                 priority="P1",
-                title=f"NUMA node {number} has {free / GIB:.1f} GiB free while "
-                f"{ctx.label(biggest.id)} holds {biggest.get('rss_bytes') / GIB:.1f} GiB there",
                 evidence=[
                     ctx.entity(node, "mem_free_bytes", "mem_total_bytes"),
                     ctx.entity(biggest, "rss_bytes", "numa_page_share", "mems_allowed"),
                 ],
-                impact="new allocations spill to remote nodes or trigger reclaim"
-                + (" (its pages already spill)" if spilled else ""),
-                action=f"Give {biggest.id} a node with room, or spread it with "
-                "`numactl --interleave=all`, or shrink it; keep other big consumers off node "
-                f"{number}.",
-                command=f"numastat -p {biggest.get('pid')}",
+                **(
+                    _host_short(ctx, biggest, free)
+                    if one_node
+                    else _node_short(ctx, biggest, free, number)
+                ),  # fmt: skip
             )
         )
     return out
+
+
+def _node_short(ctx: RuleContext, biggest: Node, free: float, number: int | None) -> dict:
+    """Title, impact and fix on a host of several nodes: room is on another node."""
+    pages_home = ctx.analysis.page_share(biggest).get(number) if number is not None else None
+    spilled = pages_home is not None and pages_home < 0.8
+    return {
+        "title": f"NUMA node {number} has {free / GIB:.1f} GiB free while "
+        f"{ctx.label(biggest.id)} holds {biggest.get('rss_bytes') / GIB:.1f} GiB there",
+        "impact": "new allocations spill to remote nodes or trigger reclaim"
+        + (" (its pages already spill)" if spilled else ""),
+        "action": f"Give {biggest.id} a node with room, or spread it with "
+        "`numactl --interleave=all`, or shrink it; keep other big consumers off node "
+        f"{number}.",
+        "command": f"numastat -p {biggest.get('pid')}",
+    }
+
+
+def _host_short(ctx: RuleContext, biggest: Node, free: float) -> dict:
+    """On a host with one NUMA node the node is the host: no other node to bind to or spill
+    onto, so the fix is memory, not placement."""
+    return {
+        "title": f"Only {free / GIB:.1f} GiB of memory free while {ctx.label(biggest.id)} "
+        f"holds {biggest.get('rss_bytes') / GIB:.1f} GiB",
+        "impact": "new allocations must reclaim page cache first, then swap or meet the OOM killer",
+        "action": f"Shrink {biggest.id} (batch size, caches, per-worker copies of the dataset) "
+        "or move other memory-heavy work off this host; see L2.mem-available-low for what "
+        "is reclaimable.",
+        "command": f"grep -E 'VmRSS|VmSwap' /proc/{biggest.get('pid')}/status",
+    }
 
 
 def _home_node(ctx: RuleContext, proc) -> int | None:
