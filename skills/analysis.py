@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from wp_mcp.converters.facts import Facts
+from wp_mcp.converters.index import index_for
 from wp_mcp.graph import Edge, Graph, Node, query
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
@@ -120,7 +121,8 @@ class Analysis:
 
     def __init__(self, graph: Graph, facts: Facts | None = None) -> None:
         self.graph = graph
-        self.facts = facts or Facts(graph)
+        # the views' own Facts of this graph (built once, cached on the graph by its index)
+        self.facts = facts or index_for(graph).facts
 
     # ------------------------------------------------------------------ NUMA
 

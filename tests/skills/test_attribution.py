@@ -21,6 +21,7 @@ from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.collectors.ipc import IpcCollector
 from wp_mcp.collectors.procfs import ProcfsCollector
 from wp_mcp.collectors.sockets import SocketsCollector
+from wp_mcp.converters.index import index_for
 from wp_mcp.graph import Graph, ids
 from wp_mcp.graph.query import socket_owners
 from wp_mcp.skills import diagnose, run_skill
@@ -203,3 +204,19 @@ def test_the_profilers_threads_are_no_hotspot_finding():
     thread(graph, 400, 400, name="python3", cpu_pct=99.0, run_delay_pct=1.0)
     report = run_skill("hotspot-thread-discovery", graph)
     assert [f.subject for f in report.findings] == ["thr:400"]
+
+
+def test_views_and_rules_read_one_set_of_facts():
+    """An imported process known only by its ppid: the views' Facts and the rules' Analysis
+    are the same object, so both name the same parent and devices."""
+    graph = two_node_host()
+    add_process(graph, 100, name="torchrun")
+    graph.add("process", "proc:101", pid=101, ppid=100, name="python3")  # no parent_of edge
+    graph.add("gpu", "gpu:0", index=0, numa_node=0)
+    graph.link("uses_device", "proc:101", "gpu:0")
+    analysis = Analysis(graph)
+    assert analysis.facts is index_for(graph).facts
+    assert analysis.parent("proc:101") == index_for(graph).facts.parent_of("proc:101") == "proc:100"
+    assert [d.id for d in analysis.devices_of("proc:101")] == index_for(graph).facts.devices_of(
+        "proc:101"
+    )
