@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph import ids
+from wp_mcp.graph.query import socket_owners
 
 from .common import add_counter, format_addr, set_missing
 from .program import SOURCE, Program, Scope
@@ -93,7 +94,8 @@ def merge(graph: Graph, records: list[RetransRecord], scope: Scope) -> None:
         if not record.ino:
             continue  # a socket already orphaned from its file: no node to put it on
         sock_id = ids.socket_inode(record.ino)
-        owners = [e.src for e in graph.in_edges(sock_id, "holds")] if sock_id in graph else []
+        # the processes using it, not the children that inherited it (sockbytes merged first)
+        owners = socket_owners(graph, sock_id) if sock_id in graph else []
         if scope.pids is not None and not owners:
             continue  # out of the filtered processes' view
         if sock_id not in graph:

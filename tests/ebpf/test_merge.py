@@ -6,7 +6,7 @@ sockets collector and the ipc collector would have put there.
 
 from __future__ import annotations
 
-from wp_mcp.collectors.ebpf import pipes, runqlat, sockbytes
+from wp_mcp.collectors.ebpf import pipes, retrans, runqlat, sockbytes
 from wp_mcp.collectors.ebpf.common import AF_INET, AF_UNIX
 from wp_mcp.collectors.ebpf.program import Scope
 from wp_mcp.collectors.ebpf.sockbytes import SocketRecord
@@ -144,3 +144,22 @@ def test_pipe_bytes_fill_the_unmeasured_polling_link_split_by_what_each_reader_r
     assert (to_2.get("ebpf_bytes_src_to_dst"), to_3.get("ebpf_bytes_src_to_dst")) == (600, 300)
     assert to_2.source["measured"] == "ipc"  # polling's edge, now with eBPF's figures
     assert {e.src for e in g.in_edges("pipe:9", "holds")} == {"proc:1", "proc:2", "proc:3"}
+
+
+def test_retransmissions_go_to_the_process_that_uses_the_socket_not_its_forked_child():
+    """A rank and its DataLoader worker both hold the rank's socket (inherited across fork);
+    the rank sent the bytes, so the flow's retransmissions are the rank's."""
+    g = Graph()
+    g.add("process", "proc:1", pid=1)
+    g.add("process", "proc:2", pid=2, ppid=1)
+    g.link("parent_of", "proc:1", "proc:2")
+    g.add("socket", "sock:7", proto="tcp", inode=7)
+    for holder in ("proc:1", "proc:2"):
+        g.link("holds", holder, "sock:7")
+    record = SocketRecord(7, 0x7, AF_INET, 6, 1, "127.0.0.1", 40000, "127.0.0.1", 5000,
+                          by_pid={1: [9000, 0, 3, 0]})  # fmt: skip
+    sockbytes.merge(g, [record], Scope(window_s=1.0))
+    flow = retrans.RetransRecord(7, 5, "127.0.0.1", 40000, "127.0.0.1", 5000)
+    retrans.merge(g, [flow], Scope(window_s=1.0))
+    assert g.nodes["proc:1"].get("ebpf_retrans") == 5
+    assert g.nodes["proc:2"].get("ebpf_retrans") is None
