@@ -71,7 +71,7 @@ class EbpfCollector(Collector):
     detach_margin_s: ClassVar[float] = 60.0
 
     def __init__(self, programs: tuple[Program, ...] | None = None) -> None:
-        self.programs = default_programs() if programs is None else programs
+        self._chosen = programs  # None: default_programs(), read when the collection starts
         self._lock = threading.Lock()
         self._bpf: Any = None
         self._loaded: tuple[Program, ...] = ()
@@ -81,6 +81,10 @@ class EbpfCollector(Collector):
         self._watchdog: threading.Timer | None = None
         self._expired = False
 
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        return default_programs() if self._chosen is None else self._chosen
+
     # ------------------------------------------------------------------ lifecycle
 
     def probe(self, ctx: Context) -> str | None:
@@ -89,6 +93,10 @@ class EbpfCollector(Collector):
             ctx.capabilities["ebpf"] = {"backend": "bcc", "usable": False, "reason": reason}
             return reason
         details = probe_details()
+        try:
+            _ = self.programs
+        except UserError as exc:  # a wrong WP_MCP_EBPF_PROGRAMS: the reason it cannot run
+            details = {**details, "usable": False, "reason": str(exc)}
         ctx.capabilities["ebpf"] = details
         # with --ebpf on, the orchestrator turns this reason into the user's error
         return details["reason"]
