@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from bench_mcp import RawClient  # noqa: E402
 from wp_mcp.converters.pages import STORED_VIEWS  # noqa: E402
 from wp_mcp.graph import native, witty  # noqa: E402
 from wp_mcp.graph.store import Store  # noqa: E402
+from wp_mcp.graph.trusted import stored_document  # noqa: E402
 from wp_testdata import WITTY_GRAPH  # noqa: E402
 
 STORE = OUT / "bench-store"
@@ -93,7 +93,7 @@ def read_back(snapshot_id: str) -> tuple[float, float]:
         .execute("SELECT data FROM snapshots WHERE id=?", (snapshot_id,))
         .fetchone()[0]
     )
-    document = zlib.decompress(blob)
+    document = stored_document(blob)
     gc.disable()
     started = time.perf_counter()
     orjson.loads(document)

@@ -33,6 +33,10 @@ class Graph:
         self.nodes: dict[str, Node] = {}
         self._by_kind: dict[str, dict[str, Node]] = defaultdict(dict)
         self._edges: dict[tuple, Edge] = {}
+        # a graph read from the store holds its edges as a list until an edge is added or
+        # removed: the table by identity costs a tuple and a hash per edge, and most readers
+        # only walk the edges (see from_trusted)
+        self._edge_list: list[Edge] | None = None
         # adjacency is built on first use: loading a big file need not pay for it up front
         self._adjacency_ready = True
         self._out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
@@ -78,11 +82,36 @@ class Graph:
         graph._adjacency_ready = False
         return graph, None, None
 
+    @classmethod
+    def from_trusted(cls, meta: Meta, nodes: list[Node], edges: list[Edge]) -> Graph:
+        """Build from elements the store validated and checked when it stored them (unique
+        ids, unique edges, no dangling end): no check here, indexes in C-level passes."""
+        graph = cls(meta)
+        ids = list(map(_ID, nodes))
+        graph.nodes = dict(zip(ids, nodes, strict=True))
+        kinds = list(map(_KIND, nodes))
+        pairs = list(zip(ids, nodes, strict=True))
+        for kind in set(kinds):  # one C-level pass per kind rather than a Python loop
+            graph._by_kind[kind] = dict(compress(pairs, map(kind.__eq__, kinds)))
+        graph._edge_list = edges
+        graph._adjacency_ready = False
+        return graph
+
+    def _edge_table(self) -> dict[tuple, Edge]:
+        """Edges by identity, built from the stored list on first need."""
+        if self._edge_list is not None:
+            edges, self._edge_list = self._edge_list, None
+            self._edges = dict(zip(map(_IDENT, edges), edges, strict=True))
+        return self._edges
+
+    def _every_edge(self) -> list[Edge] | Any:
+        return self._edge_list if self._edge_list is not None else self._edges.values()
+
     def _adjacency(self) -> None:
         if self._adjacency_ready:
             return
         out, into = self._out, self._in
-        for edge in self._edges.values():
+        for edge in self._every_edge():
             out[edge.src][edge.kind].append(edge)
             into[edge.dst][edge.kind].append(edge)
         self._adjacency_ready = True
@@ -121,12 +150,13 @@ class Graph:
                 if end not in self.nodes:
                     raise GraphError(f"edge {edge.kind} {edge.src} -> {edge.dst}: no node {end!r}")
         self._adjacency()
+        table = self._edge_table()
         ident = edge.ident
-        existing = self._edges.get(ident)
+        existing = table.get(ident)
         if existing is not None:
             _merge_attrs(existing, edge)
             return existing
-        self._edges[ident] = edge
+        table[ident] = edge
         self._out[edge.src][edge.kind].append(edge)
         self._in[edge.dst][edge.kind].append(edge)
         return edge
@@ -146,8 +176,9 @@ class Graph:
         self._by_kind[node.kind].pop(node_id, None)
         doomed = [e for lists in self._out.pop(node_id, {}).values() for e in lists]
         doomed += [e for lists in self._in.pop(node_id, {}).values() for e in lists]
+        table = self._edge_table()
         for edge in doomed:
-            if self._edges.pop(edge.ident, None) is None:
+            if table.pop(edge.ident, None) is None:
                 continue
             other_out = self._out.get(edge.src, {}).get(edge.kind)
             if other_out and edge in other_out:
@@ -188,18 +219,18 @@ class Graph:
         return {kind: len(nodes) for kind, nodes in self._by_kind.items() if nodes}
 
     def edges(self, kind: str | None = None) -> Iterator[Edge]:
+        every = self._every_edge()
         if kind is None:
-            return iter(self._edges.values())
-        every = self._edges.values()
+            return iter(every)
         return compress(every, map(kind.__eq__, map(_KIND, every)))  # C-level: no frame per edge
 
     @property
     def edge_count(self) -> int:
-        return len(self._edges)
+        return len(self._every_edge())
 
     def edge_kinds(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
-        for edge in self._edges.values():
+        for edge in self._every_edge():
             counts[edge.kind] += 1
         return dict(counts)
 

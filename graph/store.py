@@ -335,8 +335,10 @@ class Store:
 
     def _insert_snapshot(self, db: sqlite3.Connection, graph: Graph, label: str | None,
                          document: bytes, content: str) -> str:  # fmt: skip
+        from . import trusted
+
         snapshot_id = self._new_id(db, "snapshots", "s")
-        blob = zlib.compress(document, 1)
+        blob = trusted.pack(graph, document)
         db.execute(
             "INSERT INTO snapshots (id, created, label, origin, hosts, nodes, edges, size, "
             "data, content_sha256) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -429,14 +431,14 @@ class Store:
                 return cached[0]
         row = (
             self._connect()
-            .execute("SELECT data FROM snapshots WHERE id=?", (snapshot_id,))
+            .execute("SELECT data, nodes, edges FROM snapshots WHERE id=?", (snapshot_id,))
             .fetchone()
         )
         if row is None:
             raise UserError(f"snapshot {snapshot_id!r} was deleted; {self._known_hint()}")
-        from . import native
+        from . import trusted
 
-        graph = native.loads(zlib.decompress(row[0]), origin=f"snapshot {snapshot_id}")
+        graph = trusted.unpack(row[0], f"snapshot {snapshot_id}", (row[1], row[2]))
         self.remember(snapshot_id, graph)
         return graph
 

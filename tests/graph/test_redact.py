@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import orjson
@@ -25,6 +24,7 @@ from wp_mcp.graph.redact import (
     redact_structure,
 )
 from wp_mcp.graph.store import DB_NAME
+from wp_mcp.graph.trusted import stored_document
 from wp_mcp.server.cli import main as wp_mcp
 
 R = REDACTED
@@ -322,7 +322,7 @@ def _leaks(text: bytes | str, secrets: list[str]) -> list[str]:
 def _stored_blobs(store: Path) -> bytes:
     with sqlite3.connect(store / DB_NAME) as db:
         rows = db.execute("SELECT data FROM snapshots").fetchall()
-    return b"".join(zlib.decompress(row[0]) for row in rows)
+    return b"".join(stored_document(row[0]) for row in rows)
 
 
 def test_collected_secrets_reach_no_output(tmp_path, capsys):

@@ -1,0 +1,142 @@
+"""The store's trusted form: a graph validated when stored is read back unchecked, and reads
+back exactly as the validating reader reads the same document; a damaged row is refused
+with one line."""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_native import graphs
+from wp_mcp.graph import FormatError, Graph, native, trusted, witty
+from wp_mcp.graph.store import DB_NAME, Store
+from wp_mcp.graph.synthetic import cluster_graph
+from wp_testdata import WITTY_GRAPH
+
+
+def _row(store: Store, snapshot_id: str) -> bytes:
+    query = "SELECT data FROM snapshots WHERE id=?"
+    return bytes(store._connect().execute(query, (snapshot_id,)).fetchone()[0])
+
+
+def _replace_row(store_dir, snapshot_id: str, blob: bytes) -> None:
+    with sqlite3.connect(store_dir / DB_NAME) as db:
+        db.execute("UPDATE snapshots SET data=? WHERE id=?", (blob, snapshot_id))
+
+
+def _read_both_ways(store_dir, snapshot_id: str) -> tuple[Graph, Graph]:
+    """The graph through the store (trusted path) and through the validating reader."""
+    store = Store(store_dir)
+    validated = native.loads(trusted.stored_document(_row(store, snapshot_id)))
+    return store.get(snapshot_id), validated
+
+
+def assert_same_graph(read: Graph, validated: Graph) -> None:
+    assert native.dumps(read) == native.dumps(validated)
+    assert read.nodes == validated.nodes
+    assert list(read.edges()) == list(validated.edges())
+    assert {kind: read.of_kind(kind) for kind in read.kinds()} == {
+        kind: validated.of_kind(kind) for kind in validated.kinds()
+    }
+    assert [type(node) for node in read.nodes.values()] == [
+        type(node) for node in validated.nodes.values()
+    ]
+    assert [type(edge) for edge in read.edges()] == [type(edge) for edge in validated.edges()]
+    for node_id in list(validated.nodes)[:50]:
+        assert read.out_edges(node_id) == validated.out_edges(node_id)
+        assert read.in_edges(node_id) == validated.in_edges(node_id)
+
+
+def test_fixture_is_stored_trusted_and_reads_back_as_validated(tmp_path):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(tmp_path).put(graph)
+    assert _row(Store(tmp_path), snapshot_id).startswith(trusted.TAG)
+    read, validated = _read_both_ways(tmp_path, snapshot_id)
+    assert_same_graph(read, validated)
+    assert native.dumps(read) == native.dumps(graph)
+
+
+def test_a_trusted_row_is_read_without_validating_or_checking(tmp_path, monkeypatch):
+    snapshot_id = Store(tmp_path).put(witty.load_witty(WITTY_GRAPH))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the validating reader ran")
+
+    monkeypatch.setattr(native, "from_dict", refuse)
+    monkeypatch.setattr(trusted, "check_graph", refuse)
+    assert len(Store(tmp_path).get(snapshot_id)) == len(witty.load_witty(WITTY_GRAPH))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_generated_cluster_reads_back_as_validated(tmp_path, seed):
+    snapshot_id = Store(tmp_path).put(cluster_graph(2, accelerators_per_host=2, seed=seed))
+    assert _row(Store(tmp_path), snapshot_id).startswith(trusted.TAG)
+    assert_same_graph(*_read_both_ways(tmp_path, snapshot_id))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_generated_graphs_read_back_as_validated(tmp_path_factory, graph):
+    store_dir = tmp_path_factory.mktemp("store")
+    snapshot_id = Store(store_dir).put(graph)
+    assert _row(Store(store_dir), snapshot_id).startswith(trusted.TAG)
+    assert_same_graph(*_read_both_ways(store_dir, snapshot_id))
+
+
+def test_a_graph_read_back_trusted_still_merges_and_removes(tmp_path):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(tmp_path).put(graph)
+    read = Store(tmp_path).get(snapshot_id)
+    edge = next(read.edges("talks_to"))
+    count = read.edge_count
+    merged = read.link("talks_to", edge.src, edge.dst, key=edge.key, flows=99)
+    assert merged is edge and edge.flows == 99 and read.edge_count == count
+    read.remove_node(edge.src)
+    assert edge.src not in read and all(e.src != edge.src for e in read.edges())
+
+
+def test_snapshot_stored_before_the_tag_is_read_through_validation(tmp_path):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(tmp_path).put(graph)
+    _replace_row(tmp_path, snapshot_id, zlib.compress(native.dumps(graph), 1))  # old form
+    assert native.dumps(Store(tmp_path).get(snapshot_id)) == native.dumps(graph)
+
+
+def test_a_value_validation_would_change_is_stored_untrusted(tmp_path):
+    graph = Graph()
+    graph.add("process", "proc:7", pid=7, name="p")
+    graph.node("proc:7").pid = "7"  # set behind the model's back: validation makes it 7
+    snapshot_id = Store(tmp_path).put(graph)
+    assert not _row(Store(tmp_path), snapshot_id).startswith(trusted.TAG)
+    assert Store(tmp_path).get(snapshot_id).node("proc:7").pid == 7
+
+
+def _damaged_rows(blob: bytes, graph: Graph) -> dict[str, bytes]:
+    middle = len(blob) // 2
+    no_ids = native.dumps(graph).replace(b'"id":', b'"xd":')
+    return {
+        "flipped byte": blob[:middle] + bytes([blob[middle] ^ 0xFF]) + blob[middle + 1 :],
+        "truncated": blob[: len(blob) - 40],
+        "not zlib": trusted.TAG + b"garbage",
+        "not json": trusted.TAG + zlib.compress(b"[1, 2"),
+        "not a graph": trusted.TAG + zlib.compress(b'{"nodes": 3}'),
+        "nodes without ids": trusted.TAG + zlib.compress(no_ids),
+    }
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["flipped byte", "truncated", "not zlib", "not json", "not a graph", "nodes without ids"],
+)
+def test_a_damaged_row_is_refused_with_one_line(tmp_path, damage):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(tmp_path).put(graph)
+    blob = _row(Store(tmp_path), snapshot_id)
+    _replace_row(tmp_path, snapshot_id, _damaged_rows(blob, graph)[damage])
+    with pytest.raises(FormatError) as caught:
+        Store(tmp_path).get(snapshot_id)
+    message = str(caught.value)
+    assert message.startswith(f"snapshot {snapshot_id}: ") and "\n" not in message
+    assert len(message) < 300
