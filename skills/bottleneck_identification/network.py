@@ -20,7 +20,7 @@ def _owner(ctx: RuleContext, sock: Node) -> str | None:
 
 
 def _peer_owner(ctx: RuleContext, sock: Node) -> str | None:
-    for peer in ctx.graph.successors(sock.id, "peer") + ctx.graph.predecessors(sock.id, "peer"):
+    for peer in _peer_sockets(ctx, sock):
         owner = _owner(ctx, peer)
         if owner:
             return owner
@@ -82,14 +82,23 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
             measured.append((sock, *counts))
     if not measured:
         raise NotEvaluable("no TCP socket with segment counts (tcp_info data_segs_out)")
-    out = []
+    # one finding per connection: of its two ends on this host, the one losing most
+    worst: dict[frozenset[str], tuple[Node, int, int, str]] = {}
     for sock, retrans, segments, scope in measured:
         # a ratio, not a rate: a busy flow on a healthy link retransmits now and then; a flow
         # that sent nothing lost nothing
         if retrans < LOSS_MIN_RETRANS or not segments or retrans / segments < LOSS_FLOOR:
             continue
-        out.append(_loss_finding(ctx, sock, retrans, segments, scope))
-    return out
+        ends = frozenset([sock.id, *(p.id for p in _peer_sockets(ctx, sock))])
+        kept = worst.get(ends)
+        if kept is None or retrans / segments > kept[1] / kept[2]:
+            worst[ends] = (sock, retrans, segments, scope)
+    return [_loss_finding(ctx, *found) for found in worst.values()]
+
+
+def _peer_sockets(ctx: RuleContext, sock: Node) -> list[Node]:
+    """The other end of the connection, when it is on this host too."""
+    return ctx.graph.successors(sock.id, "peer") + ctx.graph.predecessors(sock.id, "peer")
 
 
 def _loss_finding(ctx: RuleContext, sock: Node, retrans: int, segments: int, scope: str) -> Finding:
@@ -119,6 +128,10 @@ def _loss_finding(ctx: RuleContext, sock: Node, retrans: int, segments: int, sco
                 "lost",
             ),
             Evidence("edge", [i for i in (owner, sock.id, peer) if i], {"holds": 1}),
+            *(
+                ctx.entity(other, "window_retrans", "window_data_segs_out", note="the other end")
+                for other in _peer_sockets(ctx, sock)
+            ),
         ],
         impact="each lost segment stalls the flow for an RTO (≥ 200 ms on Linux)"
         + ("; every rank waits for it" if collective else ""),
@@ -139,7 +152,7 @@ def same_host(ctx: RuleContext, sock: Node) -> bool:
     remote = sock.get("remote_addr") or ""
     if remote.startswith("127.") or remote == "::1" or remote == sock.get("local_addr"):
         return True
-    return bool(ctx.graph.successors(sock.id, "peer") or ctx.graph.predecessors(sock.id, "peer"))
+    return bool(_peer_sockets(ctx, sock))
 
 
 def _inflated(ctx: RuleContext, *, local: bool) -> list[tuple[Node, float, float]]:

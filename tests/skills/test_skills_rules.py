@@ -558,6 +558,23 @@ def test_flow_loss_is_judged_over_the_window_never_diluted_by_lifetime_counters(
     assert other.priority == "P1"
 
 
+def test_a_lossy_connection_between_two_local_ranks_is_one_finding_naming_the_worse_end():
+    graph = two_node_host()
+    ranks = tcp_ranks(graph)
+    window = {"window_s": 5.0, "retrans_total": 0}
+    a = tcp_socket(graph, ranks[0], 1, local_addr="127.0.0.1", local_port=40000,
+                   remote_addr="127.0.0.1", remote_port=29500, window_retrans=40,
+                   window_data_segs_out=1000, **window)  # fmt: skip
+    b = tcp_socket(graph, ranks[1], 2, local_addr="127.0.0.1", local_port=29500,
+                   remote_addr="127.0.0.1", remote_port=40000, window_retrans=90,
+                   window_data_segs_out=1000, **window)  # fmt: skip
+    graph.link("peer", a, b)
+    (finding,) = outcome(graph, "L4.flow-retransmits")
+    assert finding.subject == b and finding.value == 9.0 and finding.priority == "P0"
+    other = [ev for ev in finding.evidence if ev.note == "the other end"]
+    assert other[0].ids == [a] and other[0].values["window_retrans"] == 40
+
+
 def test_a_flow_idle_over_the_window_is_judged_clean_not_skipped():
     graph = two_node_host()
     tcp_socket(graph, process(graph, 1), 6, retrans_total=500, data_segs_out=9000,
