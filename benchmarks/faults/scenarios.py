@@ -37,6 +37,8 @@ class Scenario:
 
 
 ON_JOB = expect("1,6", "job,host")  # CPU side effects on the job or the host
+# side effects of a neighbour: the job or host suffers, or the neighbour is named alone
+AROUND_NEIGHBOUR = expect("1,6", "job,host,injector")
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("healthy", "nothing: the healthy job, quiet", inject.nothing, None),
@@ -52,7 +54,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "ranks pinned 0|1; two busy loops at nice -10 pinned onto rank 0's CPU",
         inject.pinned_hog,
         expect("1,6", "injector", "L6.cpu-hog-on-rank-cpus", victims="job"),
-        related=(ON_JOB,),
+        related=(AROUND_NEIGHBOUR,),
         job_args=("--cpus", "0|1"),
     ),
     Scenario(
@@ -141,7 +143,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         f"a {HOG_BYTES >> 20} MiB hog joins the job's memory cgroup; limit = anon + 32 MiB",
         functools.partial(inject.memory_squeeze, hog_bytes=HOG_BYTES),
         expect("2", "injector", victims="job"),
-        related=(expect("1,2,5,6,7", "job,host"),),
+        related=(expect("1,2,5,6,7", "job,host,injector"),),
         cgroups=("memory",),
         dataset_mb=192,
     ),
@@ -158,7 +160,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "two busy loops outside the job, unpinned, nice 0",
         functools.partial(inject.outside_load, count=2, nice=0),
         expect("1,6", "injector", victims="job"),
-        related=(ON_JOB,),
+        related=(AROUND_NEIGHBOUR,),
     ),
 )
 
