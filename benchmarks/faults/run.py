@@ -345,7 +345,8 @@ def listing() -> str:
 def _describe(want: Expect) -> str:
     layers = "/".join(f"L{n}" for n in sorted(want.layers))
     rules = f" or {', '.join(sorted(want.rules))}" if want.rules else ""
-    return f"{layers}{rules} about {'/'.join(sorted(want.roles))}"
+    victims = f" and naming the {'/'.join(sorted(want.victims))}" if want.victims else ""
+    return f"{layers}{rules} about {'/'.join(sorted(want.roles))}{victims}"
 
 
 def scorecard(results: list[Result], opts: argparse.Namespace) -> str:
