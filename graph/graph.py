@@ -52,19 +52,14 @@ class Graph:
         The common case (no duplicates, no dangling ends) runs in C-level map/zip/dict calls:
         reading a large file should cost little more than validating it.
         """
-        graph = cls(meta)
-        ids = list(map(_ID, nodes))
-        by_id = dict(zip(ids, nodes, strict=True))
+        graph = cls.from_trusted(meta, nodes, edges)  # the same bulk build, then the checks
+        by_id = graph.nodes
         if len(by_id) != len(nodes):
             seen: set[str] = set()
-            for position, node_id in enumerate(ids):
+            for position, node_id in enumerate(map(_ID, nodes)):
                 if node_id in seen:
                     return graph, position, None
                 seen.add(node_id)
-        graph.nodes = by_id
-        by_kind = graph._by_kind
-        for node_id, node in by_id.items():
-            by_kind[node.kind][node_id] = node
         ends = set(map(_SRC, edges))
         ends.update(map(_DST, edges))
         if ends.difference(by_id):
@@ -78,8 +73,7 @@ class Graph:
                 existing = table.setdefault(edge.ident, edge)
                 if existing is not edge:
                     _merge_attrs(existing, edge)
-        graph._edges = table
-        graph._adjacency_ready = False
+        graph._edges, graph._edge_list = table, None
         return graph, None, None
 
     @classmethod
@@ -91,7 +85,8 @@ class Graph:
         graph.nodes = dict(zip(ids, nodes, strict=True))
         kinds = list(map(_KIND, nodes))
         pairs = list(zip(ids, nodes, strict=True))
-        for kind in set(kinds):  # one C-level pass per kind rather than a Python loop
+        # one C-level pass per kind rather than a Python loop; kinds in order of appearance
+        for kind in dict.fromkeys(kinds):
             graph._by_kind[kind] = dict(compress(pairs, map(kind.__eq__, kinds)))
         graph._edge_list = edges
         graph._adjacency_ready = False
