@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..report import Evidence, Finding
+from .contention import host_priority
 from .rulebook import NotEvaluable, RuleContext, rule
 from .thresholds import (
     ACCELERATOR_IDLE,
@@ -23,7 +24,7 @@ USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
     1,
     "Host CPU saturated",
     "host cpu_busy_pct",
-    str(CPU_BUSY),
+    f"{CPU_BUSY} (P2 when a rank group's delay, or another CPU rule, says it)",
     f"proposed; after {USE_METHOD} (utilisation near 100 % is a bottleneck)",
 )
 def cpu_saturation(ctx: RuleContext) -> list[Finding]:
@@ -31,12 +32,13 @@ def cpu_saturation(ctx: RuleContext) -> list[Finding]:
     for host in ctx.having("host", "cpu_busy_pct"):
         busy = host.get("cpu_busy_pct")
         if CPU_BUSY.reached(busy):
+            priority, pointer = host_priority(ctx, host)
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=busy,
-                    priority="P1",
-                    title=f"Host CPU {busy:.0f} % busy: every thread competes for a CPU",
+                    priority=priority,
+                    title=f"Host CPU {busy:.0f} % busy{pointer or ': every thread competes for a CPU'}",
                     evidence=[ctx.entity(host, "cpu_busy_pct", "cpus", "load1")],
                     action="Find the top consumers (hotspot-thread-discovery) and move or stop "
                     "work that is not part of the job; size worker counts to the CPUs left.",

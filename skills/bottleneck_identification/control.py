@@ -8,12 +8,40 @@ from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import cpu_set, host_prefix
-from ..report import Evidence, Finding, Priority
+from ..report import Evidence, Finding, Priority, safe
 from .compute import USE_METHOD
+from .contention import (
+    NAMED,
+    Contention,
+    contentions,
+    delay_evidence,
+    demand,
+    host_evidence,
+    host_priority,
+    job_evidence,
+    job_processes,
+    neighbour_evidence,
+    neighbour_words,
+    plain_neighbours,
+    rank_cpus,
+)
+from .data import workers_that_fit
 from .memory import PSI_DOC, psi_findings
 from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
-
-BUSY_THREAD_PCT = 5  # below this a thread's waiting costs the job little
+from .thresholds import (
+    BUSY_THREAD,
+    HOG_DEMAND,
+    IMBALANCE,
+    IMBALANCE_BUSY,
+    INVOL_BUSY,
+    INVOL_SWITCHES,
+    LOAD_OVER_CPUS,
+    PSI_SOME,
+    RANK_DELAY_SHARE,
+    RANK_RUN_DELAY,
+    RUN_DELAY,
+    SHARED_CPUS_QUIET,
+)
 
 
 def _process_of(ctx: RuleContext, thread: Node) -> str | None:
@@ -26,43 +54,138 @@ def _process_of(ctx: RuleContext, thread: Node) -> str | None:
     6,
     "Runnable threads waiting for a CPU",
     "thread run_delay_pct (share of the window runnable but not running)",
-    "≥ 10 % (P0 from 5 % on a rank's thread)",
+    f"{RUN_DELAY}; a rank group: {RANK_RUN_DELAY} and {RANK_DELAY_SHARE} (P1 when outside "
+    "load or the job's own oversubscription causes it)",
 )
 def run_queue_delay(ctx: RuleContext) -> list[Finding]:
-    out = []
     threads = ctx.having("thread", "run_delay_pct", why="no per-thread run delay (schedstat)")
-    worst: dict[str, Node] = {}  # process → its most delayed busy thread
+    out = [_group_delay(ctx, found) for found in contentions(ctx) if found.delayed]
+    return out + _thread_delays(ctx, threads, job_processes(ctx))
+
+
+def _thread_delays(ctx: RuleContext, threads: list[Node], judged: set[str]) -> list[Finding]:
+    """Busy threads of processes outside any rank group, the most delayed per process."""
+    worst: dict[str, Node] = {}
     for thread in threads:
-        if (thread.get("cpu_pct") or 0) < BUSY_THREAD_PCT:
-            continue
         proc = _process_of(ctx, thread) or thread.id
+        if proc in judged or not BUSY_THREAD.reached(thread.get("cpu_pct") or 0):
+            continue
         if proc not in worst or thread.get("run_delay_pct") > worst[proc].get("run_delay_pct"):
             worst[proc] = thread
+    out = []
     for proc, thread in worst.items():
         delay = thread.get("run_delay_pct")
-        rank = proc in ctx.analysis.ranks
-        if delay < (5 if rank else 10):
+        if not RUN_DELAY.reached(delay):
             continue
         out.append(
             ctx.finding(
                 subject=thread.id,
                 value=delay,
-                priority="P0" if rank else "P1",
+                priority="P1",
                 title=f"{ctx.label(thread.id)} of {ctx.label(proc)} waited for a CPU "
-                f"{delay:.0f} % of the window" + (" (a rank)" if rank else ""),
+                f"{delay:.0f} % of the window",
                 evidence=[
                     ctx.entity(
                         thread, "run_delay_pct", "cpu_pct", "invol_switches_per_s", "cpus_allowed"
                     )
                 ],
-                impact=f"≈ {delay:.0f} % slower"
-                + ("; every rank waits for the slowest" if rank else ""),
-                action="Something else runs on its CPUs: see L6.cpu-hog-on-rank-cpus and the "
-                "hotspot threads; give the job dedicated CPUs (taskset/cpuset) and keep other "
-                "work off them.",
+                impact=f"≈ {delay:.0f} % of the window lost waiting",
+                action="Something else runs on its CPUs: see the hotspot threads; give it "
+                "CPUs of its own (taskset/cpuset) or fewer busy threads beside it.",
             )
         )
     return out
+
+
+def _group_delay(ctx: RuleContext, found: Contention) -> Finding:
+    """One finding for a rank group's delayed ranks, naming what delays them."""
+    worst = found.delayed[0]
+    ranks = [d.rank for d in found.delayed]
+    named = ", ".join(map(ctx.label, ranks[:4])) + (
+        f" and {len(ranks) - 4} more" if ranks[4:] else ""
+    )
+    title = (
+        f"{named} waited for a CPU up to {worst.delay:.0f} % of the window "
+        f"({worst.share:.0f} % of the time they wanted one)"
+    )
+    evidence = [delay_evidence(ctx, found)]
+    host = ctx.host_for(ranks[0])
+    if host is not None:
+        evidence.append(host_evidence(ctx, host))
+    cause, action, command = _cause_words(ctx, found)
+    if found.cause == "outside":
+        evidence.append(neighbour_evidence(ctx, found))
+    evidence.append(job_evidence(ctx, found))
+    return ctx.finding(
+        subject=found.subject,
+        value=worst.delay,
+        priority=found.priority,
+        title=f"{title}: {cause}",
+        evidence=evidence,
+        impact=f"their CPU work takes ≈ {100 * worst.delay / max(worst.thread.get('cpu_pct'), 1):.0f} % "
+        "longer; every rank waits for the slowest",
+        action=action,
+        command=command,
+    )
+
+
+def _cause_words(ctx: RuleContext, found: Contention) -> tuple[str, str, str | None]:
+    """(what delays the ranks, what to do, a command) for the contention's cause."""
+    if found.cause == "hog":
+        hogs = ", ".join(found.hogs[:NAMED])
+        return (
+            f"{hogs} pinned onto their CPUs",
+            "Said at P0 by L6.cpu-hog-on-rank-cpus with its fix: move the hog off the ranks' CPUs.",
+            None,
+        )
+    if found.cause == "outside":
+        plain = plain_neighbours(ctx, found)[:NAMED]
+        pids = " ".join(str(p.get("pid")) for p in plain if p.get("pid") is not None)
+        return (
+            f"outside load (noisy neighbours): {neighbour_words(ctx, found)}",
+            "Processes outside the job take the CPUs its ranks wait for: move them to another "
+            "host or off the job's CPUs, or lower their share (renice 19, cgroup cpu.weight); "
+            "give the job CPUs of its own (cpuset).",
+            f"renice -n 19 -p {pids}" if pids else None,
+        )
+    if found.cause == "throttled":
+        return (
+            f"its CPU quota: cgroup {safe(found.cgroup, 60)} throttled "
+            f"{found.throttled:.0f} % of the window",
+            "The job's cgroup quota (cpu.max / --cpus / k8s limits) is below what its ranks "
+            "and workers use: raise it, or run fewer loader workers.",
+            None,
+        )
+    if found.cause == "job":
+        host_cpus = ctx.host_cpus(found.group.members[0])
+        pinned = f" (pinned onto {found.cpus} of {host_cpus})" if found.cpus != host_cpus else ""
+        also = f"; outside load adds {neighbour_words(ctx, found)}" if found.outside_loaded else ""
+        return (
+            f"the job itself wants more than its {found.cpus} CPUs{pinned}: "
+            f"{found.job_busy} processes want ≈ {found.own_demand:.0f} % of a CPU{also}",
+            ("Give each rank CPUs of its own (taskset/cpuset); " if pinned else "")
+            + _fewer_workers(ctx, found),
+            None,
+        )
+    return (
+        f"neither outside load ({found.outside_cpu:.0f} % of a CPU) nor the job's own demand "
+        f"({found.job_demand:.0f} % of {found.cpus or '?'} CPUs) explains it",
+        "Short bursts of contention: see the hotspot threads; nothing to change unless it grows.",
+        None,
+    )
+
+
+def _fewer_workers(ctx: RuleContext, found: Contention) -> str:
+    ranks = len(found.group.members)
+    if not found.cpus or not any(ctx.analysis.dataloaders.get(r) for r in found.group.members):
+        return "The job's own processes want more CPU than the host has: fewer threads per rank."
+    fit = workers_that_fit(found.cpus, ranks)
+    return (
+        f"Its busy processes outnumber the CPUs: set num_workers={fit} per rank on this host "
+        f"({ranks} ranks + {fit * ranks} workers ≤ {found.cpus} CPUs)"
+        + (", i.e. load in the trainer itself" if fit == 0 else "")
+        + ", or give the job more CPUs."
+    )
 
 
 @rule(
@@ -70,20 +193,22 @@ def run_queue_delay(ctx: RuleContext) -> list[Finding]:
     6,
     "Busy threads preempted often",
     "thread invol_switches_per_s",
-    "≥ 100 /s on a thread using ≥ 20 % CPU",
+    f"{INVOL_SWITCHES} on a thread using {INVOL_BUSY} (P1 on a rank whose run delay is "
+    "not measured: otherwise L6.run-queue-delay judges what the preemption costs)",
 )
 def involuntary_switches(ctx: RuleContext) -> list[Finding]:
     out = []
     for thread in ctx.having("thread", "invol_switches_per_s"):
         rate, busy = thread.get("invol_switches_per_s"), thread.get("cpu_pct") or 0
-        if rate < 100 or busy < 20:
+        if not (INVOL_SWITCHES.reached(rate) and INVOL_BUSY.reached(busy)):
             continue
         proc = _process_of(ctx, thread)
+        unmeasured = thread.get("run_delay_pct") is None
         out.append(
             ctx.finding(
                 subject=thread.id,
                 value=rate,
-                priority="P1" if proc in ctx.analysis.ranks else "P2",
+                priority="P1" if proc in ctx.analysis.ranks and unmeasured else "P2",
                 title=f"{ctx.label(thread.id)} preempted {rate:.0f} times/s at {busy:.0f} % CPU",
                 evidence=[ctx.entity(thread, "invol_switches_per_s", "cpu_pct", "run_delay_pct")],
                 action="It shares its CPU with other runnable threads: pin it to a CPU of its "
@@ -98,7 +223,7 @@ def involuntary_switches(ctx: RuleContext) -> list[Finding]:
     6,
     "More runnable tasks than CPUs",
     "host load1 / cpus",
-    "> 1",
+    f"{LOAD_OVER_CPUS} (P2 when a rank group's delay, or another CPU rule, says it)",
     f"{USE_METHOD}: CPU saturation when the run queue exceeds the CPU count",
     "published",
 )
@@ -109,13 +234,14 @@ def load_over_cpus(ctx: RuleContext) -> list[Finding]:
         if not count:
             raise NotEvaluable("the host's CPU count is unknown")
         load = host.get("load1")
-        if load > count:
+        if LOAD_OVER_CPUS.reached(load / count):
+            priority, pointer = host_priority(ctx, host)
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=round(load / count, 2),
-                    priority="P1",
-                    title=f"Load {load:.1f} on {count} CPUs",
+                    priority=priority,
+                    title=f"Load {load:.1f} on {count} CPUs{pointer}",
                     evidence=[ctx.entity(host, "load1", "load5", "cpus")],
                     action="Too many runnable (or D-state) tasks: reduce worker/thread counts "
                     "to the CPUs the job owns.",
@@ -129,56 +255,42 @@ def load_over_cpus(ctx: RuleContext) -> list[Finding]:
     6,
     "Tasks stalled waiting for CPU (PSI)",
     "psi cpu_some_avg10",
-    "≥ 10 %",
+    f"{PSI_SOME} (P2 when a rank group's delay, or another CPU rule, says it)",
     PSI_DOC,
 )
 def psi_cpu(ctx: RuleContext) -> list[Finding]:
-    return psi_findings(
+    found = psi_findings(
         ctx,
         "cpu",
         "waited for a CPU",
         "CPU is oversubscribed: see the hotspot threads and L6.run-queue-delay.",
     )
-
-
-def _rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
-    """CPUs each rank or any of its threads may run on, when narrower than the whole host
-    (once per analysis: two rules read it)."""
-    memo = ctx.analysis.__dict__
-    if "_rank_cpus" not in memo:
-        memo["_rank_cpus"] = _pinned_rank_cpus(ctx)
-    return memo["_rank_cpus"]
-
-
-def _pinned_rank_cpus(ctx: RuleContext) -> dict[str, set[int]]:
-    out = {}
-    for rank in ctx.analysis.ranks:
-        node = ctx.graph.node(rank)
-        allowed = ctx.analysis.affinity(node) if node else set()
-        total = ctx.host_cpus(rank)
-        if allowed and (total is None or len(allowed) < total):
-            out[rank] = allowed
-    return out
+    for finding in found:
+        host = ctx.graph.node(finding.subject or "")
+        if host is not None:
+            finding.priority, pointer = host_priority(ctx, host)
+            finding.title += pointer
+    return found
 
 
 @rule(
     "L6.cpu-hog-on-rank-cpus",
     6,
     "Another busy process pinned onto the ranks' CPUs",
-    "cpu_pct of a non-job process whose affinity lies within the ranks' CPUs",
-    "≥ 10 % of a CPU (P0 when it is pinned there, P2 when it could move)",
+    "cpu_pct + run_delay_pct of a non-job process whose affinity lies within the ranks' CPUs",
+    f"{HOG_DEMAND} running (or, pinned there, running and runnable: P0; P2 when it could move)",
 )
 def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.ranks:
         raise NotEvaluable("no rank group found (no processes working together)")
     if not any(p.get("cpu_pct") is not None for p in ctx.graph.of_kind("process")):
         raise NotEvaluable("no process cpu_pct in this snapshot (needs a collection window)")
-    rank_cpus = _rank_cpus(ctx)
-    if not rank_cpus:
+    pinned_ranks = rank_cpus(ctx)
+    if not pinned_ranks:
         raise NotEvaluable("the ranks are not pinned (affinity is every CPU), so no CPU is theirs")
     reserved_on: dict[str, set[int]] = {}  # per host: CPU numbers of two hosts differ
     ranks_on: dict[tuple[str, int], list[str]] = {}  # (host, CPU) → the ranks allowed it
-    for rank, cpus in sorted(rank_cpus.items()):
+    for rank, cpus in sorted(pinned_ranks.items()):
         reserved_on.setdefault(host_prefix(rank), set()).update(cpus)
         for cpu in cpus:
             ranks_on.setdefault((host_prefix(rank), cpu), []).append(rank)
@@ -188,11 +300,14 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
         busy = proc.get("cpu_pct")
         allowed = cpu_set(proc.get("cpus_allowed"))
         reserved = reserved_on.get(host_prefix(proc.id), set())
-        if proc.id in job or busy is None or busy < 10 or not allowed & reserved:
+        if proc.id in job or busy is None or not allowed & reserved:
             continue
         total = ctx.host_cpus(proc.id)
         # pinned by someone's choice: narrower than the host and entirely on the ranks' CPUs
         pinned = allowed <= reserved and (total is None or len(allowed) < total)
+        # pinned, its turns waiting there are turns the ranks take from it and it from them
+        if not HOG_DEMAND.reached(demand(proc) if pinned else busy):
+            continue
         prefix = host_prefix(proc.id)
         victims = sorted({r for cpu in allowed & reserved for r in ranks_on[(prefix, cpu)]})
         named = ", ".join(victims[:4]) + (f" and {len(victims) - 4} more" if victims[4:] else "")
@@ -201,14 +316,14 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
                 subject=proc.id,
                 value=busy,
                 priority="P0" if pinned else "P2",
-                title=f"{ctx.label(proc.id)} uses {busy:.0f} % CPU on CPUs "
+                title=f"{ctx.label(proc.id)} uses {busy:.0f} % CPU{_waiting(proc)} on CPUs "
                 f"{format_cpulist(allowed & reserved)} reserved for {named}",
                 evidence=[
                     ctx.entity(proc, "cpu_pct", "cpus_allowed", "cmdline"),
                     Evidence(
                         "aggregate",
                         victims,
-                        {r: format_cpulist(rank_cpus[r]) for r in victims[:WORST_SHOWN]},
+                        {r: format_cpulist(pinned_ranks[r]) for r in victims[:WORST_SHOWN]},
                         note="ranks' CPU affinity"
                         + (f", the first {WORST_SHOWN} shown" if victims[WORST_SHOWN:] else ""),
                     ),
@@ -220,6 +335,12 @@ def cpu_hog_on_rank_cpus(ctx: RuleContext) -> list[Finding]:
             )
         )
     return out
+
+
+def _waiting(proc: Node) -> str:
+    """`` (and waits 89 % runnable)``: a hog losing its CPU to the ranks still takes turns."""
+    waited = proc.get("run_delay_pct") or 0.0
+    return f" (and waits {waited:.0f} % runnable)" if BUSY_THREAD.reached(waited) else ""
 
 
 def _move_off(ctx: RuleContext, proc: Node, reserved: set[int]) -> str | None:
@@ -237,7 +358,7 @@ def _move_off(ctx: RuleContext, proc: Node, reserved: set[int]) -> str | None:
     6,
     "Ranks of one group progress unevenly",
     "max/min cpu_pct across the ranks of a group",
-    "≥ 1.5 with the busiest ≥ 20 % CPU",
+    f"{IMBALANCE} with the busiest {IMBALANCE_BUSY}",
 )
 def rank_imbalance(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.groups:
@@ -251,12 +372,13 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
             continue
         measured = True
         hot, cold = max(load, key=load.get), min(load, key=load.get)
-        if load[hot] < 20 or load[hot] < 1.5 * max(load[cold], 1e-6):
+        ratio = load[hot] / max(load[cold], 1e-6)
+        if not (IMBALANCE_BUSY.reached(load[hot]) and IMBALANCE.reached(ratio)):
             continue
         out.append(
             ctx.finding(
                 subject=cold,
-                value=round(load[hot] / max(load[cold], 1e-6), 2),
+                value=round(ratio, 2),
                 priority="P1",
                 title=f"{group.label}: {cold} at {load[cold]:.0f} % CPU vs {hot} at {load[hot]:.0f} %",
                 evidence=[
@@ -281,15 +403,16 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
     6,
     "Pinned ranks overlap on CPUs",
     "intersection of ranks' CPU affinity (process and every thread)",
-    "non-empty between two pinned ranks (P2 when their threads' run delay is measured < 5 %)",
+    "non-empty between two pinned ranks (P2 when their threads' run delay is measured "
+    f"{SHARED_CPUS_QUIET})",
 )
 def ranks_share_cpus(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.ranks:
         raise NotEvaluable("no rank group found (no processes working together)")
-    rank_cpus = _rank_cpus(ctx)
-    if len(rank_cpus) < 2:
+    pinned = rank_cpus(ctx)
+    if len(pinned) < 2:
         raise NotEvaluable("fewer than two ranks are pinned, so overlap is not a choice made")
-    return [_overlap_finding(ctx, group, rank_cpus) for group in overlap_groups(rank_cpus)]
+    return [_overlap_finding(ctx, group, pinned) for group in overlap_groups(pinned)]
 
 
 def overlap_groups(rank_cpus: dict[str, set[int]]) -> list[list[str]]:
@@ -336,7 +459,7 @@ def _overlap_finding(
     action = "Give each rank its own CPUs (a disjoint slice of its device's NUMA node)" + (
         ": the fix plan does, for every thread (taskset -a)." if all(plan) else "."
     )
-    priority: Priority = "P2" if delay is not None and delay < 5 else "P1"
+    priority: Priority = "P2" if SHARED_CPUS_QUIET.reached(delay) else "P1"
     cpus = format_cpulist(contested)
     if len(members) == 2:
         return _pair_finding(ctx, members, cpus, rank_cpus, priority, impact, action)

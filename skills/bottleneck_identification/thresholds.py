@@ -72,6 +72,37 @@ DISK_QUEUE = Limit(32, "requests")  # average requests in flight
 IO_NAMED_RATE = Limit(1 << 20, "B/s")  # a process moving less than this is not named
 IO_NAMED_MAX = 4  # how many readers/writers an I/O finding names
 
+# --------------------------------------------------------------------------- layer 6
+BUSY_THREAD = Limit(5, "% CPU")  # a thread using less than this loses little by waiting
+RUN_DELAY = Limit(10, "% of the window")  # a busy thread outside a rank group waiting (P1)
+# A rank is measurably delayed when its busiest waiting thread waited this share of the
+# window for a CPU …
+RANK_RUN_DELAY = Limit(5, "% of the window")
+# … and this share of the time it wanted one (running + runnable): a job that fills its own
+# CPUs waits a little; one that is crowded out waits a large part of its run time.
+RANK_DELAY_SHARE = Limit(25, "% of its CPU demand")
+# Processes outside the job using this much CPU together are the cause of the ranks' wait …
+OUTSIDE_LOAD = Limit(50, "% of a CPU")
+NEIGHBOUR_CPU = Limit(5, "% of a CPU")  # … and each one using this much is named
+# The job's cgroup held off its CPUs by its quota this share of the window (cpu.max)
+JOB_THROTTLED = Limit(5, "% of the window throttled")
+# A process pinned onto the ranks' CPUs running or runnable there this much (L6.cpu-hog)
+HOG_DEMAND = Limit(10, "% of a CPU")
+INVOL_SWITCHES = Limit(100, "/s")  # preemptions of a busy thread …
+INVOL_BUSY = Limit(20, "% CPU")  # … using at least this much CPU
+LOAD_OVER_CPUS = Limit(1, "× the CPUs", strict=True)  # load1 / CPUs
+IMBALANCE = Limit(1.5, "×")  # busiest / least busy rank of a group …
+IMBALANCE_BUSY = Limit(20, "% CPU")  # … with the busiest at least this busy
+SHARED_CPUS_QUIET = Limit(5, "%", below=True, strict=True)  # overlapping ranks' run delay: P2
+
+# --------------------------------------------------------------------------- layer 3
+ON_DEVICE_NODE_GOOD = Limit(0.8)  # share of a process's CPU time on its device's node
+ON_DEVICE_NODE_WRONG = Limit(0.5, below=True, strict=True)  # P0 under it, P1 up to GOOD
+REMOTE_MEMORY = Limit(0.5, below=True, strict=True)  # numa_locality of a big process (P2)
+REMOTE_MEMORY_P1 = Limit(0.3, below=True, strict=True)
+BIG_RESIDENT = Limit(256, "MiB")  # resident memory from which locality is judged
+FABRIC_BUSY = Limit(80, "% of link capacity")  # UPI/QPI, NVLink, HCCS utilisation
+
 # --------------------------------------------------------------------------- job progress
 # A rank "makes no progress" when it ran at most this share of one CPU over the window …
 STALLED_CPU = Limit(1.0, "% of a CPU", below=True)
