@@ -37,6 +37,10 @@ class Graph:
         # removed: the table by identity costs a tuple and a hash per edge, and most readers
         # only walk the edges (see from_trusted)
         self._edge_list: list[Edge] | None = None
+        # set by a reader that validated every element and checked the whole graph (native,
+        # witty), cleared by any change made through the graph: the store then trusts it
+        # without checking it again (graph/trusted.py)
+        self.checked = False
         # adjacency is built on first use: loading a big file need not pay for it up front
         self._adjacency_ready = True
         self._out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
@@ -117,6 +121,7 @@ class Graph:
         """Add a node, or merge it into the node with the same id."""
         if isinstance(node, dict):
             node = node_from_dict(node)
+        self.checked = False
         existing = self.nodes.get(node.id)
         if existing is None:
             self.nodes[node.id] = node
@@ -145,6 +150,7 @@ class Graph:
                 if end not in self.nodes:
                     raise GraphError(f"edge {edge.kind} {edge.src} -> {edge.dst}: no node {end!r}")
         self._adjacency()
+        self.checked = False
         table = self._edge_table()
         ident = edge.ident
         existing = table.get(ident)
@@ -168,6 +174,7 @@ class Graph:
         if node is None:
             return
         self._adjacency()
+        self.checked = False
         self._by_kind[node.kind].pop(node_id, None)
         doomed = [e for lists in self._out.pop(node_id, {}).values() for e in lists]
         doomed += [e for lists in self._in.pop(node_id, {}).values() for e in lists]

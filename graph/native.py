@@ -145,6 +145,7 @@ def build(meta: Meta, nodes: list, edges: list, origin: str) -> Graph:
             f"{origin}: edges[{dangling}] ({edge.kind}): {end_name} {end!r} is not a node"
         )
     check_graph(graph, origin)
+    graph.checked = True  # validated and checked: the store need not check it again
     return graph
 
 

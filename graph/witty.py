@@ -385,6 +385,7 @@ class _Importer:
             ) from None
         graph, _, _ = Graph.from_validated(Meta(), nodes, edges)
         check_graph(graph, self.origin)
+        graph.checked = True
         return graph
 
 

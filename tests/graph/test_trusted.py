@@ -98,6 +98,21 @@ def test_a_graph_read_back_trusted_still_merges_and_removes(tmp_path):
     assert edge.src not in read and all(e.src != edge.src for e in read.edges())
 
 
+def test_a_graph_a_reader_checked_is_not_checked_again_until_changed(tmp_path, monkeypatch):
+    graph = witty.load_witty(WITTY_GRAPH)
+    again = native.loads(native.dumps(graph))
+    assert graph.checked and again.checked
+    assert Store(tmp_path).get(Store(tmp_path).put(graph)).checked
+    graph.add("process", "proc:424242", pid=424242)
+    first, second = list(again.nodes)[:2]
+    again.link("talks_to", first, second, key="new")
+    assert not graph.checked and not again.checked
+    checked = []
+    monkeypatch.setattr(trusted, "check_graph", lambda *args: checked.append(args))
+    Store(tmp_path).put(graph)
+    assert checked  # a changed graph is checked again when stored
+
+
 def test_snapshot_stored_before_the_tag_is_read_through_validation(tmp_path):
     graph = witty.load_witty(WITTY_GRAPH)
     snapshot_id = Store(tmp_path).put(graph)
