@@ -54,8 +54,9 @@ def _process_of(ctx: RuleContext, thread: Node) -> str | None:
     6,
     "Runnable threads waiting for a CPU",
     "thread run_delay_pct (share of the window runnable but not running)",
-    f"{RUN_DELAY}; a rank group: {RANK_RUN_DELAY} and {RANK_DELAY_SHARE} (P1 when outside "
-    "load or the job's own oversubscription causes it)",
+    f"{RUN_DELAY}; a rank group: {RANK_RUN_DELAY} and {RANK_DELAY_SHARE} (P1 when a CPU "
+    "quota, the job's own surplus or outside load causes it; a pinned hog: "
+    "L6.cpu-hog-on-rank-cpus)",
 )
 def run_queue_delay(ctx: RuleContext) -> list[Finding]:
     threads = ctx.having("thread", "run_delay_pct", why="no per-thread run delay (schedstat)")

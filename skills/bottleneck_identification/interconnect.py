@@ -6,15 +6,28 @@ from collections import Counter, defaultdict
 
 from wp_mcp.graph.cpulist import format_cpulist
 
-from ..analysis import Placement, cpu_set, host_prefix
+from ..analysis import GRADES, Placement, cpu_set, host_prefix
 from ..report import Evidence, Finding, Priority
 from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
+from .thresholds import (
+    BIG_RESIDENT,
+    FABRIC_BUSY,
+    ON_DEVICE_NODE_WRONG,
+    REMOTE_MEMORY,
+    REMOTE_MEMORY_P1,
+)
 
 VENDOR_AFFINITY = (
     "proposed grading: vendors bind each rank to its device's NUMA node "
     "(nvidia-smi topo -m and npu-smi info -t topo print that CPU affinity)"
 )
-BIG_PAGES = 65536  # 256 MiB of 4 KiB pages: below this remote memory costs little
+BIG_PAGES = int(BIG_RESIDENT.value * (1 << 20)) // 4096  # in 4 KiB pages
+GOOD = GRADES[0][0]  # the share graded "good"
+PLACEMENT_THRESHOLD = f"{ON_DEVICE_NODE_WRONG} is the wrong node (P0); under {GOOD:g} mild (P1)"
+
+
+def _placement_priority(place: Placement) -> Priority:
+    return "P0" if ON_DEVICE_NODE_WRONG.reached(place.cpu_on_device_node) else "P1"
 
 
 def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
@@ -30,7 +43,7 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
     return ctx.finding(
         subject=place.process,
         value=round(place.cpu_on_device_node, 3),
-        priority="P0" if place.cpu_on_device_node < 0.5 else "P1",
+        priority=_placement_priority(place),
         title=f"{ctx.label(place.process)} uses {place.device} (NUMA {node}) but runs "
         f"{place.cpu_share.get(away, 0):.0%} of its CPU time on NUMA {away}",
         evidence=[
@@ -58,7 +71,7 @@ def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
         action=_placement_action(ctx, place, launch),
         command=live or launch,
         certain=place.device_node_certain,
-        threshold="≥ 0.5 of CPU time on the device's node (grade good ≥ 0.8)",
+        threshold=PLACEMENT_THRESHOLD,
     )
 
 
@@ -147,7 +160,7 @@ def _thread_evidence(ctx: RuleContext, proc) -> list[Evidence]:
     3,
     "Process runs on a different NUMA node than its accelerator",
     "share of CPU time on the device's NUMA node",
-    "≥ 0.8 good · 0.5–0.8 mild (P1) · < 0.5 wrong node (P0)",
+    PLACEMENT_THRESHOLD,
     VENDOR_AFFINITY,
 )
 def device_numa_mismatch(ctx: RuleContext) -> list[Finding]:
@@ -166,7 +179,7 @@ def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Fin
     finding for the node's ranks beyond that (the Fix plan still lists each rank)."""
     by_cause: dict[tuple[str, int, Priority], list[Placement]] = defaultdict(list)
     for place in misplaced:
-        priority: Priority = "P0" if place.cpu_on_device_node < 0.5 else "P1"
+        priority = _placement_priority(place)
         by_cause[(host_prefix(place.process), place.device_node, priority)].append(place)
     out: list[Finding] = []
     for (prefix, node, priority), places in by_cause.items():
@@ -210,7 +223,7 @@ def _misplaced_group(
     3,
     "Process memory far from where it runs",
     "numa_locality (P(CPU and pages on the same node))",
-    "< 0.5 for a process with ≥ 256 MiB resident (P1 under 0.3)",
+    f"{REMOTE_MEMORY} for a process with {BIG_RESIDENT} resident (P1 {REMOTE_MEMORY_P1})",
 )
 def remote_memory(ctx: RuleContext) -> list[Finding]:
     measured = []
@@ -227,7 +240,7 @@ def remote_memory(ctx: RuleContext) -> list[Finding]:
         if proc.id in misplaced:
             ctx.skip(proc.id, "judged by L3.device-numa-mismatch, whose plan moves its pages")
             continue
-        if locality >= 0.5 or _resident_pages(ctx, proc) < BIG_PAGES:
+        if not REMOTE_MEMORY.reached(locality) or _resident_pages(ctx, proc) < BIG_PAGES:
             continue
         if _one_numa_node(ctx, proc.id):
             continue  # one NUMA node: every page is local
@@ -240,7 +253,7 @@ def remote_memory(ctx: RuleContext) -> list[Finding]:
             ctx.finding(
                 subject=proc.id,
                 value=round(locality, 3),
-                priority="P1" if locality < 0.3 else "P2",
+                priority="P1" if REMOTE_MEMORY_P1.reached(locality) else "P2",
                 title=f"{ctx.label(proc.id)}: NUMA locality {locality:.2f} — runs on node "
                 f"{runs}, most pages on node {home}",
                 evidence=[
@@ -474,7 +487,7 @@ def _one_node(ctx: RuleContext, prefix: str, cpulist: str | None) -> bool:
     3,
     "Inter-socket / device fabric saturated",
     "UPI/QPI, NVLink or HCCS utilisation",
-    "≥ 80 % of link capacity",
+    str(FABRIC_BUSY),
 )
 def interconnect_bandwidth(ctx: RuleContext) -> list[Finding]:
     raise NotEvaluable("needs uncore PMU or fabric counters (NVLink/HCCS); this snapshot has none")

@@ -96,8 +96,9 @@ IMBALANCE_BUSY = Limit(20, "% CPU")  # … with the busiest at least this busy
 SHARED_CPUS_QUIET = Limit(5, "%", below=True, strict=True)  # overlapping ranks' run delay: P2
 
 # --------------------------------------------------------------------------- layer 3
-ON_DEVICE_NODE_GOOD = Limit(0.8)  # share of a process's CPU time on its device's node
-ON_DEVICE_NODE_WRONG = Limit(0.5, below=True, strict=True)  # P0 under it, P1 up to GOOD
+# A rank's share of CPU time on its device's node: P0 under this (the wrong node); below
+# the "good" grade of skills/analysis.GRADES it is P1 (mild)
+ON_DEVICE_NODE_WRONG = Limit(0.5, "of CPU time on the device's node", below=True, strict=True)
 REMOTE_MEMORY = Limit(0.5, below=True, strict=True)  # numa_locality of a big process (P2)
 REMOTE_MEMORY_P1 = Limit(0.3, below=True, strict=True)
 BIG_RESIDENT = Limit(256, "MiB")  # resident memory from which locality is judged
