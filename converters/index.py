@@ -86,8 +86,21 @@ def _shape(graph: Graph) -> tuple[int, int]:
     return (len(graph.nodes), graph.edge_count)
 
 
+# A part of a bigger graph (an entity's neighbourhood read from the store) carries the
+# bigger graph's fingerprint: its cursors must be those of the whole graph's pages.
+_WHOLE_FINGERPRINT = "_wp_whole_fingerprint"
+
+
+def carry_fingerprint(part: Graph, fingerprint: str) -> None:
+    """Let ``part`` (not yet viewed) stand for the graph whose fingerprint is given."""
+    setattr(part, _WHOLE_FINGERPRINT, fingerprint)
+
+
 def _fingerprint(graph: Graph) -> str:
     """Cheap and stable: the metadata, the sizes and a sample of ids in insertion order."""
+    whole = graph.__dict__.get(_WHOLE_FINGERPRINT)
+    if whole is not None:
+        return str(whole)
     meta: Any = graph.meta
     digest = hashlib.blake2b(digest_size=6)
     digest.update(repr((meta.origin, meta.started_at, meta.hosts, _shape(graph))).encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from wp_mcp.graph.graph import Graph
@@ -20,29 +21,43 @@ SEARCHED = ("name", "cmdline", "local_addr", "remote_addr", "path", "hostname", 
 MAX_LIMIT = 200
 
 
+def haystack(node: Node) -> str:
+    """A node's lower-cased searchable text: its id, names, command line, addresses."""
+    text = [node.id]
+    for name in SEARCHED:
+        value = attr(node, name)
+        if isinstance(value, str):
+            text.append(value[:4096])
+    port = attr(node, "local_port")
+    if port is not None:
+        text.append(f":{port}")
+    return "\n".join(text).lower()
+
+
+def name_key(node: Node) -> str:
+    """What a query is compared with as the node's name."""
+    return str(attr(node, "name") or "").lower()
+
+
 def _haystacks(graph: Graph) -> list[tuple[Node, str]]:
     """Lower-cased searchable text per node, built once per graph."""
     index = index_for(graph)
     cached = index.search_haystacks
     if cached is None:
-        cached = []
-        for node in graph.nodes.values():
-            text = [node.id]
-            for name in SEARCHED:
-                value = attr(node, name)
-                if isinstance(value, str):
-                    text.append(value[:4096])
-            port = attr(node, "local_port")
-            if port is not None:
-                text.append(f":{port}")
-            cached.append((node, "\n".join(text).lower()))
+        cached = [(node, haystack(node)) for node in graph.nodes.values()]
         index.search_haystacks = cached
     return cached
 
 
-def _rank(node: Node, query: str, haystack: str) -> int | None:
-    node_id = node.id.lower()
-    name = str(attr(node, "name") or "").lower()
+def needle_of(query: str) -> str:
+    """The needle a query searches for (empty: nothing matches)."""
+    return str(query).strip().lower()[:200]
+
+
+def rank(node_id: str, name: str, query: str, haystack: str) -> int | None:
+    """How well a node matches ``query`` (0 best), from its id, :func:`name_key` and
+    :func:`haystack`; None when it does not match. A match is in the haystack or the name."""
+    node_id = node_id.lower()
     if node_id == query:
         return 0
     if node_id.endswith(query) or node_id.startswith(query):
@@ -64,24 +79,38 @@ def search(
     snapshot_id: str | None = None,  # printed as snap= so it can be passed back
 ) -> Page:
     """Entities matching ``query`` (case-insensitive substring of id, name, cmdline, address)."""
-    budget, _note = clamp_budget(max_tokens)
-    needle = str(query).strip().lower()[:200]
-    limit = max(1, min(int(limit), MAX_LIMIT))
-    index = index_for(graph)
-    found: list[tuple[int, str, Node]] = []
+    needle = needle_of(query)
+    found: list[tuple[int, str]] = []
+    nodes = graph.nodes
     if needle:
-        for node, haystack in _haystacks(graph):
-            rank = _rank(node, needle, haystack)
-            if rank is not None:
-                found.append((rank, node.id, node))
-    found.sort(key=lambda t: (t[0], t[1]))
-    snap = snapshot_label(index, snapshot_id)
+        for node, text in _haystacks(graph):
+            place = rank(node.id, name_key(node), needle, text)
+            if place is not None:
+                found.append((place, node.id))
+    snap = snapshot_label(index_for(graph), snapshot_id)
+    return found_page(query, found, lambda ids: [nodes[i] for i in ids], limit, max_tokens, snap)
+
+
+def found_page(
+    query: str,
+    found: list[tuple[int, str]],
+    load: Callable[[list[str]], list[Node]],
+    limit: int,
+    max_tokens: int,
+    snap: str,
+) -> Page:
+    """The page of a search's matches, (rank, node id) each: best first, as many of the
+    first ``limit`` as fit; ``load`` gives the nodes of the ids shown."""
+    budget, _note = clamp_budget(max_tokens)
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    found.sort()
+    shown_nodes = load([node_id for _rank, node_id in found[:limit]])
     header = f"#wp search {quote(query, 60)} snap={snap} matches {len(found)}"
     legend = '#legend id "name" kind detail; open one with the entity view (entity=<id>)'
     lines = [header, legend]
     used = count_tokens(header) + count_tokens(legend) + 40
     shown = 0
-    for _rank_value, _id, node in found[:limit]:
+    for node in shown_nodes:
         item = _item(node)
         if used + item.tokens > budget:
             break
@@ -103,7 +132,7 @@ def search(
         view="search",
         fmt="txt",
         item_count=shown,
-        ids=tuple(node.id for _r, _i, node in found[:shown]),
+        ids=tuple(node.id for node in shown_nodes[:shown]),
         max_tokens=budget,
     )
 

@@ -61,6 +61,11 @@ def dumps(graph: Graph) -> bytes:
 _ATTRIBUTES = attrgetter("__dict__")
 
 
+def element_dumps(element: Any) -> bytes:
+    """One node's or edge's entry of the document, alone (the store's node index rows)."""
+    return orjson.dumps(element.__dict__, option=_DUMP_OPTIONS, default=_json_fallback)
+
+
 def _json_fallback(value: Any) -> Any:
     """Values orjson does not write natively but a collector may leave in an attribute."""
     if isinstance(value, set | frozenset):

@@ -107,9 +107,45 @@ _SCHEMA = (
         next_cursor TEXT,
         PRIMARY KEY (snapshot_id, view, fmt, budget)
     ) WITHOUT ROWID""",
+    # the node index (converters/stored.py): an entity or a search reads these rows, not the
+    # graph. A node's record; its name and searchable text apart, so a search scans only
+    # them; an edge's record, found by either end, in the graph's order (seq)
+    """CREATE TABLE IF NOT EXISTS node_rows (
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (snapshot_id, id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS search_rows (
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        name BLOB NOT NULL,
+        haystack BLOB NOT NULL,
+        PRIMARY KEY (snapshot_id, id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS edge_rows (
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (snapshot_id, seq)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS edge_rows_by_src ON edge_rows(snapshot_id, src)",
+    "CREATE INDEX IF NOT EXISTS edge_rows_by_dst ON edge_rows(snapshot_id, dst)",
+    # a snapshot whose node index is complete, with the fingerprint of its whole graph
+    """CREATE TABLE IF NOT EXISTS node_sets (
+        snapshot_id TEXT PRIMARY KEY REFERENCES snapshots(id) ON DELETE CASCADE,
+        fingerprint TEXT NOT NULL
+    ) WITHOUT ROWID""",
 )
 # Tables added after the first release: a store that lacks one gets the schema again.
-_ADDED_TABLES = ("events", "settings", "pages", "page_sets")
+_ADDED_TABLES = (
+    "events", "settings", "pages", "page_sets", "node_rows", "search_rows", "edge_rows",
+    "node_sets",
+)  # fmt: skip
+_DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_rows", "edge_rows")
+_IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
 # server's first pass): the first pages are what is read; the server stores the rest after.
@@ -143,6 +179,9 @@ class SnapshotInfo:
 
 
 _Rows = list[tuple[Any, ...]]  # rows to insert (named here: Store.list hides the builtin)
+_Records = list[bytes]
+_Ids = list[str]
+_SearchRows = list[tuple[str, bytes, bytes]]
 PageProgress = dict[tuple[str, str, int], tuple[int, str | None]]
 
 
@@ -569,6 +608,89 @@ class Store:
             self._pages_table = self._has_table("pages")
         return self._pages_table
 
+    # ------------------------------------------------------------------ node index
+
+    def build_node_index(self, snapshot_id: str, graph: Graph) -> None:
+        """Store the rows an entity or a search of this snapshot reads instead of the graph
+        (converters/stored.py makes them), in one transaction: all of them or none."""
+        from wp_mcp.converters.stored import index_rows  # the converters make; the store keeps
+
+        if self.read_only or self.node_index(snapshot_id) is not None:
+            return
+        fingerprint, nodes, edges = index_rows(graph)
+        with self._transaction("cannot store the node index") as db:
+            if db.execute("SELECT 1 FROM snapshots WHERE id=?", (snapshot_id,)).fetchone() is None:
+                return  # deleted meanwhile
+            for table in ("node_rows", "search_rows", "edge_rows"):
+                db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
+            db.executemany(
+                "INSERT INTO node_rows VALUES (?,?,?)",
+                ((snapshot_id, node_id, data) for node_id, _n, _h, data in nodes),
+            )
+            db.executemany(
+                "INSERT INTO search_rows VALUES (?,?,?,?)",
+                ((snapshot_id, node_id, name, text) for node_id, name, text, _d in nodes),
+            )
+            db.executemany(
+                "INSERT INTO edge_rows VALUES (?,?,?,?,?)",
+                ((snapshot_id, *edge) for edge in edges),
+            )
+            db.execute("INSERT INTO node_sets VALUES (?,?)", (snapshot_id, fingerprint))
+
+    def build_node_index_quietly(self, snapshot_id: str, graph: Graph) -> None:
+        """:meth:`build_node_index` for a caller that has its answer already: an index that
+        cannot be built (a full disk, a host string SQLite cannot hold) is logged, and
+        entities and searches of the snapshot are answered from the graph."""
+        try:
+            self.build_node_index(snapshot_id, graph)
+        except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
+            log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+
+    def node_index(self, snapshot_id: str) -> str | None:
+        """The whole graph's fingerprint once the snapshot's node index is stored, else None."""
+        if not self._has_table("node_sets"):  # a read-only store made before node indexes
+            return None
+        query = "SELECT fingerprint FROM node_sets WHERE snapshot_id=?"
+        with self._errors("cannot read the node index"):
+            row = self._connect().execute(query, (snapshot_id,)).fetchone()
+        return str(row[0]) if row else None
+
+    def node_records(self, snapshot_id: str, node_ids: _Ids) -> _Records:
+        """The stored records of the nodes with these ids (those that exist)."""
+        return [row[1] for row in self._rows_of("node_rows", "id", snapshot_id, node_ids)]
+
+    def edge_records(self, snapshot_id: str, node_ids: _Ids) -> dict[int, tuple[str, str, bytes]]:
+        """Every edge from or to these nodes: graph position → (src, dst, record)."""
+        edges: dict[int, tuple[str, str, bytes]] = {}
+        for end in ("src", "dst"):
+            for seq, src, dst, data in self._rows_of("edge_rows", end, snapshot_id, node_ids):
+                edges[seq] = (src, dst, data)
+        return edges
+
+    def _rows_of(self, table: str, key: str, snapshot_id: str, values: _Ids) -> _Rows:
+        columns = "id, data" if table == "node_rows" else "seq, src, dst, data"
+        rows: _Rows = []
+        with self._errors("cannot read the node index"):
+            db = self._connect()
+            for start in range(0, len(values), _IN_LIST):
+                chunk = values[start : start + _IN_LIST]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT {columns} FROM {table} WHERE snapshot_id=? AND {key} IN ({marks})"
+                rows += db.execute(query, (snapshot_id, *chunk)).fetchall()
+        return rows
+
+    def search_rows(self, snapshot_id: str, needle: bytes) -> _SearchRows:
+        """(id, name, searchable text) of the nodes whose text or name holds ``needle``."""
+        query = (
+            "SELECT id, name, haystack FROM search_rows WHERE snapshot_id=? "
+            "AND (instr(haystack, ?) > 0 OR instr(name, ?) > 0)"
+        )
+        with self._errors("cannot search the node index"):
+            rows: _SearchRows = (
+                self._connect().execute(query, (snapshot_id, needle, needle)).fetchall()
+            )
+            return rows
+
     # ------------------------------------------------------------------ reports
 
     def put_report(self, snapshot_id: str, skill: str, data: dict[str, Any], markdown: str) -> str:
@@ -705,7 +827,7 @@ def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str
 def _delete_snapshot(db: sqlite3.Connection, snapshot_id: str) -> None:
     """A snapshot with everything derived from it (its pages go by cascade as well; a store
     opened by an older version had no foreign keys on them, hence the explicit deletes)."""
-    for table in ("pages", "page_sets", "reports"):
+    for table in (*_DERIVED_TABLES, "reports"):
         db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
     db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
 

@@ -4,7 +4,9 @@ A page the store holds is printed from its one row: this module loads the render
 graph model and the token encoder only when the answer has to be rendered (a file, filters,
 a budget or format no page was stored for), so such a call costs what its answer costs.
 The first show of a view of a snapshot renders it, prints it, then stores that view's first
-pages in that format, so the next call of any of them is read from its row.
+pages in that format, so the next call of any of them is read from its row. An entity or a
+search of a snapshot is answered from its node index (converters/stored.py: the rows it
+shows, not the graph), which the first one answered from the graph stores.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .errors import UserError
 
 if TYPE_CHECKING:
     from wp_mcp.converters.picture import Picture
+    from wp_mcp.converters.render import Page
     from wp_mcp.graph.graph import Graph
     from wp_mcp.graph.store import StoredPage
 
@@ -96,7 +99,7 @@ def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]
 def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         check_target(args.out)  # before any slow work
-    stored = _stored_page(args)
+    stored = _stored_page(args) or _indexed_answer(args)
     if stored is not None:
         _emit(stored.text + "\n", args.out)
         return 0
@@ -126,9 +129,21 @@ def cmd_show(args: argparse.Namespace) -> int:
             snapshot_id=snapshot_id,
         )
     _emit(page.text + "\n", args.out)
-    if snapshot_id is not None and args.search is None:
-        _store_pages_of(args, graph, snapshot_id)
+    if snapshot_id is not None:
+        _store_for_next_time(args, graph, snapshot_id)
     return 0
+
+
+def _store_for_next_time(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:
+    """After the answer is out: store what answers the next such call without the graph."""
+    if args.search is not None or args.view == "entity":
+        from wp_mcp.graph.store import Store
+
+        if not args.out:
+            sys.stdout.flush()
+        Store(getattr(args, "store", None)).build_node_index_quietly(snapshot_id, graph)
+    else:
+        _store_pages_of(args, graph, snapshot_id)
 
 
 def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:
@@ -164,6 +179,26 @@ def _stored_page(args: argparse.Namespace) -> StoredPage | None:
         entity=args.entity,
         depth=args.depth,
     )
+
+
+def _indexed_answer(args: argparse.Namespace) -> Page | None:
+    """An entity or a search of a stored snapshot from its node index, or None to render
+    it from the graph (a file, filters, a picture, or no index stored yet)."""
+    entity = args.view == "entity" and not args.filter and args.fmt in ("txt", "json")
+    search = args.search is not None and not args.picture and args.fmt in ("txt", "json")
+    if not (entity or search) or os.path.isfile(args.source):
+        return None
+    from wp_mcp.converters.stored import entity_page, search_page
+    from wp_mcp.graph.store import Store
+
+    store = Store(getattr(args, "store", None))
+    snapshot_id = store.resolve(args.source)
+    if search:
+        return search_page(store, snapshot_id, args.search, max_tokens=args.max_tokens)
+    return entity_page(
+        store, snapshot_id, args.entity, args.depth, fmt=args.fmt, cursor=args.cursor,
+        max_tokens=args.max_tokens,
+    )  # fmt: skip
 
 
 def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> int:

@@ -675,13 +675,7 @@ def wp_search(
     snapshot: Snapshot = "latest",
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
 ) -> CallToolResult:
-    from wp_mcp.converters import search
-
-    sid = state.resolve_snapshot(snapshot)
-    page = state.cached(
-        (sid, "search", query, limit),
-        lambda: search(state.graph(sid), query, limit=limit, snapshot_id=sid),
-    )
+    page, sid = state.search(snapshot, query, limit)
     return _page_result(
         page, sid, "no match; try a shorter query, a pid, a process name or an address"
     )

@@ -146,13 +146,41 @@ class ServerState:
         def make() -> Any:
             from wp_mcp.converters import render_view
 
+            if view == "entity" and not options.get("filters"):
+                indexed = self._entity_from_index(snapshot_id, options)
+                if indexed is not None:
+                    return indexed
             graph = self.graph(snapshot_id)
             page = render_view(graph, view, snapshot_id=snapshot_id, **options)
-            if _is_chain_request(view, options):  # a snapshot stored without its pages
-                self.warm(snapshot_id, graph)
+            if view == "entity" or _is_chain_request(view, options):
+                self.warm(snapshot_id, graph)  # a snapshot stored without its pages or index
             return page
 
         return self.cached(key, make), snapshot_id
+
+    def _entity_from_index(self, snapshot_id: str, options: dict[str, Any]) -> Any:
+        from wp_mcp.converters.stored import entity_page
+
+        entity, depth = options.get("entity"), options.get("depth", 1)
+        rest = {k: v for k, v in options.items() if k not in ("entity", "depth", "filters")}
+        return entity_page(self.store, snapshot_id, entity, depth, **rest)
+
+    def search(self, ref: str, query: str, limit: int) -> tuple[Any, str]:
+        """A search of a stored snapshot: from its node index when stored, else the graph."""
+        from wp_mcp.converters import search
+        from wp_mcp.converters.stored import search_page
+
+        snapshot_id = self.resolve_snapshot(ref)
+
+        def make() -> Any:
+            indexed = search_page(self.store, snapshot_id, query, limit=limit)
+            if indexed is not None:
+                return indexed
+            graph = self.graph(snapshot_id)
+            self.warm(snapshot_id, graph)
+            return search(graph, query, limit=limit, snapshot_id=snapshot_id)
+
+        return self.cached((snapshot_id, "search", query, limit), make), snapshot_id
 
     def put(self, graph: Graph, label: str | None) -> str:
         """Store a graph and answer at once; its pages are built in the background."""
@@ -162,8 +190,9 @@ class ServerState:
 
     def warm(self, snapshot_id: str, graph: Graph) -> threading.Thread:
         """Build and store the snapshot's pages in a background thread: the first pages of
-        every view, then all the others (one build per snapshot at a time). Until a page is
-        stored, a call for it renders it from the graph as before."""
+        every view (the summary first), its node index (entities, searches), then all the
+        other pages (one build per snapshot at a time). Until a page is stored, a call for
+        it renders it from the graph as before."""
         with self._store_lock:
             running = self._warming.get(snapshot_id)
             if running is not None and running.is_alive():
@@ -172,6 +201,7 @@ class ServerState:
             def build() -> None:
                 try:
                     self.store.build_pages_quietly(snapshot_id, graph)
+                    self.store.build_node_index_quietly(snapshot_id, graph)
                     self.store.build_pages_quietly(snapshot_id, graph, limit=None)
                 finally:
                     self.store.remember(snapshot_id, graph)  # entities, filters: no re-read

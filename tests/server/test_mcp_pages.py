@@ -55,3 +55,33 @@ def test_an_answer_weighs_its_text_and_ids():
     page = render_view(graph, "compute")
     assert answer_weight(page) >= len(page.text)
     assert answer_weight(object()) == 1 << 20
+
+
+def test_entities_and_searches_are_read_from_the_node_index_the_warm_build_stores(store_dir):
+    from wp_mcp.converters import search
+
+    graph = witty.load_witty(WITTY_GRAPH)
+    state = ServerState(store_path=store_dir)
+    snapshot_id = state.put(graph, "fixture")
+    state.warm(snapshot_id, graph).join(timeout=120)
+    assert state.store.node_index(snapshot_id) is not None
+    fresh = ServerState(store_path=store_dir)  # nothing in memory: answered from the rows
+    page, _ = fresh.search(snapshot_id, "python", 20)
+    assert fields(page) == fields(search(graph, "python", limit=20, snapshot_id=snapshot_id))
+    page, _ = fresh.render(snapshot_id, "entity", entity="proc:1895087", depth=2)
+    expected = render_view(graph, "entity", entity="proc:1895087", depth=2, snapshot_id=snapshot_id)
+    assert fields(page) == fields(expected)
+    assert not fresh.store._cache  # the graph was never read
+
+
+def test_the_open_answer_never_waits_for_a_big_graphs_summary(store_dir, monkeypatch):
+    from wp_mcp.server import mcp_server
+
+    graph = witty.load_witty(WITTY_GRAPH)
+    state = ServerState(store_path=store_dir)
+    snapshot_id = state.store.put(graph)  # stored, no pages yet
+    monkeypatch.setattr(mcp_server, "OVERVIEW_RENDER_ELEMENTS", 100)  # the fixture is "big"
+    assert "wp_summary" in mcp_server._overview_summary(state, snapshot_id, graph)
+    state.warm(snapshot_id, graph).join(timeout=120)
+    expected = render_view(graph, "summary", snapshot_id=snapshot_id).text
+    assert mcp_server._overview_summary(state, snapshot_id, graph) == expected

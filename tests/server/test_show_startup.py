@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from wp_mcp.converters import render_view
+from wp_mcp.converters import render_view, search
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
 from wp_testdata import WITTY_GRAPH
@@ -64,6 +64,20 @@ def test_the_first_show_of_a_view_renders_it_and_stores_its_pages_for_the_next(s
         assert not HEAVY & loaded, sorted(HEAVY & loaded)  # read from the stored rows
     out, loaded = show(snapshot_id, "--view", "compute")
     assert "wp_mcp.graph.model" in loaded  # another format is another chain: not built yet
+
+
+def test_the_first_entity_or_search_stores_the_node_index_the_next_ones_read(store_dir):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(store_dir).put(graph)
+    entity = ("--view", "entity", "--entity", "proc:1895087", "--depth", "2")
+    expected = render_view(graph, "entity", entity="proc:1895087", depth=2, snapshot_id=snapshot_id)
+    found = search(graph, "python", snapshot_id=snapshot_id)
+    out, loaded = show(snapshot_id, *entity)
+    assert out == expected.text + "\n" and "wp_mcp.graph.native" in loaded  # the graph read
+    for args, page in ((entity, expected), (("--search", "python"), found)):
+        out, loaded = show(snapshot_id, *args)
+        assert out == page.text + "\n"
+        assert "wp_mcp.graph.native" not in loaded  # rows of the node index, not the graph
 
 
 def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):

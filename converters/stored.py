@@ -1,0 +1,121 @@
+"""Entities and searches of a stored snapshot, answered from its node index, not its graph.
+
+An entity page shows one node, its attributes and its edges with their neighbours (at depth
+2, the neighbours' edges and their other ends too); a search compares the query with each
+node's id, name and searchable text. Neither needs the rest of the graph, so the store keeps
+per snapshot one row per node (its record), one per node's name and searchable text, and one
+per edge (its record, found by either end, with its place in the graph's order). They are
+built the first time an entity or a search of the snapshot is answered from the graph (or by
+the MCP server's background build). An answer then reads only the rows it shows: the node,
+its edges and neighbours, or the matching rows; it builds that small part of the graph and
+renders it with the same code as the whole graph, carrying the whole graph's fingerprint, so
+its text and cursors are identical (tests/graph/test_store_entities.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.model import Meta, Node, validate_edges, validate_nodes
+
+from . import render_view
+from .index import carry_fingerprint, index_for
+from .render import Page
+from .search import found_page, haystack, name_key, needle_of, rank
+from .text import word
+
+if TYPE_CHECKING:
+    from wp_mcp.graph.store import Store
+
+# (id, name, searchable text, record) per node; (position, src, dst, record) per edge
+NodeRow = tuple[str, bytes, bytes, bytes]
+EdgeRow = tuple[int, str, str, bytes]
+
+
+def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
+    """The whole graph's fingerprint and the rows of its node index."""
+    from wp_mcp.graph.native import element_dumps  # only to build: an answer reads rows
+
+    nodes = [
+        (node.id, name_key(node).encode(), haystack(node).encode(), element_dumps(node))
+        for node in graph.nodes.values()
+    ]
+    edges = (
+        (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
+    )
+    return index_for(graph).fingerprint, nodes, edges
+
+
+def entity_page(
+    store: Store, snapshot_id: str, entity: Any, depth: Any, **options: Any
+) -> Page | None:
+    """``render_view(graph, "entity", ...)`` of the stored snapshot, read from its node
+    index; None when the snapshot has none yet (the caller renders from the graph)."""
+    fingerprint = store.node_index(snapshot_id)
+    if fingerprint is None:
+        return None
+    part = _neighbourhood(store, snapshot_id, entity, depth)
+    carry_fingerprint(part, fingerprint)
+    return render_view(
+        part, "entity", entity=entity, depth=depth, snapshot_id=snapshot_id, **options
+    )
+
+
+def search_page(
+    store: Store, snapshot_id: str, query: str, limit: int = 20, max_tokens: int = 4000
+) -> Page | None:
+    """``search(graph, query, ...)`` of the stored snapshot, read from its node index; None
+    when the snapshot has none yet."""
+    if store.node_index(snapshot_id) is None:
+        return None
+    needle = needle_of(query)
+    found: list[tuple[int, str]] = []
+    if needle:
+        # a lone surrogate (from a command line argument) matches no stored text, as in a graph
+        rows = store.search_rows(snapshot_id, needle.encode("utf-8", "surrogatepass"))
+        for node_id, name, text in rows:
+            place = rank(node_id, name.decode(), needle, text.decode())
+            if place is not None:
+                found.append((place, node_id))
+
+    def load(node_ids: list[str]) -> list[Node]:
+        by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, node_ids))}
+        return [by_id[node_id] for node_id in node_ids]
+
+    # the label a snapshot's pages carry (render.snapshot_label with a snapshot id)
+    return found_page(query, found, load, limit, max_tokens, word(snapshot_id, 40))
+
+
+def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph:
+    """The part of the graph an entity page of ``depth`` shows: the node and its edges with
+    their other ends; at depth 2 also every edge of those ends, with theirs."""
+    if not isinstance(entity, str) or not entity:
+        return _graph([], {})
+    node_ids = {entity}
+    ring = [entity]
+    edges: dict[int, tuple[str, str, bytes]] = {}
+    for _hop in range(2 if depth == 2 else 1):
+        found = store.edge_records(snapshot_id, ring)
+        edges.update(found)
+        ring = []
+        for src, dst, _data in found.values():
+            for end in (src, dst):
+                if end not in node_ids:
+                    node_ids.add(end)
+                    ring.append(end)
+    return _graph(store.node_records(snapshot_id, sorted(node_ids)), edges)
+
+
+def _graph(node_records: list[bytes], edges: dict[int, tuple[str, str, bytes]]) -> Graph:
+    """A graph of stored records, its edges in the whole graph's order (the entity view
+    sorts edges stably, so ties keep that order)."""
+    edge_list = validate_edges([orjson.loads(edges[seq][2]) for seq in sorted(edges)])
+    graph, _duplicate, _dangling = Graph.from_validated(Meta(), _nodes(node_records), edge_list)
+    return graph
+
+
+def _nodes(records: list[bytes]) -> list[Node]:
+    return validate_nodes([orjson.loads(record) for record in records])
