@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from wp_mcp.graph import Node
-from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import Group, cpu_set, host_prefix
@@ -276,7 +275,7 @@ def neighbour_evidence(ctx: RuleContext, found: Contention) -> Evidence:
     named = plain_neighbours(ctx, found)
     values = {p.id: round(used, 1) for p, used in found.neighbours[: NAMED * 2]}
     note = "CPU used by processes outside the job (% of one CPU), busiest first"
-    ids = [p.id for p in named] or [graph_ids.with_host(found.host, graph_ids.host())]
+    ids = [p.id for p in named] or [d.rank for d in found.delayed]  # never the host's id
     return Evidence("aggregate", ids, values, ctx.window_s, note)
 
 
@@ -305,14 +304,17 @@ def job_evidence(ctx: RuleContext, found: Contention) -> Evidence:
     return Evidence("aggregate", sorted(found.job)[:12], values, ctx.window_s, note)
 
 
-def host_evidence(ctx: RuleContext, host: Node) -> Evidence:
-    """The host's CPU figures the host rules would report on their own, folded in."""
+def host_evidence(ctx: RuleContext, host: Node, found: Contention) -> Evidence:
+    """The host's CPU figures the host rules would report on their own, folded in. Its ids
+    are the delayed ranks, not the host: a host id would make the finding concern every job
+    on the host (skills/job_scope.py keeps findings naming a job's host)."""
     values = {a: host.get(a) for a in ("cpu_busy_pct", "load1", "cpus") if host.get(a) is not None}
     psi = (host.get("psi") or {}).get("cpu_some_avg10")
     if psi is not None:
         values["psi_cpu_some_avg10"] = psi
-    note = "host CPU busy, load and pressure (L1.cpu-saturation, L6.load-over-cpus, L6.psi-cpu)"
-    return Evidence("entity", [host.id], values, ctx.window_s, note)
+    note = f"{host.id} CPU busy, load and pressure while they waited (L1.cpu-saturation, "
+    note += "L6.load-over-cpus, L6.psi-cpu)"
+    return Evidence("aggregate", [d.rank for d in found.delayed], values, ctx.window_s, note)
 
 
 # --------------------------------------------------------------------------- host rules

@@ -112,7 +112,7 @@ def _group_delay(ctx: RuleContext, found: Contention) -> Finding:
     evidence = [delay_evidence(ctx, found)]
     host = ctx.host_for(ranks[0])
     if host is not None:
-        evidence.append(host_evidence(ctx, host))
+        evidence.append(host_evidence(ctx, host, found))
     cause, action, command = _cause_words(ctx, found)
     if found.cause == "outside":
         evidence.append(neighbour_evidence(ctx, found))

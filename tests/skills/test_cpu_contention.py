@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from wp_mcp.graph import Graph
-from wp_mcp.skills.bottleneck_identification.engine import evaluate
+from wp_mcp.skills.bottleneck_identification.engine import evaluate, run
+from wp_mcp.skills.job_scope import scope_to_job
 
 from .builders import process, tcp_ranks, thread
 
@@ -118,3 +119,22 @@ def test_without_a_rank_group_one_host_rule_speaks_for_the_others():
     for rule_id in ("L6.load-over-cpus", "L6.psi-cpu"):
         (finding,) = found[rule_id]
         assert finding.priority == "P2" and "L1.cpu-saturation@host" in finding.title
+
+
+def test_a_job_slowing_another_job_is_that_jobs_finding_not_its_own():
+    """Job B's ranks wait on job A's busy ranks: B's diagnosis names A's load (by value), A's
+    diagnosis does not report B's wait as its own problem."""
+    graph = small_host(load1=6.0)
+    ours = job(graph, rank_cpu=90.0, rank_delay=4.0, workers=0)
+    process(graph, 500, name="launcher", cmdline="python3 serve.py")
+    theirs = [process(graph, 600 + i, parent=500, cmdline=f"python3 other.py {i}",
+                      cpus_allowed="0-1", cpu_pct=10.0, run_delay_pct=40.0) for i in range(2)]  # fmt: skip
+    graph.link("talks_to", theirs[0], theirs[1], transport="tcp", bytes=1 << 20)
+    for pid in (600, 601):
+        thread(graph, pid, pid, name="python3", cpu_pct=10.0, run_delay_pct=40.0)
+    report = run(graph)
+    (delay,) = [f for f in report.findings if f.rule_id == "L6.run-queue-delay"]
+    assert delay.subject == "+".join(theirs) and "outside load" in delay.title
+    assert not set(ours) & {i for ev in delay.evidence for i in ev.ids}
+    assert delay.id in {f.id for f in scope_to_job(report, graph, 500).findings}
+    assert delay.id not in {f.id for f in scope_to_job(report, graph, 100).findings}
