@@ -186,9 +186,12 @@ def test_gloo_ranks_talk_to_each_other_not_to_each_others_loader_workers(torch_j
     assert any({src, dst} == ranks for src, dst in edges), "rank 0 <-> rank 1"
     assert not [(s, d) for s, d in edges if s in workers or d in workers]
     topology = report.data["dataflow-topology-restore"]
-    assert [set(g["members"]) for g in topology["groups"]] == [ranks]
-    for rank, loaders in topology["dataloaders"].items():
-        assert set(loaders) == set(Analysis(graph).children(rank)), rank
+    # other jobs may run on a shared machine: ours is one group, mixed with nothing else
+    ours = ranks | workers | {ids.process(torch_job["launcher"])}
+    touching = [set(g["members"]) for g in topology["groups"] if set(g["members"]) & ours]
+    assert touching == [ranks]
+    for rank in ranks:
+        assert set(topology["dataloaders"][rank]) == set(Analysis(graph).children(rank)), rank
     paths = [(p["src"], p["dst"]) for p in topology["paths"] if p["transport"] == "tcp"]
     assert not [p for p in paths if set(p) & workers]
     # the process that collected (this test) is the profiler: no finding is about it
