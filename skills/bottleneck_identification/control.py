@@ -164,8 +164,8 @@ def _cause_words(ctx: RuleContext, found: Contention) -> tuple[str, str, str | N
         return (
             f"the job itself wants more than its {found.cpus} CPUs{pinned}: "
             f"{found.job_busy} processes want ≈ {found.own_demand:.0f} % of a CPU{also}",
-            ("Give each rank CPUs of its own (taskset/cpuset); " if pinned else "")
-            + _fewer_workers(ctx, found),
+            ("Unpin the job: give each rank CPUs of its own (taskset/cpuset). " if pinned else "")
+            + _fewer_workers(ctx, found, host_cpus or found.cpus),
             None,
         )
     return (
@@ -176,14 +176,15 @@ def _cause_words(ctx: RuleContext, found: Contention) -> tuple[str, str, str | N
     )
 
 
-def _fewer_workers(ctx: RuleContext, found: Contention) -> str:
+def _fewer_workers(ctx: RuleContext, found: Contention, cpus: int | None) -> str:
+    """Loader workers that fit ``cpus`` (the host's: the job unpinned), one CPU each."""
     ranks = len(found.group.members)
-    if not found.cpus or not any(ctx.analysis.dataloaders.get(r) for r in found.group.members):
-        return "The job's own processes want more CPU than the host has: fewer threads per rank."
-    fit = workers_that_fit(found.cpus, ranks)
+    if not cpus or not any(ctx.analysis.dataloaders.get(r) for r in found.group.members):
+        return "The job's own processes want more CPU than it has: fewer threads per rank."
+    fit = workers_that_fit(cpus, ranks)
     return (
         f"Its busy processes outnumber the CPUs: set num_workers={fit} per rank on this host "
-        f"({ranks} ranks + {fit * ranks} workers ≤ {found.cpus} CPUs)"
+        f"({ranks} ranks + {fit * ranks} workers ≤ {cpus} CPUs)"
         + (", i.e. load in the trainer itself" if fit == 0 else "")
         + ", or give the job more CPUs."
     )
@@ -457,7 +458,10 @@ def _overlap_finding(
     else:
         impact = f"their threads waited up to {delay:.1f} % of the window for a CPU"
     plan = [ctx.analysis.bindings.get(r) for r in members]
-    action = "Give each rank its own CPUs (a disjoint slice of its device's NUMA node)" + (
+    # on a one-node host there is no node to choose: NUMA advice would be noise
+    nodes = len(ctx.analysis.numa_nodes.get(host_prefix(members[0]), {}))
+    slice_of = " (a disjoint slice of its device's NUMA node)" if nodes > 1 else ""
+    action = f"Give each rank CPUs of its own{slice_of}" + (
         ": the fix plan does, for every thread (taskset -a)." if all(plan) else "."
     )
     priority: Priority = "P2" if SHARED_CPUS_QUIET.reached(delay) else "P1"

@@ -138,3 +138,19 @@ def test_a_job_slowing_another_job_is_that_jobs_finding_not_its_own():
     assert not set(ours) & {i for ev in delay.evidence for i in ev.ids}
     assert delay.id in {f.id for f in scope_to_job(report, graph, 500).findings}
     assert delay.id not in {f.id for f in scope_to_job(report, graph, 100).findings}
+
+
+def test_ranks_pinned_onto_one_cpu_of_a_one_node_host_are_told_to_spread_without_numa_advice():
+    graph = small_host()
+    ranks = job(graph, rank_cpu=20.0, rank_delay=60.0, worker_cpu=3.0, worker_delay=20.0)
+    for proc in graph.of_kind("process"):
+        if proc.id != "proc:100":  # the ranks and their loaders, not the launcher
+            proc.cpus_allowed = "0"
+    found = {o.rule.id: o.result for o in evaluate(graph)}
+    (delay,) = found["L6.run-queue-delay"]
+    assert delay.priority == "P1" and delay.subject == "+".join(ranks)
+    assert "pinned onto 1 of 2" in delay.title
+    (shared,) = found["L6.ranks-share-cpus"]
+    for finding in (delay, shared):
+        assert "NUMA" not in finding.action and "CPUs of its own" in finding.action
+    assert "(2 ranks + 0 workers ≤ 2 CPUs)" in delay.action
