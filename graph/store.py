@@ -668,14 +668,16 @@ class Store:
         return edges
 
     def _rows_of(self, table: str, key: str, snapshot_id: str, values: _Ids) -> _Rows:
-        columns = "id, data" if table == "node_rows" else "seq, src, dst, data"
+        columns, source = "id, data", table
+        if table == "edge_rows":  # without statistics SQLite would scan by the primary key
+            columns, source = "seq, src, dst, data", f"edge_rows INDEXED BY edge_rows_by_{key}"
         rows: _Rows = []
         with self._errors("cannot read the node index"):
             db = self._connect()
             for start in range(0, len(values), _IN_LIST):
                 chunk = values[start : start + _IN_LIST]
                 marks = ",".join("?" * len(chunk))
-                query = f"SELECT {columns} FROM {table} WHERE snapshot_id=? AND {key} IN ({marks})"
+                query = f"SELECT {columns} FROM {source} WHERE snapshot_id=? AND {key} IN ({marks})"
                 rows += db.execute(query, (snapshot_id, *chunk)).fetchall()
         return rows
 
