@@ -142,12 +142,16 @@ def _of_group(ctx: RuleContext, group: Group) -> list[Contention]:
 
 
 def _job_of(ctx: RuleContext, group: Group) -> set[str]:
+    """The ranks, their loaders and descendants, and the launcher itself (not the
+    launcher's other children: orphaned ranks' parent is init, whose descendants are all)."""
     analysis = ctx.analysis
     job = set(group.members)
     for member in group.members:
         job.update(analysis.dataloaders.get(member, ()))
-    if group.parent:
-        job |= {group.parent} | analysis.descendants(group.parent)
+        job |= analysis.descendants(member)
+    parent = ctx.graph.node(group.parent) if group.parent else None
+    if parent is not None and parent.get("pid") != 1:
+        job.add(parent.id)
     return job - analysis.profiler
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from wp_mcp.graph import Node
 
 from ..report import Evidence, Finding, safe
+from .contention import job_processes
 from .memory import PSI_DOC, psi_findings
 from .rulebook import NotEvaluable, RuleContext, rule
 from .thresholds import (
@@ -22,6 +23,7 @@ from .thresholds import (
 )
 
 MB = 1_000_000  # rates in MB/s, as iostat and dd print them
+NO_JOB_IO = " (P2 while a rank group on the host does no I/O)"
 
 
 @dataclass
@@ -111,6 +113,33 @@ def _io_evidence(ctx: RuleContext, parties: list[IoParty]) -> list[Evidence]:
     ]
 
 
+def outside_io(ctx: RuleContext) -> bool:
+    """Whether the host's I/O pressure is other work's: a rank group is on the host and none
+    of its processes moved ``IO_NAMED_RATE`` or sat in D state over the window. The host
+    and disk rules are then P2 (the job waits on no I/O), the writers still named."""
+    job = [n for n in map(ctx.graph.node, job_processes(ctx)) if n is not None]
+    return bool(job) and not any(map(lambda proc: _does_io(ctx, proc), job))
+
+
+def _does_io(ctx: RuleContext, proc: Node) -> bool:
+    moved = (proc.get("io_read_bytes_per_s") or 0.0) + (proc.get("io_write_bytes_per_s") or 0.0)
+    states = [proc.get("state"), *(t.get("state") for t in ctx.analysis.threads_of(proc))]
+    return IO_NAMED_RATE.reached(moved) or any(str(s or "").upper().startswith("D") for s in states)
+
+
+def _for_the_job(ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
+    """The I/O findings at P2 when the job does no I/O (``outside_io``), saying so."""
+    if findings and outside_io(ctx):
+        for finding in findings:
+            if finding.priority != "P2":
+                finding.priority = "P2"
+                finding.title += (
+                    f"; each of the job's processes moved < {IO_NAMED_RATE.value / (1 << 20):g} "
+                    "MiB/s and none waited in D state: other work's I/O"
+                )
+    return findings
+
+
 def _naming(ctx: RuleContext) -> tuple[str, list[Evidence]]:
     """The title suffix and evidence naming who reads and writes."""
     parties = io_parties(ctx)
@@ -123,7 +152,7 @@ def _naming(ctx: RuleContext) -> tuple[str, list[Evidence]]:
     5,
     "Disk busy all the time",
     "disk util_pct",
-    str(DISK_UTIL),
+    str(DISK_UTIL) + NO_JOB_IO,
     "sysstat iostat(1): %util near 100 % is saturation for devices serving requests serially",
     "published",
 )
@@ -145,7 +174,7 @@ def disk_util(ctx: RuleContext) -> list[Finding]:
                     command=f"iostat -x {disk.id.split(':', 1)[-1]} 1",
                 )
             )
-    return out
+    return _for_the_job(ctx, out)
 
 
 @rule(
@@ -153,7 +182,7 @@ def disk_util(ctx: RuleContext) -> list[Finding]:
     5,
     "Slow disk requests",
     "disk await_ms",
-    graded(DISK_AWAIT, DISK_AWAIT_P1, "P1"),
+    graded(DISK_AWAIT, DISK_AWAIT_P1, "P1") + NO_JOB_IO,
 )
 def disk_await(ctx: RuleContext) -> list[Finding]:
     out = []
@@ -172,7 +201,7 @@ def disk_await(ctx: RuleContext) -> list[Finding]:
                     "or use local NVMe for hot data.",
                 )
             )
-    return out
+    return _for_the_job(ctx, out)
 
 
 @rule(
@@ -180,7 +209,7 @@ def disk_await(ctx: RuleContext) -> list[Finding]:
     5,
     "CPUs idle waiting for I/O",
     "host cpu_iowait_pct",
-    str(IOWAIT),
+    str(IOWAIT) + NO_JOB_IO,
 )
 def iowait(ctx: RuleContext) -> list[Finding]:
     out = []
@@ -199,7 +228,7 @@ def iowait(ctx: RuleContext) -> list[Finding]:
                     "and which process reads (per-process I/O rates).",
                 )
             )
-    return out
+    return _for_the_job(ctx, out)
 
 
 @rule(
@@ -244,7 +273,7 @@ def d_state(ctx: RuleContext) -> list[Finding]:
     5,
     "Tasks stalled on I/O (PSI)",
     "psi io_some_avg10",
-    str(PSI_SOME),
+    str(PSI_SOME) + NO_JOB_IO,
     PSI_DOC,
 )
 def psi_io(ctx: RuleContext) -> list[Finding]:
@@ -258,7 +287,7 @@ def psi_io(ctx: RuleContext) -> list[Finding]:
     for finding in found:
         finding.title += named
         finding.evidence += who
-    return found
+    return _for_the_job(ctx, found)
 
 
 @rule(

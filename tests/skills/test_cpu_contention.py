@@ -154,3 +154,21 @@ def test_ranks_pinned_onto_one_cpu_of_a_one_node_host_are_told_to_spread_without
     for finding in (delay, shared):
         assert "NUMA" not in finding.action and "CPUs of its own" in finding.action
     assert "(2 ranks + 0 workers ≤ 2 CPUs)" in delay.action
+
+
+def test_outside_io_is_not_the_jobs_problem_while_the_job_does_no_io():
+    graph = small_host()
+    graph.nodes["host"].psi = {"cpu_some_avg10": 0.0, "io_some_avg10": 30.0}
+    graph.nodes["host"].cpu_iowait_pct = 25.0
+    job(graph, rank_cpu=60.0, rank_delay=1.0)
+    writer = process(graph, 800, name="dd", io_write_bytes_per_s=600e6, io_read_bytes_per_s=0.0)
+    found = {o.rule.id: o.result for o in evaluate(graph)}
+    for rule_id in ("L5.psi-io", "L5.iowait"):
+        (finding,) = found[rule_id]
+        assert finding.priority == "P2" and "other work's I/O" in finding.title
+        assert "dd (pid 800) writes 600 MB/s" in finding.title
+        assert writer in {i for ev in finding.evidence for i in ev.ids}
+    # the same pressure while a rank writes its checkpoints is the job's: P1
+    graph.nodes["proc:200"].io_write_bytes_per_s = 50e6
+    found = {o.rule.id: o.result for o in evaluate(graph)}
+    assert [f.priority for r in ("L5.psi-io", "L5.iowait") for f in found[r]] == ["P1", "P1"]
