@@ -92,7 +92,7 @@ class Graph:
         graph._adjacency_ready = False
         return graph
 
-    def _edge_table(self) -> dict[tuple, Edge]:
+    def _edge_table(self) -> dict[tuple[str, str, str, str | None], Edge]:
         """Edges by identity, built from the stored list on first need."""
         if self._edge_list is not None:
             edges, self._edge_list = self._edge_list, None

@@ -795,7 +795,7 @@ def validate_edges(items: list) -> list[Edge]:
     return _validate_grouped(items, EDGE_CLASSES, Edge, _wrap)
 
 
-def valid_as_they_are(nodes: list[dict], edges: list[dict]) -> bool:
+def valid_as_they_are(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> bool:
     """Whether these node and edge dicts pass validation unchanged (nothing refused, nothing
     coerced): then validating them again when they are read back would give the same
     elements, and the store may trust them (graph/trusted.py)."""
@@ -804,10 +804,16 @@ def valid_as_they_are(nodes: list[dict], edges: list[dict]) -> bool:
     )
 
 
-def _runs_valid_as_they_are(items: list[dict], classes: dict[str, type], generic: type) -> bool:
+def _runs_valid_as_they_are(
+    items: list[dict[str, Any]], classes: dict[str, Any], generic: type[Element]
+) -> bool:
     """Each kind's run through the plain path, or pydantic with its output compared; order
     does not matter here, so runs are grouped by one sort and never put back."""
-    for kind, run in groupby(sorted(items, key=itemgetter("kind")), key=itemgetter("kind")):
+    try:
+        runs = groupby(sorted(items, key=itemgetter("kind")), key=itemgetter("kind"))
+    except (KeyError, TypeError):  # an element without a kind, or kinds that are not str
+        return False
+    for kind, run in runs:
         cls = classes.get(kind, generic)
         values = list(run)
         if _plainly_valid(cls, values):
@@ -820,11 +826,13 @@ def _runs_valid_as_they_are(items: list[dict], classes: dict[str, type], generic
     return True
 
 
-def wrap_trusted(items: list[dict], classes: dict[str, type], generic: type) -> list:
+def wrap_trusted(
+    items: list[dict[str, Any]], classes: dict[str, Any], generic: type[Element]
+) -> list[Any]:
     """Elements of each dict's kind's class around the dicts themselves, unchecked (the
     store's own rows, validated when stored): C-level calls, no Python frame per element."""
     kinds = list(map(itemgetter("kind"), items))
     class_of = {kind: classes.get(kind, generic) for kind in set(kinds)}
-    elements = list(map(object.__new__, map(class_of.__getitem__, kinds)))
+    elements: list[Any] = list(map(object.__new__, map(class_of.__getitem__, kinds)))
     deque(map(object.__setattr__, elements, repeat("__dict__"), items), maxlen=0)
     return elements
