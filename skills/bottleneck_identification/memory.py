@@ -5,20 +5,63 @@ from __future__ import annotations
 from wp_mcp.graph import Node
 
 from ..analysis import host_prefix, numa_id
-from ..report import Evidence, Finding
+from ..report import Evidence, Finding, safe
 from .compute import USE_METHOD
 from .rulebook import NotEvaluable, RuleContext, rule
 from .thresholds import (
+    BIG_RESIDENT_NAMED,
     MAJOR_FAULTS,
     MEM_AVAILABLE_LOW,
     MEM_AVAILABLE_P0,
     NODE_FREE_LOW,
+    PROC_MAJOR_FAULTS,
     PSI_MEMORY_FULL_P0,
     PSI_SOME,
     SWAP_FAULTS_P1,
 )
 
 GIB = 1 << 30
+NAMED = 4  # processes a memory finding names, per kind
+
+
+def _who(ctx: RuleContext) -> tuple[str, list[Evidence]]:
+    """Who waits on memory and who holds it: the processes faulting most (pages read back:
+    they stall) and the biggest resident sets beside them (what squeezes them out) — a
+    title suffix and the evidence."""
+    procs = [p for p in ctx.graph.of_kind("process") if not ctx.analysis.is_profiler(p.id)]
+    faulting = sorted(
+        (p for p in procs if PROC_MAJOR_FAULTS.reached(p.get("major_faults_per_s"))),
+        key=lambda p: -p.get("major_faults_per_s"),
+    )[:NAMED]
+    shown = {p.id for p in faulting}
+    biggest = sorted(
+        (p for p in procs if p.id not in shown and p.get("rss_bytes")),
+        key=lambda p: -p.get("rss_bytes"),
+    )
+    big = [p for p in biggest if BIG_RESIDENT_NAMED.reached(p.get("rss_bytes") / (1 << 20))][:2]
+    parts = []
+    if faulting:
+        parts.append("faulting " + ", ".join(
+            f"{_named(ctx, p)} {p.get('major_faults_per_s'):.0f}/s" for p in faulting))  # fmt: skip
+    if big:
+        parts.append("biggest resident " + ", ".join(
+            f"{_named(ctx, p)} {p.get('rss_bytes') / GIB:.1f} GiB" for p in big))  # fmt: skip
+    if not parts:
+        return "", []
+    values = {p.id: p.get("major_faults_per_s") for p in faulting}
+    values |= {p.id: p.get("rss_bytes") for p in big}
+    note = "major faults/s of the processes faulting most, rss_bytes of the biggest beside them"
+    evidence = Evidence("aggregate", [p.id for p in faulting + big], values, ctx.window_s, note)
+    return ": " + "; ".join(parts), [evidence]
+
+
+def _named(ctx: RuleContext, proc: Node) -> str:
+    role = ctx.analysis.roles.get(proc.id)
+    return (
+        f"{safe(proc.get('name') or '?', 30)} (pid {proc.get('pid')}{', ' + role if role else ''})"
+    )
+
+
 PSI_DOC = "proposed; PSI semantics per the kernel's Documentation/accounting/psi.rst"
 
 
@@ -91,13 +134,14 @@ def major_faults(ctx: RuleContext) -> list[Finding]:
     for host in ctx.having("host", "major_faults_per_s"):
         rate = host.get("major_faults_per_s")
         if MAJOR_FAULTS.reached(rate):
+            named, who = _who(ctx)
             out.append(
                 ctx.finding(
                     subject=host.id,
                     value=rate,
                     priority="P1",
-                    title=f"{rate:.0f} major page faults/s: pages are read back from disk",
-                    evidence=[ctx.entity(host, "major_faults_per_s", "mem_available_bytes")],
+                    title=f"{rate:.0f} major page faults/s: pages are read back from disk" + named,
+                    evidence=[ctx.entity(host, "major_faults_per_s", "mem_available_bytes"), *who],
                     action="Memory is short or files are mmapped from slow storage: keep "
                     "datasets/checkpoints in page cache or on local NVMe, free memory.",
                 )
@@ -145,7 +189,7 @@ def psi_findings(
     PSI_DOC,
 )
 def psi_memory(ctx: RuleContext) -> list[Finding]:
-    return psi_findings(
+    found = psi_findings(
         ctx,
         "memory",
         "stalled on memory",
@@ -153,6 +197,11 @@ def psi_memory(ctx: RuleContext) -> list[Finding]:
         "datasets, check for swapping.",
         p0_full=PSI_MEMORY_FULL_P0.value,
     )
+    named, who = _who(ctx) if found else ("", [])
+    for finding in found:
+        finding.title += named
+        finding.evidence += who
+    return found
 
 
 @rule(

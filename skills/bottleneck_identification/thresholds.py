@@ -62,6 +62,8 @@ MAJOR_FAULTS = Limit(100, "/s")
 PSI_SOME = Limit(10, "%")  # some_avg10: share of the last 10 s some task stalled (cpu, memory, io)
 PSI_MEMORY_FULL_P0 = Limit(5, "%")  # full_avg10 of memory: every task stalled at once
 NODE_FREE_LOW = Limit(10, "% of the node", below=True, strict=True)  # a NUMA node's free memory
+PROC_MAJOR_FAULTS = Limit(10, "major faults/s")  # a process faulting this often is named …
+BIG_RESIDENT_NAMED = Limit(256, "MiB")  # … beside the biggest resident sets of this size
 
 # --------------------------------------------------------------------------- layer 5
 DISK_UTIL = Limit(90, "%")  # share of the window with I/O in flight (iostat %util)

@@ -276,3 +276,22 @@ def test_a_one_node_host_gets_no_numa_advice():
     assert short.title == "Only 1.0 GiB of memory free while proc:300 (python3) holds 20.0 GiB"
     advice = " ".join(f"{f.action} {f.command or ''}" for f in diagnose(graph).findings)
     assert "numactl" not in advice and "NUMA node" not in advice
+
+
+def test_memory_stalls_name_who_faults_and_who_holds_the_memory():
+    """A job's loaders reading pages back while a neighbour holds a gigabyte: the PSI and
+    fault findings name both, the loaders as dataloaders of the job."""
+    graph = two_node_host(major_faults_per_s=180.0, psi={"memory_some_avg10": 20.0})
+    for i, _ in enumerate(tcp_ranks(graph)):
+        process(graph, 300 + i, parent=200 + i, name="pt_data_worker", major_faults_per_s=45.0,
+                rss_bytes=GIB // 4)  # fmt: skip
+    hog = process(graph, 900, name="hog", rss_bytes=GIB, major_faults_per_s=0.0)
+    found = [f for o in evaluate(graph) if isinstance(o.result, list) for f in o.result]
+    for rule_id in ("L2.psi-memory", "L2.major-faults"):
+        (finding,) = [f for f in found if f.rule_id == rule_id]
+        assert "faulting pt_data_worker (pid 300, dataloader) 45/s" in finding.title.replace(
+            "\\", ""
+        )
+        assert "biggest resident hog (pid 900) 1.0 GiB" in finding.title
+        named = {i for ev in finding.evidence for i in ev.ids}
+        assert {"proc:300", "proc:301", hog} <= named
