@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Node
@@ -56,7 +56,8 @@ def needle_of(query: str) -> str:
 
 def rank(node_id: str, name: str, query: str, haystack: str) -> int | None:
     """How well a node matches ``query`` (0 best), from its id, :func:`name_key` and
-    :func:`haystack`; None when it does not match. A match is in the haystack or the name."""
+    :func:`haystack`; None when it does not match. A match is in the haystack or the name.
+    The store's node index ranks in SQL the same way (graph/store.py, Store.search)."""
     node_id = node_id.lower()
     if node_id == query:
         return 0
@@ -79,6 +80,7 @@ def search(
     snapshot_id: str | None = None,  # printed as snap= so it can be passed back
 ) -> Page:
     """Entities matching ``query`` (case-insensitive substring of id, name, cmdline, address)."""
+    limit = clamp_limit(limit)
     needle = needle_of(query)
     found: list[tuple[int, str]] = []
     nodes = graph.nodes
@@ -87,40 +89,37 @@ def search(
             place = rank(node.id, name_key(node), needle, text)
             if place is not None:
                 found.append((place, node.id))
-    snap = snapshot_label(index_for(graph), snapshot_id)
-    return found_page(query, found, lambda ids: [nodes[i] for i in ids], limit, max_tokens, snap)
-
-
-def found_page(
-    query: str,
-    found: list[tuple[int, str]],
-    load: Callable[[list[str]], list[Node]],
-    limit: int,
-    max_tokens: int,
-    snap: str,
-) -> Page:
-    """The page of a search's matches, (rank, node id) each: best first, as many of the
-    first ``limit`` as fit; ``load`` gives the nodes of the ids shown."""
-    budget, _note = clamp_budget(max_tokens)
-    limit = max(1, min(int(limit), MAX_LIMIT))
     found.sort()
-    shown_nodes = load([node_id for _rank, node_id in found[:limit]])
-    header = f"#wp search {quote(query, 60)} snap={snap} matches {len(found)}"
+    snap = snapshot_label(index_for(graph), snapshot_id)
+    best = [node_id for _rank, node_id in found[:limit]]
+    return found_page(query, [nodes[i] for i in best], len(found), max_tokens, snap)
+
+
+def clamp_limit(limit: Any) -> int:
+    """The number of matches a search lists at most."""
+    return max(1, min(int(limit), MAX_LIMIT))
+
+
+def found_page(query: str, best: list[Node], total: int, max_tokens: int, snap: str) -> Page:
+    """The page of a search's ``total`` matches: of the ``best`` (best first, at most the
+    limit), as many as fit."""
+    budget, _note = clamp_budget(max_tokens)
+    header = f"#wp search {quote(query, 60)} snap={snap} matches {total}"
     legend = '#legend id "name" kind detail; open one with the entity view (entity=<id>)'
     lines = [header, legend]
     used = count_tokens(header) + count_tokens(legend) + 40
     shown = 0
-    for node in shown_nodes:
+    for node in best:
         item = _item(node)
         if used + item.tokens > budget:
             break
         lines.append(item.line)
         used += item.tokens
         shown += 1
-    if shown < len(found):
-        lines.append(f"#more {len(found) - shown} matches not shown: make the query more specific")
+    if shown < total:
+        lines.append(f"#more {total - shown} matches not shown: make the query more specific")
     else:
-        lines.append("#end" if found else "#end no match; try part of a name, a pid or an address")
+        lines.append("#end" if total else "#end no match; try part of a name, a pid or an address")
     text = "\n".join(lines)
     return Page(
         text=text,
@@ -128,11 +127,11 @@ def found_page(
         next_cursor=None,
         page=1,
         pages=1,
-        total_items=len(found),
+        total_items=total,
         view="search",
         fmt="txt",
         item_count=shown,
-        ids=tuple(node.id for node in shown_nodes[:shown]),
+        ids=tuple(node.id for node in best[:shown]),
         max_tokens=budget,
     )
 

@@ -24,7 +24,7 @@ from wp_mcp.graph.model import Meta, Node, validate_edges, validate_nodes
 from . import render_view
 from .index import carry_fingerprint, index_for
 from .render import Page
-from .search import found_page, haystack, name_key, needle_of, rank
+from .search import clamp_limit, found_page, haystack, name_key, needle_of
 from .text import word
 
 if TYPE_CHECKING:
@@ -67,26 +67,20 @@ def entity_page(
 def search_page(
     store: Store, snapshot_id: str, query: str, limit: int = 20, max_tokens: int = 4000
 ) -> Page | None:
-    """``search(graph, query, ...)`` of the stored snapshot, read from its node index; None
-    when the snapshot has none yet."""
+    """``search(graph, query, ...)`` of the stored snapshot, read from its node index (the
+    store ranks as :func:`~.search.rank` does); None when the snapshot has none yet."""
     if store.node_index(snapshot_id) is None:
         return None
+    limit = clamp_limit(limit)
     needle = needle_of(query)
-    found: list[tuple[int, str]] = []
+    total, best = 0, []
     if needle:
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
-        rows = store.search_rows(snapshot_id, needle.encode("utf-8", "surrogatepass"))
-        for node_id, name, text in rows:
-            place = rank(node_id, name.decode(), needle, text.decode())
-            if place is not None:
-                found.append((place, node_id))
-
-    def load(node_ids: list[str]) -> list[Node]:
-        by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, node_ids))}
-        return [by_id[node_id] for node_id in node_ids]
-
+        total, best = store.search(snapshot_id, needle.encode("utf-8", "surrogatepass"), limit)
+    by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, best))}
     # the label a snapshot's pages carry (render.snapshot_label with a snapshot id)
-    return found_page(query, found, load, limit, max_tokens, word(snapshot_id, 40))
+    snap = word(snapshot_id, 40)
+    return found_page(query, [by_id[node_id] for node_id in best], total, max_tokens, snap)
 
 
 def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph:

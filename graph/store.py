@@ -116,9 +116,10 @@ _SCHEMA = (
         data BLOB NOT NULL,
         PRIMARY KEY (snapshot_id, id)
     ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS search_rows (
+    """CREATE TABLE IF NOT EXISTS search_keys (
         snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
         id TEXT NOT NULL,
+        lower_id BLOB NOT NULL,
         name BLOB NOT NULL,
         haystack BLOB NOT NULL,
         PRIMARY KEY (snapshot_id, id)
@@ -141,10 +142,10 @@ _SCHEMA = (
 )
 # Tables added after the first release: a store that lacks one gets the schema again.
 _ADDED_TABLES = (
-    "events", "settings", "pages", "page_sets", "node_rows", "search_rows", "edge_rows",
+    "events", "settings", "pages", "page_sets", "node_rows", "search_keys", "edge_rows",
     "node_sets",
 )  # fmt: skip
-_DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_rows", "edge_rows")
+_DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_keys", "edge_rows")
 _IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
@@ -181,7 +182,6 @@ class SnapshotInfo:
 _Rows = list[tuple[Any, ...]]  # rows to insert (named here: Store.list hides the builtin)
 _Records = list[bytes]
 _Ids = list[str]
-_SearchRows = list[tuple[str, bytes, bytes]]
 PageProgress = dict[tuple[str, str, int], tuple[int, str | None]]
 
 
@@ -621,15 +621,18 @@ class Store:
         with self._transaction("cannot store the node index") as db:
             if db.execute("SELECT 1 FROM snapshots WHERE id=?", (snapshot_id,)).fetchone() is None:
                 return  # deleted meanwhile
-            for table in ("node_rows", "search_rows", "edge_rows"):
+            for table in ("node_rows", "search_keys", "edge_rows"):
                 db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
             db.executemany(
                 "INSERT INTO node_rows VALUES (?,?,?)",
                 ((snapshot_id, node_id, data) for node_id, _n, _h, data in nodes),
             )
             db.executemany(
-                "INSERT INTO search_rows VALUES (?,?,?,?)",
-                ((snapshot_id, node_id, name, text) for node_id, name, text, _d in nodes),
+                "INSERT INTO search_keys VALUES (?,?,?,?,?)",
+                (
+                    (snapshot_id, node_id, node_id.lower().encode(), name, text)
+                    for node_id, name, text, _d in nodes
+                ),
             )
             db.executemany(
                 "INSERT INTO edge_rows VALUES (?,?,?,?,?)",
@@ -681,17 +684,28 @@ class Store:
                 rows += db.execute(query, (snapshot_id, *chunk)).fetchall()
         return rows
 
-    def search_rows(self, snapshot_id: str, needle: bytes) -> _SearchRows:
-        """(id, name, searchable text) of the nodes whose text or name holds ``needle``."""
-        query = (
-            "SELECT id, name, haystack FROM search_rows WHERE snapshot_id=? "
-            "AND (instr(haystack, ?) > 0 OR instr(name, ?) > 0)"
-        )
+    def search(self, snapshot_id: str, needle: bytes, limit: int) -> tuple[int, _Ids]:
+        """The ids of the ``limit`` best nodes whose searchable text or name holds
+        ``needle`` (lower-cased UTF-8), best first, and how many hold it. Ranked as
+        converters/search.py ranks: the id itself, an id starting or ending with it, the
+        name itself, in the name, elsewhere; then by id (UTF-8 order is code point order)."""
+        query = """
+            SELECT id, count(*) OVER () FROM (
+                SELECT id, CASE
+                    WHEN lower_id = :q THEN 0
+                    WHEN substr(lower_id, 1, length(:q)) = :q
+                      OR (length(lower_id) >= length(:q) AND substr(lower_id, -length(:q)) = :q)
+                      THEN 1
+                    WHEN name = :q THEN 2
+                    WHEN instr(name, :q) > 0 THEN 3
+                    ELSE 4 END AS place
+                FROM search_keys
+                WHERE snapshot_id = :s AND (instr(haystack, :q) > 0 OR instr(name, :q) > 0)
+            ) ORDER BY place, id LIMIT :limit"""
+        arguments = {"s": snapshot_id, "q": needle, "limit": limit}
         with self._errors("cannot search the node index"):
-            rows: _SearchRows = (
-                self._connect().execute(query, (snapshot_id, needle, needle)).fetchall()
-            )
-            return rows
+            rows = self._connect().execute(query, arguments).fetchall()
+        return (int(rows[0][1]) if rows else 0), [str(row[0]) for row in rows]
 
     # ------------------------------------------------------------------ reports
 

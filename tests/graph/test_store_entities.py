@@ -111,6 +111,6 @@ def test_deleting_a_snapshot_deletes_its_node_index(store_dir):
         store.build_node_index(snapshot_id, graph)
     store.delete(doomed)
     db = sqlite3.connect(store_dir / "store.sqlite3")
-    for table in ("node_rows", "search_rows", "edge_rows", "node_sets"):
+    for table in ("node_rows", "search_keys", "edge_rows", "node_sets"):
         owners = {row[0] for row in db.execute(f"SELECT DISTINCT snapshot_id FROM {table}")}
         assert owners == {kept}, table
