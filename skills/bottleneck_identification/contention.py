@@ -214,9 +214,12 @@ def _delay(ctx: RuleContext, rank: str) -> Delay | None:
 def pinned_hogs(ctx: RuleContext, prefix: str, group: Group, job: set[str]) -> list[str]:
     """Other processes pinned within the group's pinned ranks' CPUs that ran or waited to
     run there (HOG_DEMAND): the ones L6.cpu-hog-on-rank-cpus reports at P0."""
-    pinned = rank_cpus(ctx)
+    by_rank = rank_cpus(ctx)
     reserved = {
-        cpu for rank in group.members if host_prefix(rank) == prefix for cpu in pinned.get(rank, ())
+        cpu
+        for rank in group.members
+        if host_prefix(rank) == prefix
+        for cpu in by_rank.get(rank, ())
     }
     if not reserved:
         return []

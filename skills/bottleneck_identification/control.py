@@ -367,13 +367,15 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
         raise NotEvaluable("no rank group found (no processes working together)")
     out, measured = [], False
     for group in ctx.analysis.groups:
-        load = {m: ctx.graph.node(m).get("cpu_pct") for m in group.members}
-        load = {m: v for m, v in load.items() if v is not None}
+        nodes = [n for n in map(ctx.graph.node, group.members) if n is not None]
+        load: dict[str, float] = {
+            n.id: n.get("cpu_pct") for n in nodes if n.get("cpu_pct") is not None
+        }
         if len(load) < 2:
             ctx.skip(group.label, "fewer than two of its ranks have cpu_pct")
             continue
         measured = True
-        hot, cold = max(load, key=load.get), min(load, key=load.get)
+        hot, cold = max(load, key=load.__getitem__), min(load, key=load.__getitem__)
         ratio = load[hot] / max(load[cold], 1e-6)
         if not (IMBALANCE_BUSY.reached(load[hot]) and IMBALANCE.reached(ratio)):
             continue
