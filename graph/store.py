@@ -689,23 +689,25 @@ class Store:
         ``needle`` (lower-cased UTF-8), best first, and how many hold it. Ranked as
         converters/search.py ranks: the id itself, an id starting or ending with it, the
         name itself, in the name, elsewhere; then by id (UTF-8 order is code point order)."""
-        query = """
-            SELECT id, count(*) OVER () FROM (
-                SELECT id, CASE
-                    WHEN lower_id = :q THEN 0
-                    WHEN substr(lower_id, 1, length(:q)) = :q
-                      OR (length(lower_id) >= length(:q) AND substr(lower_id, -length(:q)) = :q)
-                      THEN 1
-                    WHEN name = :q THEN 2
-                    WHEN instr(name, :q) > 0 THEN 3
-                    ELSE 4 END AS place
-                FROM search_keys
-                WHERE snapshot_id = :s AND (instr(haystack, :q) > 0 OR instr(name, :q) > 0)
-            ) ORDER BY place, id LIMIT :limit"""
+        matching = (
+            "FROM search_keys WHERE snapshot_id = :s "
+            "AND (instr(haystack, :q) > 0 OR instr(name, :q) > 0)"
+        )
+        # two scans cost less than one that sorts every match to count them (a window)
+        best = f"""SELECT id {matching} ORDER BY CASE
+                WHEN lower_id = :q THEN 0
+                WHEN substr(lower_id, 1, length(:q)) = :q
+                  OR (length(lower_id) >= length(:q) AND substr(lower_id, -length(:q)) = :q)
+                  THEN 1
+                WHEN name = :q THEN 2
+                WHEN instr(name, :q) > 0 THEN 3
+                ELSE 4 END, id LIMIT :limit"""
         arguments = {"s": snapshot_id, "q": needle, "limit": limit}
         with self._errors("cannot search the node index"):
-            rows = self._connect().execute(query, arguments).fetchall()
-        return (int(rows[0][1]) if rows else 0), [str(row[0]) for row in rows]
+            db = self._connect()
+            ids = [str(row[0]) for row in db.execute(best, arguments)]
+            total = int(db.execute(f"SELECT count(*) {matching}", arguments).fetchone()[0])
+        return total, ids
 
     # ------------------------------------------------------------------ reports
 
