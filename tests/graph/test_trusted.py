@@ -13,6 +13,7 @@ from test_native import graphs
 from wp_mcp.graph import FormatError, Graph, native, trusted, witty
 from wp_mcp.graph.store import DB_NAME, Store
 from wp_mcp.graph.synthetic import cluster_graph
+from wp_mcp.server.cli import main as wp_mcp
 from wp_testdata import WITTY_GRAPH
 
 
@@ -156,3 +157,16 @@ def test_a_damaged_row_is_refused_with_one_line(tmp_path, damage):
     message = str(caught.value)
     assert message.startswith(f"snapshot {snapshot_id}: ") and "\n" not in message
     assert len(message) < 300
+
+
+def test_the_cli_says_one_line_for_a_damaged_snapshot(tmp_path, capsys):
+    graph = witty.load_witty(WITTY_GRAPH)
+    snapshot_id = Store(tmp_path).put(graph)
+    blob = _row(Store(tmp_path), snapshot_id)
+    _replace_row(tmp_path, snapshot_id, _damaged_rows(blob, graph)["flipped byte"])
+    capsys.readouterr()
+    out = tmp_path / "copy.json"
+    assert wp_mcp(["--store", str(tmp_path), "export", snapshot_id, "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "damaged" in error and "\n" not in error and "Traceback" not in error
+    assert not out.exists()
