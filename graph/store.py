@@ -621,6 +621,8 @@ class Store:
         with self._transaction("cannot store the node index") as db:
             if db.execute("SELECT 1 FROM snapshots WHERE id=?", (snapshot_id,)).fetchone() is None:
                 return  # deleted meanwhile
+            if db.execute("SELECT 1 FROM node_sets WHERE snapshot_id=?", (snapshot_id,)).fetchone():
+                return  # another process built it meanwhile
             for table in ("node_rows", "search_keys", "edge_rows"):
                 db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
             db.executemany(
