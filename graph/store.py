@@ -708,6 +708,8 @@ class Store:
         with self._errors("cannot search the node index"):
             db = self._connect()
             ids = [str(row[0]) for row in db.execute(best, arguments)]
+            if len(ids) < limit:  # all of them: no second scan to count them
+                return len(ids), ids
             total = int(db.execute(f"SELECT count(*) {matching}", arguments).fetchone()[0])
         return total, ids
 
