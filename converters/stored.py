@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # (id, name, searchable text, record) per node; (position, src, dst, record) per edge
 NodeRow = tuple[str, bytes, bytes, bytes]
 EdgeRow = tuple[int, str, str, bytes]
+_NO_IDS: list[str] = []  # what an empty query finds (never changed)
 
 
 def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
@@ -73,7 +74,7 @@ def search_page(
         return None
     limit = clamp_limit(limit)
     needle = needle_of(query)
-    total, best = 0, []
+    total, best = 0, _NO_IDS
     if needle:
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         total, best = store.search(snapshot_id, needle.encode("utf-8", "surrogatepass"), limit)
