@@ -18,12 +18,12 @@ from __future__ import annotations
 import copy
 import typing
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain, compress, groupby, repeat
 from operator import is_not, itemgetter, methodcaller
-from types import UnionType
-from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required
+from types import GenericAlias, UnionType
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -58,6 +58,9 @@ class Element:
     ID_KEYS: ClassVar[tuple[str, ...]] = ()  # identity keys, always written first
     FIELDS: ClassVar[dict[str, int]] = {}  # declared attribute -> its canonical position
     REQUIRED: ClassVar[frozenset[str]] = frozenset()
+    # each class's pydantic adapters, built on first use (read from the class's own __dict__)
+    _adapter: ClassVar[TypeAdapter[Any] | None] = None
+    _list_adapter: ClassVar[TypeAdapter[Any] | None] = None
 
     source: dict[str, str] | None = None  # attribute -> collector that produced it
 
@@ -75,7 +78,7 @@ class Element:
         object.__setattr__(self, "__dict__", type(self).validate_dict(attrs))
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Element:
+    def from_dict(cls, values: dict[str, Any]) -> Self:
         """Wrap a dict that ``validate_dict`` (or a list validation) already produced."""
         element = object.__new__(cls)
         object.__setattr__(element, "__dict__", values)
@@ -87,13 +90,15 @@ class Element:
         adapter = cls.__dict__.get("_adapter")
         if adapter is None:
             adapter = cls._adapter = TypeAdapter(_typed_dict(cls))
-        return adapter.validate_python(values)
+        validated: dict[str, Any] = adapter.validate_python(values)
+        return validated
 
     @classmethod
-    def list_adapter(cls) -> TypeAdapter:
-        adapter = cls.__dict__.get("_list_adapter")
+    def list_adapter(cls) -> TypeAdapter[Any]:
+        adapter: TypeAdapter[Any] | None = cls.__dict__.get("_list_adapter")
         if adapter is None:
-            adapter = cls._list_adapter = TypeAdapter(list[_typed_dict(cls)])
+            schema: Any = GenericAlias(list, (_typed_dict(cls),))  # list[schema built at run time]
+            adapter = cls._list_adapter = TypeAdapter(schema)
         return adapter
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -133,7 +138,7 @@ class Element:
         """The attributes no class declares."""
         return {k: v for k, v in self.__dict__.items() if k not in self.FIELDS}
 
-    def copy(self) -> Element:
+    def copy(self) -> Self:
         """A deep copy (graphs merged into another never share mutable attribute values)."""
         return type(self).from_dict(copy.deepcopy(self.__dict__))
 
@@ -153,7 +158,7 @@ class Element:
 _EXTRA_RANK = 1 << 30
 
 
-def _declared(cls: type) -> tuple[dict[str, int], frozenset[str]]:
+def _declared(cls: type[Element]) -> tuple[dict[str, int], frozenset[str]]:
     """Declared attributes of an element class with their canonical positions (identity keys
     first, then base classes' attributes before their subclasses'), and the required ones
     (declared without a default)."""
@@ -175,10 +180,10 @@ def _class_kind(cls: type) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-_TYPED_DICTS: dict[type, type] = {}
+_TYPED_DICTS: dict[type, Any] = {}  # class -> a TypedDict built at run time
 
 
-def _typed_dict(cls: type) -> type:
+def _typed_dict(cls: type[Element]) -> Any:
     """The pydantic schema of one element class: a TypedDict that keeps extra keys."""
     schema = _TYPED_DICTS.get(cls)
     if schema is None:
@@ -187,12 +192,13 @@ def _typed_dict(cls: type) -> type:
         for name in cls.FIELDS:
             hint = hints[name]
             if name == "kind" and _class_kind(cls) is not None:
-                hint = Literal[_class_kind(cls)]  # type: ignore[valid-type]
+                hint = Literal[_class_kind(cls)]
             fields[name] = (
                 Required[hint] if name in cls.REQUIRED or name == "kind" else NotRequired[hint]
             )
-        schema = TypedDict(f"{cls.__name__}Attributes", fields, total=False)  # type: ignore[operator]
-        schema.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+        make_typed_dict: Any = TypedDict  # its name and fields are known only at run time
+        schema = make_typed_dict(f"{cls.__name__}Attributes", fields, total=False)
+        schema.__pydantic_config__ = ConfigDict(extra="allow")
         _TYPED_DICTS[cls] = schema
     return schema
 
@@ -572,12 +578,12 @@ class Meta(BaseModel):
 def node_from_dict(values: dict[str, Any]) -> Node:
     """Validate one node's attributes and build the node of its kind's class (an unknown
     kind becomes a generic ``Node``). Raises pydantic's ``ValidationError``."""
-    cls = NODE_CLASSES.get(values.get("kind"), Node) if isinstance(values, dict) else Node
+    cls = NODE_CLASSES.get(values.get("kind", ""), Node) if isinstance(values, dict) else Node
     return cls.from_dict(cls.validate_dict(values))
 
 
 def edge_from_dict(values: dict[str, Any]) -> Edge:
-    cls = EDGE_CLASSES.get(values.get("kind"), Edge) if isinstance(values, dict) else Edge
+    cls = EDGE_CLASSES.get(values.get("kind", ""), Edge) if isinstance(values, dict) else Edge
     return cls.from_dict(cls.validate_dict(values))
 
 
@@ -599,8 +605,11 @@ class ElementsError(ValueError):
 
 
 def _validate_grouped(
-    items: list, classes: dict[str, type], generic: type, make: Callable[[type, list], list]
-) -> list:
+    items: list[Any],
+    classes: Mapping[str, type[Element]],
+    generic: type[Element],
+    make: Callable[[type[Element], list[dict[str, Any]]], list[Any]],
+) -> list[Any]:
     """Validate a list of element dicts, one pydantic call per kind, keeping their order;
     ``make(cls, values)`` turns each kind's run of validated dicts into what is returned.
 
@@ -622,7 +631,7 @@ def _validate_grouped(
         ]
     order = sorted(range(count), key=kinds.__getitem__)
     ordered = list(map(items.__getitem__, order))
-    elements: list = []  # in kind order, like ``ordered``
+    elements: list[Any] = []  # in kind order, like ``ordered``
     start = 0
     for kind, size in sorted(Counter(kinds).items()):
         cls = classes.get(kind, generic)
@@ -636,7 +645,7 @@ def _validate_grouped(
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             loc = list(first["loc"])
-            index = loc.pop(0) if loc and isinstance(loc[0], int) else 0
+            index = int(loc.pop(0)) if loc and isinstance(loc[0], int) else 0
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
             message = first["msg"].lower()
             raise ElementsError(
@@ -675,24 +684,24 @@ class _PlainCheck:
 _PLAIN_CHECKS: dict[type, tuple[_PlainCheck, ...] | None] = {}
 
 
-def _plain_checks(cls: type) -> tuple[_PlainCheck, ...] | None:
+def _plain_checks(cls: type[Element]) -> tuple[_PlainCheck, ...] | None:
     """What the plain path checks for ``cls``, or None where a required attribute is not
     plain."""
     if cls in _PLAIN_CHECKS:
         return _PLAIN_CHECKS[cls]
     hints = typing.get_type_hints(cls, include_extras=True)
-    checks: list[_PlainCheck] | None = []
+    checks: list[_PlainCheck] = []
     for name in cls.FIELDS:
         check = _plain_check(name, hints[name], name in cls.REQUIRED or name == "kind", cls)
         if check is None:
-            checks = None
-            break
+            _PLAIN_CHECKS[cls] = None
+            return None
         checks.append(check)
-    _PLAIN_CHECKS[cls] = result = tuple(checks) if checks is not None else None
+    _PLAIN_CHECKS[cls] = result = tuple(checks)
     return result
 
 
-def _plain_check(name: str, hint: Any, required: bool, cls: type) -> _PlainCheck | None:
+def _plain_check(name: str, hint: Any, required: bool, cls: type[Element]) -> _PlainCheck | None:
     if name == "kind" and _class_kind(cls) is not None:
         return _PlainCheck(name, frozenset({str}), literal=_class_kind(cls))
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, UnionType) else ()
@@ -709,9 +718,10 @@ def _plain_check(name: str, hint: Any, required: bool, cls: type) -> _PlainCheck
         if any(not hasattr(bound, "ge") for bound in bounds):
             return None
         minimum = max((bound.ge for bound in bounds), default=None)
-    members = _plain_members(hint)
-    if members is not None:
-        hint, members = members
+    members: frozenset[type] | None = None
+    container = _plain_members(hint)
+    if container is not None:
+        hint, members = container
     elif hint not in _PLAIN_TYPES:
         # a deeper value (a dict of dicts, a list of ports): plain only where no element has
         # one, so pydantic checks every one there is
@@ -730,7 +740,7 @@ def _plain_members(hint: Any) -> tuple[type, frozenset[type]] | None:
     return None
 
 
-def _plainly_valid(cls: type, run: list) -> bool:
+def _plainly_valid(cls: type[Element], run: list[Any]) -> bool:
     checks = _plain_checks(cls)
     if checks is None:
         return False
@@ -764,7 +774,7 @@ def _plainly_valid(cls: type, run: list) -> bool:
     return True
 
 
-def _plain_members_valid(check: _PlainCheck, values: list) -> bool:
+def _plain_members_valid(check: _PlainCheck, values: list[Any]) -> bool:
     """Dicts of str keys or lists whose members all have one of the accepted types, read in
     C over every container at once."""
     if not check.types.issuperset(map(type, values)):
@@ -780,18 +790,18 @@ def _plain_members_valid(check: _PlainCheck, values: list) -> bool:
     return members.issuperset(map(type, chain.from_iterable(given)))
 
 
-def _wrap(cls: type, values: list[dict]) -> list:
+def _wrap(cls: type[Element], values: list[dict[str, Any]]) -> list[Any]:
     """``cls.from_dict`` over a list, in C-level calls (no Python frame per element)."""
     elements = list(map(object.__new__, repeat(cls, len(values))))
     deque(map(object.__setattr__, elements, repeat("__dict__"), values), maxlen=0)
     return elements
 
 
-def validate_nodes(items: list) -> list[Node]:
+def validate_nodes(items: list[Any]) -> list[Node]:
     return _validate_grouped(items, NODE_CLASSES, Node, _wrap)
 
 
-def validate_edges(items: list) -> list[Edge]:
+def validate_edges(items: list[Any]) -> list[Edge]:
     return _validate_grouped(items, EDGE_CLASSES, Edge, _wrap)
 
 
