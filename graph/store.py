@@ -15,6 +15,7 @@ error".
 
 from __future__ import annotations
 
+import builtins  # Store.list shadows the builtin in the class body's annotations
 import contextlib
 import hashlib
 import logging
@@ -435,16 +436,16 @@ class Store:
                 raise UserError(
                     "the store has no snapshots yet: import a file or collect one first"
                 )
-            return row[0]
+            return str(row[0])
         rows = db.execute(
             "SELECT id FROM snapshots WHERE id=? OR id LIKE ? ESCAPE '\\' LIMIT 3",
             (ref, _like_prefix(ref)),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:
-            return exact[0]
+            return str(exact[0])
         if len(rows) == 1:
-            return rows[0][0]
+            return str(rows[0][0])
         if len(rows) > 1:
             raise UserError(
                 f"snapshot prefix {excerpt(ref)} is ambiguous: {', '.join(r[0] for r in rows)}…"
@@ -743,7 +744,9 @@ class Store:
             )
             .fetchone()
         )
-        return StoredReport(*row[:4], orjson.loads(row[4]), row[5]) if row else None
+        if row is None:
+            return None
+        return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
 
     # ------------------------------------------------------------------ baseline
 
@@ -767,10 +770,12 @@ class Store:
             "INSERT INTO events (created, kind, data) VALUES (?,?,?)",
             (event.get("time", time.time()), event["kind"], orjson.dumps(event)),
         )
-        db.execute("DELETE FROM events WHERE seq <= ?", (cursor.lastrowid - MAX_EVENTS,))
-        return int(cursor.lastrowid)
+        seq = cursor.lastrowid
+        assert seq is not None  # the INSERT above set it
+        db.execute("DELETE FROM events WHERE seq <= ?", (seq - MAX_EVENTS,))
+        return int(seq)
 
-    def events_since(self, cursor: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+    def events_since(self, cursor: int = 0, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """Events with a sequence number above ``cursor``, oldest first, each with its
         ``seq`` (the next cursor is the last one's)."""
         if not self._has_table("events"):  # a read-only store made before monitoring
@@ -805,10 +810,10 @@ class Store:
             raise UserError(f"no report {excerpt(ref)}; {hint}")
         return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
 
-    def list_reports(self, snapshot_id: str | None = None) -> list[StoredReport]:
+    def list_reports(self, snapshot_id: str | None = None) -> builtins.list[StoredReport]:
         db = self._connect()
         query = "SELECT id,snapshot_id,skill,created FROM reports"
-        params: tuple = ()
+        params: tuple[str, ...] = ()
         if snapshot_id is not None:
             query += " WHERE snapshot_id=?"
             params = (self.resolve(snapshot_id),)
@@ -880,7 +885,7 @@ def _setting(db: sqlite3.Connection, key: str) -> str | None:
     return row[0] if row else None
 
 
-def _info(row: tuple) -> SnapshotInfo:
+def _info(row: tuple[Any, ...]) -> SnapshotInfo:
     return SnapshotInfo(
         row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6], row[7]
     )
