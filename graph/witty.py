@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -34,6 +35,10 @@ from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nod
 from .outfile import write_output
 from .rawio import read_json_file
 from .safetext import excerpt
+
+Doc = dict[str, Any]  # an entity or an edge as the importer holds it: plain JSON
+Link = Callable[..., None]  # link(kind, src, dst, **attrs): add a derived edge
+Between = Callable[[str, tuple[str, ...], tuple[str, ...]], list[Doc]]
 
 DERIVED_MARK = "witty"
 # Linux numbers at most 1,024 NUMA nodes (NODES_SHIFT is 10 at most): a NUMA-set list
@@ -129,7 +134,7 @@ EDGE_KINDS = {
     "AffinitativeToNuma": "affine_to",
     "AccessEdge": "uses_device",
 }
-_EXPORT_EDGE_TYPES = {
+_EXPORT_EDGE_TYPES: dict[tuple[str, str | None], str] = {
     ("numa_access", "thread"): "AccessWithProcStatusEdge",
     ("numa_access", "process"): "NumaAccessEdge",
     **{(kind, None): witty for witty, kind in EDGE_KINDS.items() if kind != "numa_access"},
@@ -179,10 +184,10 @@ def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
         graph = importer.finish()
     graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
     if env is not None:
-        graph.meta.witty_env = env
+        graph.meta.witty_env = env  # type: ignore[attr-defined]  # Meta keeps extra keys
     extra_keys = {k: v for k, v in doc.items() if k not in ("nodes", "edges")}
     if extra_keys:
-        graph.meta.witty_extra = extra_keys
+        graph.meta.witty_extra = extra_keys  # type: ignore[attr-defined]
     return graph
 
 
@@ -196,9 +201,11 @@ class _Importer:
         self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
         self.edges: list[dict[str, Any]] = []
         self.edge_where: list[str] = []
-        self.edge_idents: set[tuple] = set()
-        self.node_ids: dict[tuple, str] = {}  # identity key -> our id
-        self.raw: dict[str, dict] = {}  # our id -> the entity as first read (to spot stale copies)
+        self.edge_idents: set[tuple[Any, ...]] = set()
+        self.node_ids: dict[tuple[Any, ...], str] = {}  # identity key -> our id
+        self.raw: dict[
+            str, dict[str, Any]
+        ] = {}  # our id -> the entity as first read (to spot stale copies)
 
     def fail(self, where: str, message: str) -> FormatError:
         return FormatError(f"{self.origin}: {where}: {message}")
@@ -229,14 +236,15 @@ class _Importer:
         kind = spec.kind if spec else GENERIC_ENTITY_KIND
         if spec and spec.kind == "npu" and data.get("device_type") == "gpu":
             kind = "gpu"
-            node_id = ids.gpu(attrs.get("index"))
+            index: Any = attrs.get("index")
+            node_id = ids.gpu(index)
         self.nodes[node_id] = {"id": node_id, "kind": kind, **attrs}
         self.where[node_id] = where
         self.node_ids[key] = node_id
         self.raw[node_id] = data
         return node_id
 
-    def identity(self, entity_type: str, data: dict, where: str) -> tuple:
+    def identity(self, entity_type: str, data: dict[str, Any], where: str) -> tuple[Any, ...]:
         """(type, key): the key is the value of a type's one key field, or the tuple of its
         key fields (as ``_IDENTITY_GETTERS`` read them), or a digest of an unknown entity."""
         fields = _IDENTITY_FIELDS.get(entity_type)
@@ -248,7 +256,7 @@ class _Importer:
         values = tuple(_hashable(data.get(name)) for name in fields)
         return (entity_type, values if len(values) > 1 else values[0])
 
-    def node_id(self, entity_type: str, key: tuple, data: dict) -> str:
+    def node_id(self, entity_type: str, key: tuple[Any, ...], data: dict[str, Any]) -> str:
         match entity_type:
             case "ProcessEntity":
                 base = ids.process(data["pid"])
@@ -270,7 +278,9 @@ class _Importer:
                 return ids.container(str(data["container_id"]))
         return f"witty:{entity_type}:{key[1][:12]}"
 
-    def attributes(self, spec: EntitySpec | None, data: dict, where: str) -> dict[str, Any]:
+    def attributes(
+        self, spec: EntitySpec | None, data: dict[str, Any], where: str
+    ) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
         renames = spec.renames if spec else {}
         for name, value in data.items():
@@ -287,7 +297,9 @@ class _Importer:
             self.derive_entity(spec, data, attrs, where)
         return attrs
 
-    def derive_entity(self, spec: EntitySpec, data: dict, attrs: dict, where: str) -> None:
+    def derive_entity(
+        self, spec: EntitySpec, data: dict[str, Any], attrs: dict[str, Any], where: str
+    ) -> None:
         if spec.kind == "thread":
             # A thread embeds a copy of its process; keep it only when it differs from the
             # process entity itself (export re-embeds the entity otherwise).
@@ -409,11 +421,11 @@ def _derive(imp: _Importer) -> None:
     """Compute the typed attributes and semantic edges our layers and rules read."""
     nodes = imp.nodes
     mark = {"derived": DERIVED_MARK}
-    by_kind: dict[str, list[dict]] = defaultdict(list)
+    by_kind: dict[str, list[Doc]] = defaultdict(list)
     for edge in imp.edges:
         by_kind[edge["kind"]].append(edge)
 
-    def between(kind: str, src_kinds: tuple, dst_kinds: tuple) -> list[dict]:
+    def between(kind: str, src_kinds: tuple[str, ...], dst_kinds: tuple[str, ...]) -> list[Doc]:
         """Edges of one kind whose ends are of the expected kinds (odd files link anything)."""
         return [
             e for e in by_kind.get(kind, ())
@@ -456,7 +468,7 @@ def _derive(imp: _Importer) -> None:
     _derive_socket_flows(nodes, between, link)
 
 
-def _derive_thread_status(thread: dict, status: Any) -> None:
+def _derive_thread_status(thread: Doc, status: Any) -> None:
     if not isinstance(status, dict):
         return
     thread["vol_ctxt_switches"] = status.get("voluntary_ctxt_switches")
@@ -466,7 +478,7 @@ def _derive_thread_status(thread: dict, status: Any) -> None:
     thread["mems_allowed"] = status.get("mems_allowed_list") or None
 
 
-def _derive_process_numa(process: dict, info: Any, nodes: dict, link) -> None:
+def _derive_process_numa(process: Doc, info: Any, nodes: dict[str, Doc], link: Link) -> None:
     if not isinstance(info, dict):
         return
     status = info.get("proc_status")
@@ -505,13 +517,13 @@ def _derive_process_numa(process: dict, info: Any, nodes: dict, link) -> None:
             )
 
 
-def _derive_socket_flows(nodes: dict, between, link) -> None:
+def _derive_socket_flows(nodes: dict[str, Doc], between: Between, link: Link) -> None:
     """Sockets belong to threads; threads send to sockets: pair them into process flows."""
     owner: dict[str, str] = {}
     for edge in between("belongs_to", ("socket",), ("thread",)):
         pid = nodes[edge["dst"]].get("pid")
         process = ids.process(pid) if pid is not None else None
-        if process in nodes:
+        if process is not None and process in nodes:
             owner[edge["src"]] = process
     for socket_id, process in owner.items():
         link("holds", process, socket_id)
@@ -528,7 +540,7 @@ def _derive_socket_flows(nodes: dict, between, link) -> None:
         socket = nodes[edge["dst"]]
         if isinstance(size, int | float):
             socket["bytes_sent"] = int(size)
-        if sender not in nodes or receiver is None or sender == receiver:
+        if sender is None or sender not in nodes or receiver is None or sender == receiver:
             continue
         total = flows[(sender, receiver)]
         total["bytes"] += int(size or 0)
@@ -632,7 +644,7 @@ def _fill_collected_entity(node: Node, entity: dict[str, Any]) -> None:
         entity.setdefault("distance_to_all_numa", node.get("distances"))
 
 
-def _edge_of(graph: Graph, edge: Edge, entities: dict[str, dict]) -> dict[str, Any] | None:
+def _edge_of(graph: Graph, edge: Edge, entities: dict[str, Doc]) -> dict[str, Any] | None:
     src, dst = entities.get(edge.src), entities.get(edge.dst)
     if src is None or dst is None:
         return None
@@ -678,7 +690,7 @@ def _kb_to_bytes(text: Any) -> int | None:
         return None
 
 
-def _digest(data: dict) -> str:
+def _digest(data: dict[str, Any]) -> str:
     return hashlib.blake2b(
         orjson.dumps(data, option=orjson.OPT_SORT_KEYS), digest_size=8
     ).hexdigest()
