@@ -72,6 +72,12 @@ class _Run:
     def name(self) -> str:
         return self.collector.name
 
+    @property
+    def collected(self) -> Graph:
+        """The collector's graph: only runs that have one are merged."""
+        assert self.graph is not None
+        return self.graph
+
     def finish(self, status: str, reason: str | None = None, details: dict | None = None) -> None:
         self.status = CollectorStatus(
             name=self.name,
@@ -303,17 +309,17 @@ def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
     """
     node_ids: set[str] = set()
     for run in runs:
-        node_ids.update(run.graph.nodes)
+        node_ids.update(run.collected.nodes)
     base = _pick_base(runs, node_ids)
     if base is not None:
-        _take_meta(graph, base.graph)
-        merged, rest = base.graph, [run for run in runs if run is not base]
+        _take_meta(graph, base.collected)
+        merged, rest = base.collected, [run for run in runs if run is not base]
     else:
         merged, rest = graph, runs
     _merge_nodes(merged, rest, node_ids)
     for run in rest:
         dropped = 0
-        for edge in run.graph.edges():
+        for edge in run.collected.edges():
             if edge.src in node_ids and edge.dst in node_ids:
                 merged.add_edge(edge, strict=False)
             else:
@@ -321,7 +327,7 @@ def _merge(graph: Graph, runs: list[_Run], ctx: Context) -> Graph:
         if dropped and run.status is not None and run.status.status == "ok":
             run.status.status = "partial"
             run.status.reason = f"{dropped} edges dropped: their other end was not collected"
-        _take_meta_facts(merged, run.graph)
+        _take_meta_facts(merged, run.collected)
     return merged
 
 
@@ -329,8 +335,8 @@ def _pick_base(runs: list[_Run], node_ids: set[str]) -> _Run | None:
     """The biggest graph, unless one of its edges dangles (then nothing is kept as is)."""
     if not runs:
         return None
-    biggest = max(runs, key=lambda run: len(run.graph.nodes))
-    if all(e.src in node_ids and e.dst in node_ids for e in biggest.graph.edges()):
+    biggest = max(runs, key=lambda run: len(run.collected.nodes))
+    if all(e.src in node_ids and e.dst in node_ids for e in biggest.collected.edges()):
         return biggest
     return None
 
@@ -361,7 +367,7 @@ def _merge_nodes(graph: Graph, runs: list[_Run], node_ids: set[str]) -> None:
     """
     instances: dict[str, list[Node]] = {}
     for run in runs:
-        for node_id, node in run.graph.nodes.items():
+        for node_id, node in run.collected.nodes.items():
             if node_id in node_ids:
                 instances.setdefault(node_id, []).append(node)
     poorer: list[Node] = []

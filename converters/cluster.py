@@ -14,12 +14,13 @@ from typing import Any
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Meta, Node
+from wp_mcp.graph.safetext import escape
 
 from .facts import Facts
 from .index import index_for
 from .items import Item
 from .lines import kv, parts
-from .text import escape, fmt_bytes, fmt_pct, id_ranges, word
+from .text import fmt_bytes, fmt_pct, id_ranges, word
 
 HOST_PARTS_KEPT = 8  # per-host graphs kept per cluster graph for the summary drill-down
 WORST_HOSTS = 3
@@ -211,7 +212,7 @@ def hosts_view(facts: Facts) -> list[Item]:
 
 @dataclass(slots=True)
 class _HostRow:
-    order: tuple
+    order: tuple[Any, ...]
     item: Item
     quiet: bool  # nothing stands out: below every floor of the cross-host rules
     rank_count: int

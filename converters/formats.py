@@ -11,8 +11,9 @@ import re
 import shutil
 import subprocess
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from wp_mcp.graph.errors import UserError
@@ -37,6 +38,17 @@ class Frame:
     legend: str
     closing: str
     info: dict[str, Any]  # page facts for the JSON envelope
+
+
+class Form(Protocol):
+    """What each page format provides: an item's piece and its token cost, the page around
+    the pieces, and that envelope's own cost."""
+
+    name: str
+
+    def piece(self, item: Item) -> tuple[str, int]: ...
+    def assemble(self, frame: Frame, pieces: list[str]) -> str: ...
+    def envelope_cost(self) -> int: ...
 
 
 class TextFormat:
@@ -222,7 +234,7 @@ def _dot_item(item: Item) -> str:
     return "\n".join(lines) if lines else f"  // {label(item.line)}"
 
 
-FORMAT_CLASSES = {
+FORMAT_CLASSES: dict[str, Callable[[], Form]] = {
     "txt": TextFormat,
     "json": JsonFormat,
     "mermaid": MermaidFormat,

@@ -28,11 +28,13 @@ class ViewIndex:
         self.facts = Facts(graph)
         self.fingerprint = _fingerprint(graph)
         self._items: dict[str, list[Item]] = {}
-        self._filtered: OrderedDict[tuple, list[Item]] = OrderedDict()
-        self.layouts: OrderedDict[tuple, list[int]] = OrderedDict()
+        self._filtered: OrderedDict[tuple[Any, ...], list[Item]] = OrderedDict()
+        self.layouts: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.search_haystacks: list[tuple[Any, str]] | None = None  # built by search()
         self.summary_layers: dict[str, dict[str, Any]] | None = None  # built by the summary
-        self.parts: OrderedDict[tuple, Graph] = OrderedDict()  # host drill-downs (cluster.py)
+        self.parts: OrderedDict[tuple[Any, ...], Graph] = (
+            OrderedDict()
+        )  # host drill-downs (cluster.py)
         self._lock = threading.RLock()
 
     def items(self, view: str, build: Callable[[Facts], list[Item]]) -> list[Item]:
@@ -44,7 +46,7 @@ class ViewIndex:
             return items
 
     def filtered(
-        self, key: tuple, items: list[Item], keep: Callable[[Item], bool] | None
+        self, key: tuple[Any, ...], items: list[Item], keep: Callable[[Item], bool] | None
     ) -> list[Item]:
         if keep is None:
             return items
@@ -59,7 +61,7 @@ class ViewIndex:
                 self._filtered.move_to_end(key)
             return cached
 
-    def remember_layout(self, key: tuple, starts: list[int]) -> None:
+    def remember_layout(self, key: tuple[Any, ...], starts: list[int]) -> None:
         with self._lock:
             self.layouts[key] = starts
             while len(self.layouts) > FILTERED_CACHE:

@@ -138,7 +138,8 @@ def _shared_pattern(nodes: list[Node]) -> str | None:
     if None in names:
         return None
     if len(names) == 1:
-        return next(iter(names))
+        only: str = next(iter(names))
+        return only
     patterns = {name_pattern(name) for name in names}
     return next(iter(patterns)) if len(patterns) == 1 else None
 

@@ -22,7 +22,7 @@ from . import cursor as cursors
 from . import filters as filtering
 from .catalog import VIEWS  # noqa: F401 (pages.py imports it from here)
 from .cursor import CursorState, ViewError
-from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Frame, dumps
+from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Form, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
 from .text import word
@@ -253,7 +253,7 @@ def _fill(items: list[Item], offset: int, available: int, cost: Callable[[Item],
     return end
 
 
-def _fit(form: Any, item: Item, available: int) -> str:
+def _fit(form: Form, item: Item, available: int) -> str:
     """A single piece larger than a whole page (only possible with tiny budgets) is cut."""
     piece, tokens = form.piece(item)
     if tokens <= available:
@@ -271,7 +271,7 @@ def _fit(form: Any, item: Item, available: int) -> str:
 
 def _page_count(
     index: ViewIndex,
-    key: tuple,
+    key: tuple[Any, ...],
     items: list[Item],
     offset: int,
     end: int,

@@ -32,7 +32,7 @@ class Graph:
         self.meta = meta or Meta()
         self.nodes: dict[str, Node] = {}
         self._by_kind: dict[str, dict[str, Node]] = defaultdict(dict)
-        self._edges: dict[tuple, Edge] = {}
+        self._edges: dict[tuple[Any, ...], Edge] = {}
         # a graph read from the store holds its edges as a list until an edge is added or
         # removed: the table by identity costs a tuple and a hash per edge, and most readers
         # only walk the edges (see from_trusted)

@@ -27,8 +27,10 @@ from .graph import Graph
 from .model import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    Edge,
     ElementsError,
     Meta,
+    Node,
     validate_edges,
     validate_nodes,
 )
@@ -136,7 +138,7 @@ def from_dict(doc: Any, origin: str = "<graph>") -> Graph:
     return build(meta, nodes, edges, origin)
 
 
-def build(meta: Meta, nodes: list, edges: list, origin: str) -> Graph:
+def build(meta: Meta, nodes: list[Node], edges: list[Edge], origin: str) -> Graph:
     """Assemble a graph from validated parts, rejecting duplicates and dangling edges."""
     graph, duplicate, dangling = Graph.from_validated(meta, nodes, edges)
     if duplicate is not None:
