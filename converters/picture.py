@@ -45,12 +45,17 @@ EVIDENCE_CHARS = 240
 
 
 class FindingLike(Protocol):
-    """What the picture reads of a skill's finding (skills come later in the data flow)."""
+    """What the picture reads of a skill's finding (skills come later in the data flow);
+    read-only, so a finding whose priority is a Literal of str fits."""
 
-    priority: str
-    title: str
-    subject: str | None
-    evidence: list[Any]
+    @property
+    def priority(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def subject(self) -> str | None: ...
+    @property
+    def evidence(self) -> list[Any]: ...
 
 
 @dataclass(slots=True)

