@@ -125,7 +125,7 @@ def register_monitoring(server: Any, state: Any) -> None:
     """The subscription handlers, the two watched resources and the wp_events tool."""
     watch = StoreWatch(server, state)
     lowlevel = server._lowlevel_server
-    listen = lowlevel._request_handlers.get("subscriptions/listen")
+    listen = lowlevel.get_request_handler("subscriptions/listen")
     if listen is not None:
 
         async def listen_and_watch(ctx: Any, params: Any) -> Any:

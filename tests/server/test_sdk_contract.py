@@ -3,7 +3,7 @@
 The server reaches past the SDK's public API in a few places (server/mcp_server.py rejects
 unknown tool arguments and prompts through ``_tool_manager`` and ``_prompt_manager``;
 server/mcp_watch.py publishes store changes on ``_subscriptions`` and wraps the low-level
-server's ``subscriptions/listen`` handler). An SDK upgrade that renames or reshapes any of
+server's ``subscriptions/listen`` handler, found through ``_lowlevel_server``). An SDK upgrade that renames or reshapes any of
 them must fail here, by name, rather than surface as an AttributeError in a user's session.
 """
 
@@ -58,20 +58,21 @@ async def test_subscription_bus_delivers_a_published_resource_update(server) -> 
     assert [str(event.uri) for event in received] == ["wp://snapshots/latest"]
 
 
-def test_low_level_server_keeps_request_handlers_as_params_type_and_handler(server) -> None:
-    lowlevel = server._lowlevel_server
+def test_low_level_server_gives_request_handlers_as_params_type_and_handler() -> None:
+    """A fresh SDK server serves subscriptions/listen; mcp_watch wraps that handler."""
+    lowlevel = MCPServer(name="contract")._lowlevel_server
     assert parameter_names(lowlevel.add_request_handler) == ["method", "params_type", "handler"]
-    handlers = lowlevel._request_handlers
-    assert isinstance(handlers, dict)
-    listen = handlers.get("subscriptions/listen")
+    listen = lowlevel.get_request_handler("subscriptions/listen")
     assert listen is not None, "the SDK no longer serves subscriptions/listen by default"
     assert callable(listen.handler)
     assert issubclass(listen.params_type, BaseModel)
+    assert lowlevel.get_request_handler("no/such/method") is None
 
 
 def test_monitoring_handlers_replace_the_sdk_ones(server) -> None:
     """What add_request_handler stores is what the server dispatches: ours, after building."""
-    handlers = server._lowlevel_server._request_handlers
-    assert handlers["subscriptions/listen"].handler.__name__ == "listen_and_watch"
-    assert handlers["resources/subscribe"].handler.__name__ == "subscribe"
-    assert handlers["resources/unsubscribe"].handler.__name__ == "unsubscribe"
+    lowlevel = server._lowlevel_server
+    handler = lowlevel.get_request_handler
+    assert handler("subscriptions/listen").handler.__name__ == "listen_and_watch"
+    assert handler("resources/subscribe").handler.__name__ == "subscribe"
+    assert handler("resources/unsubscribe").handler.__name__ == "unsubscribe"
