@@ -397,7 +397,7 @@ def _mark(value: bool | None, not_applicable: bool) -> str:
 def _summary(results: list[Result], opts: argparse.Namespace) -> list[str]:
     lines = []
     for mode in opts.ebpf.split(","):
-        runs = [(r, d) for r in results for d in r.diagnoses[:2] if d.mode == mode and d.report]
+        runs = [(r, d) for r in results for d in r.diagnoses if d.mode == mode and d.report]
         # a fault whose job or diagnosis failed is a miss: it stays in the denominator
         faults = [r for r in results if r.scenario.expect is not None]
         healthy = [(r, d) for r, d in runs if r.scenario.expect is None]
@@ -451,7 +451,7 @@ def _overhead(results: list[Result]) -> list[str]:
 def _details(results: list[Result]) -> list[str]:
     lines = ["misses and false P0/P1 (as diagnosed):"]
     for r in results:
-        for d in r.diagnoses[:2]:
+        for d in r.diagnoses:
             s, tag = d.score, f"  {r.scenario.name} [eBPF {d.mode}]"
             if d.report is None:
                 lines.append(f"{tag} no report: {d.error}")
