@@ -7,7 +7,7 @@ must name them.
 
     .venv/bin/python benchmarks/bench_cluster.py [--hosts 128] [--accelerators 8]
 
-The node graphs are the synthetic cluster's hosts (graph/synthetic.py), taken apart as each
+The node graphs are the synthetic cluster's hosts (tests/wp_synthetic.py), taken apart as each
 node's own collection would see them: ids without the host prefix, and each cross-host
 connection as two sockets, one on each node, with full addresses (so the merge must find
 the pairs). Prints figures only; nothing here asserts timings (the machine is shared).
@@ -19,12 +19,16 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.converters import VIEWS, render_view
 from wp_mcp.graph import Graph, Meta, ids
-from wp_mcp.graph.synthetic import WORKERS_PER_RANK, cluster_graph
 from wp_mcp.skills.bottleneck_identification import evaluate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
+from wp_synthetic import WORKERS_PER_RANK, cluster_graph  # noqa: E402
 
 BUDGETS = {"summary": 300}  # every other first page: 4,000 tokens (docs/views.md)
 PAGE_BUDGET = 4000

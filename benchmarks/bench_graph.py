@@ -27,6 +27,8 @@ from pathlib import Path
 
 OUT = Path(__file__).parent / "out"
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
 STEP = r"""
 import json, sys, time
 from pathlib import Path
@@ -82,7 +84,7 @@ def ensure_witty(mb: float, shape: str) -> Path:
     )
     if not path.exists():
         import orjson
-        from wp_mcp.graph.synthetic import scaled_capture, witty_document
+        from wp_synthetic import scaled_capture, witty_document
 
         if shape == "synthetic":
             document = witty_document(mb)
@@ -105,7 +107,7 @@ def ensure_cluster(hosts: int) -> Path:
     path = OUT / f"cluster-{hosts}h.json"
     if not path.exists():
         from wp_mcp.graph import native
-        from wp_mcp.graph.synthetic import cluster_graph
+        from wp_synthetic import cluster_graph
 
         native.dump(cluster_graph(hosts), path)
     return path

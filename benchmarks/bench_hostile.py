@@ -25,6 +25,8 @@ import orjson
 
 OUT = Path(__file__).parent / "out"
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
 READ = r"""
 import sys, time
 from wp_mcp.graph.errors import FormatError
@@ -62,7 +64,7 @@ def nul_file(path: Path, mib: int) -> Path:
 
 def witty_graph(path: Path, target_mb: float) -> Path:
     if not path.exists():
-        from wp_mcp.graph.synthetic import witty_document
+        from wp_synthetic import witty_document
 
         path.write_bytes(orjson.dumps(witty_document(target_mb)))
     return path

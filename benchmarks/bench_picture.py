@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,8 +21,11 @@ from wp_mcp.converters.formats import picture_mermaid
 from wp_mcp.converters.html import render_html
 from wp_mcp.converters.picture import build_picture
 from wp_mcp.converters.tokens import count_tokens
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.skills import diagnose
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
+from wp_synthetic import cluster_graph  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

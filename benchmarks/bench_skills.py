@@ -17,9 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.skills import SKILL_NAMES, diagnose, run_skill
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
+from wp_synthetic import cluster_graph  # noqa: E402
 
 WITTY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "witty-profiler" / "graph.json"
 

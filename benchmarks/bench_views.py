@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 
 from wp_mcp.converters import VIEWS, count_tokens, render_view
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.graph.witty import load_witty
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+
+from wp_synthetic import cluster_graph  # noqa: E402
 
 WITTY = Path(__file__).resolve().parents[1] / "tests/fixtures/witty-profiler/graph.json"
 LAYERS = ("compute", "memory", "interconnect", "network", "storage", "control", "data")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from wp_mcp.converters.html import render_html
 from wp_mcp.converters.picture import build_picture
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.skills import diagnose
+from wp_synthetic import cluster_graph
 
 RANKS = ("proc:1895087", "proc:1895088", "proc:1895089", "proc:1895090")
 HEADER = {"x": 6, "y": 6}  # a box's own corner: clicking there folds or opens it

@@ -11,9 +11,9 @@ import pytest
 from wp_mcp.converters import count_tokens
 from wp_mcp.converters.formats import picture_mermaid, picture_svg
 from wp_mcp.converters.picture import build_picture
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.skills import diagnose
 from wp_require import unavailable
+from wp_synthetic import cluster_graph
 
 MERMAID_JS = (
     Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.graph.witty import load_witty
+from wp_synthetic import cluster_graph
 
 
 def pytest_configure(config: pytest.Config) -> None:

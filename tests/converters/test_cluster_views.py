@@ -11,7 +11,7 @@ from view_pages import pages
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.converters import VIEWS, ViewError, render_view, view_items
 from wp_mcp.graph import Graph, Meta, ids
-from wp_mcp.graph.synthetic import cluster_graph
+from wp_synthetic import cluster_graph
 
 MB = 1 << 20
 

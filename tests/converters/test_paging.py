@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from view_pages import pages
 from wp_mcp.converters import ViewError, count_tokens, render_view
-from wp_mcp.graph.synthetic import cluster_graph
+from wp_synthetic import cluster_graph
 
 # What each view must list (one line per entity, or inside one aggregated line).
 ENTITY_KINDS = {

@@ -21,9 +21,9 @@ from wp_mcp.converters.formats import picture_dot, picture_mermaid, picture_svg
 from wp_mcp.converters.html import asset, elk_version, render_html
 from wp_mcp.converters.picture import MAX_PROCESSES, build_picture
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.skills import diagnose
 from wp_require import unavailable
+from wp_synthetic import cluster_graph
 
 RANKS = {  # rank → (its NPU, the NUMA node its NPU is on, where its CPU time mostly runs)
     "proc:1895087": ("npu:0", "numa:6", "numa:7"),

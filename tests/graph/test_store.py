@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 from wp_mcp.graph import Graph, UserError, native, witty
 from wp_mcp.graph.store import Store, default_store_path
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.server.cli import main
+from wp_synthetic import cluster_graph
 from wp_testdata import WITTY_GRAPH
 
 
@@ -119,8 +120,9 @@ def test_concurrent_readers_while_a_writer_writes(store_dir, fixture_graph):
 
 WRITER = """
 import sys
+sys.path.insert(0, sys.argv[2])  # tests/, for wp_synthetic
 from wp_mcp.graph.store import Store
-from wp_mcp.graph.synthetic import cluster_graph
+from wp_synthetic import cluster_graph
 graph = cluster_graph(hosts=2)
 store = Store(sys.argv[1], keep=0)  # no retention: the earlier snapshots must stay
 print("ready", flush=True)
@@ -133,7 +135,9 @@ def test_a_writer_killed_mid_write_loses_nothing_stored(store_dir, fixture_graph
     store = Store(store_dir, keep=1000)
     kept = [store.put(fixture_graph, label=f"before {i}") for i in range(3)]
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(store_dir)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", WRITER, str(store_dir), str(Path(__file__).parents[1])],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert writer.stdout.readline().strip() == "ready"

@@ -18,7 +18,7 @@ from wp_mcp.converters import ViewError, render_view, search
 from wp_mcp.converters.stored import entity_page, search_page
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
-from wp_mcp.graph.synthetic import cluster_graph, scaled_capture
+from wp_synthetic import cluster_graph, scaled_capture
 from wp_testdata import WITTY_GRAPH
 
 ENTITIES_COMPARED = 10  # per graph, spread over its nodes (several kinds each)

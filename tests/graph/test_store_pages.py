@@ -18,7 +18,7 @@ from wp_mcp.converters import render_view
 from wp_mcp.converters.pages import STORED_FORMATS, STORED_VIEWS
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
-from wp_mcp.graph.synthetic import cluster_graph, scaled_capture
+from wp_synthetic import cluster_graph, scaled_capture
 from wp_testdata import WITTY_GRAPH
 
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from test_native import graphs
 from wp_mcp.graph import FormatError, Graph, native, trusted, witty
 from wp_mcp.graph.store import DB_NAME, Store
-from wp_mcp.graph.synthetic import cluster_graph
 from wp_mcp.server.cli import main as wp_mcp
+from wp_synthetic import cluster_graph
 from wp_testdata import WITTY_GRAPH
 
 

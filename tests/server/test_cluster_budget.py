@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 from wp_mcp.converters import VIEWS, count_tokens
-from wp_mcp.graph.synthetic import cluster_graph
+from wp_synthetic import cluster_graph
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

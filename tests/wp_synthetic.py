@@ -18,10 +18,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from . import ids
-from .cpulist import format_cpulist
-from .graph import Graph
-from .model import Meta
+from wp_mcp.graph import ids
+from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.model import Meta
 
 OnHost = Callable[[str], str]  # a node id -> the same id on one host of the cluster
 
