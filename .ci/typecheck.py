@@ -29,17 +29,24 @@ def package_dirs() -> dict[str, str]:
 
 
 def build_tree(mapping: dict[str, str]) -> None:
-    """Link the top package's own files and each mapped subpackage's folder into TREE."""
+    """Lay the mapped folders out as installed: a package whose folder holds no other mapped
+    package is one link to it; one that does (skills/, whose dash-case skill folders import
+    under snake_case names) is a folder of links to its entries, the mapped ones left out."""
     shutil.rmtree(TREE, ignore_errors=True)
-    top = TREE / TOP
-    top.mkdir(parents=True)
-    for source in sorted((REPO / mapping[TOP]).glob("*.py")):
-        (top / source.name).symlink_to(source)
-    for package, folder in mapping.items():
-        if package != TOP:
-            link = TREE / package.replace(".", "/")
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(REPO / folder, target_is_directory=True)
+    mapped_folders = {REPO / folder for package, folder in mapping.items() if package != TOP}
+    for package in sorted(mapping):
+        folder = REPO / mapping[package]
+        place = TREE / package.replace(".", "/")
+        place.parent.mkdir(parents=True, exist_ok=True)
+        holds_mapped = any(other.parent == folder for other in mapped_folders)
+        if package != TOP and not holds_mapped:
+            place.symlink_to(folder, target_is_directory=True)
+            continue
+        place.mkdir()
+        for entry in sorted(folder.iterdir()):
+            keep = entry.suffix == ".py" if package == TOP else entry not in mapped_folders
+            if keep:
+                (place / entry.name).symlink_to(entry)
 
 
 def repository_path(line: str, prefixes: list[tuple[str, str]]) -> str:

@@ -1,6 +1,6 @@
 """wp_mcp.skills: deterministic diagnosis skills over a topology graph, plus agent bundles.
 
-Each skill is a folder (``skills/<snake_name>/``) holding its engine (``engine.py`` with
+Each skill is a folder (``skills/<name>/``, named as its bundle installs) holding its engine (``engine.py`` with
 ``run(graph, analysis=None, **options) -> Report``) and its agent-facing bundle
 (``SKILL.md`` and ``references/``), registered by one line in ``SKILLS`` below.
 ``run_skill`` runs one, ``diagnose`` runs all into one report, ``install_bundles`` copies
@@ -13,6 +13,7 @@ graph model): the report classes load on first use (PEP 562).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +32,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Skill:
-    name: str  # as installed and called (dash-case); its folder is the name in snake_case
+    name: str  # as installed and called (dash-case), and its source folder's name
     options: frozenset[str] = frozenset()  # what run_skill accepts, so a typo is a clear error
 
     @property
-    def folder(self) -> str:
+    def module(self) -> str:
+        """Its import name (snake_case; pyproject maps it onto the dash-case folder)."""
         return self.name.replace("-", "_")
 
 
@@ -46,7 +48,6 @@ SKILLS = (
     Skill("hotspot-thread-discovery", frozenset({"top"})),
 )
 SKILL_NAMES = tuple(skill.name for skill in SKILLS)
-_ROOT = Path(__file__).resolve().parent
 _LAZY = ("Evidence", "Finding", "Report", "Section")
 
 
@@ -65,7 +66,7 @@ def skill(name: str) -> Skill:
 
 
 def _engine(name: str) -> ModuleType:
-    return importlib.import_module(f".{skill(name).folder}.engine", __name__)
+    return importlib.import_module(f".{skill(name).module}.engine", __name__)
 
 
 def load_engines() -> None:
@@ -136,7 +137,12 @@ def _coverage(graph: Graph) -> Section:
 
 def bundle_dir(name: str) -> Path:
     """The folder with a skill's SKILL.md and references/."""
-    return _ROOT / skill(name).folder
+    # Found through the import system: the folder is dash-case in the source tree and
+    # snake_case in an installed wheel.
+    spec = importlib.util.find_spec(f"{__name__}.{skill(name).module}")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"the bundle of skill {excerpt(name)} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def front_matter(text: str) -> dict[str, str]:

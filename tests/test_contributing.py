@@ -26,7 +26,8 @@ from wp_mcp.graph.witty import load_witty
 
 pytestmark = pytest.mark.anyio
 
-GUIDE = Path(__file__).resolve().parent.parent / "CONTRIBUTING.md"
+REPO = Path(__file__).resolve().parent.parent
+GUIDE = REPO / "CONTRIBUTING.md"
 BLOCK = re.compile(r"<!-- (example|registration): (\S+) -->\n```python\n(.*?)```", re.S)
 
 
@@ -57,8 +58,9 @@ def add_to_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     added: list[str] = []
 
     def add(package: ModuleType, example: str) -> str:
-        package_folder = package.__name__.removeprefix("wp_mcp.").replace(".", "/")
-        relative = Path(example).relative_to(package_folder)
+        package_folder = Path(package.__path__[0]).relative_to(REPO)
+        # A dash-case skill folder imports under its snake_case name (pyproject's package-dir).
+        relative = Path(Path(example).relative_to(package_folder).as_posix().replace("-", "_"))
         folder = tmp_path / package.__name__
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_text(EXAMPLES[example])
@@ -89,8 +91,8 @@ def test_every_kind_has_a_worked_example_and_at_most_one_registration_line():
     assert set(EXAMPLES) == {
         "collectors/uptime.py",
         "converters/views/threads.py",
-        "skills/bottleneck_identification/preempted.py",
-        "skills/process_census/engine.py",
+        "skills/bottleneck-identification/preempted.py",
+        "skills/process-census/engine.py",
         "server/mcp_server.py",
     }
     assert all(code.count("\n") == 1 for code in REGISTRATIONS.values()), REGISTRATIONS
@@ -130,8 +132,8 @@ def test_the_example_rule_is_in_the_diagnosis(witty, add_to_package):
     from wp_mcp.skills import diagnose
     from wp_mcp.skills.bottleneck_identification import rulebook
 
-    name = add_to_package(skill, "skills/bottleneck_identification/preempted.py")
-    line = REGISTRATIONS["skills/bottleneck_identification/engine.py"]
+    name = add_to_package(skill, "skills/bottleneck-identification/preempted.py")
+    line = REGISTRATIONS["skills/bottleneck-identification/engine.py"]
     listed = re.match(r"from \. import ([\w, ]+?)  #", line).group(1).split(", ")
     assert name in listed
     for module in set(listed) - {name}:  # the line is the real one, plus the new module
@@ -172,7 +174,7 @@ async def test_the_example_tool_is_listed_and_answers(monkeypatch, witty, store_
 def test_the_example_skill_runs_alone_and_in_diagnose(monkeypatch, witty, add_to_package):
     import wp_mcp.skills as skills
 
-    add_to_package(skills, "skills/process_census/engine.py")
+    add_to_package(skills, "skills/process-census/engine.py")
     line = REGISTRATIONS["skills/__init__.py"].strip().rstrip(",")
     registered = eval(line, vars(skills))  # the line, as SKILLS holds it
     monkeypatch.setattr(skills, "SKILLS", (*skills.SKILLS, registered))

@@ -234,7 +234,7 @@ async def test_the_installed_command_serves_mcp_over_stdio(
 
 
 SDIST_MUST_HOLD = ("LICENSE", "README.md", "server.json", "docs/mcp.md", "tests/server/test_packaging.py",
-                   "tests/fixtures/mcp-registry/server.schema.json", "skills/bottleneck_identification/SKILL.md")  # fmt: skip
+                   "tests/fixtures/mcp-registry/server.schema.json", "skills/bottleneck-identification/SKILL.md")  # fmt: skip
 
 
 @pytest.mark.slow

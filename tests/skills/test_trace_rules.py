@@ -1,4 +1,4 @@
-"""The trace rules (skills/bottleneck_identification/trace.py): each fires on its problem with
+"""The trace rules (skills/bottleneck-identification/trace.py): each fires on its problem with
 evidence, threshold provenance and a fix, is quiet without it, and says "not evaluable" with
 the reason when the trace lacks what it reads. Real traces: the published 2-rank GPU job."""
 
