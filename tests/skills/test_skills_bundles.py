@@ -4,6 +4,7 @@ words, body length, references that exist and are linked, every rule documented.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from wp_mcp.skills import SKILL_NAMES, bundle_dir, front_matter, install_bundles
@@ -77,3 +78,12 @@ def test_every_rule_is_documented_in_its_layer_reference():
             bundle_dir("bottleneck-identification") / "references" / LAYER_REFS[rule.layer - 1]
         ).read_text(encoding="utf-8")
         assert f"`{rule.id}`" in text and rule.threshold in text, rule.id
+
+
+@pytest.mark.parametrize("name", SKILL_NAMES)
+def test_each_source_folder_is_named_as_its_bundle_so_a_loader_pointed_at_the_repository_accepts_it(
+    name,
+):
+    source = Path(__file__).resolve().parents[2] / "skills" / name
+    assert (source / "SKILL.md").is_file()
+    assert front_matter((source / "SKILL.md").read_text(encoding="utf-8"))["name"] == name
