@@ -41,6 +41,10 @@ _OPAQUE_BYTES = 1 << 20  # what an answer without text (a report, a diff) is tak
 _PATH_MAX = 4096  # Linux: no longer path names a file
 
 
+# Background page builds are named so (they may outlive a call; they are not collections).
+PAGE_BUILDER = "wp-mcp-pages-"
+
+
 class _Lru:
     """A tiny thread-safe LRU map bounded by the bytes its values weigh (functools.lru_cache
     cannot key on a snapshot's content, nor weigh what it keeps)."""
@@ -209,7 +213,9 @@ class ServerState:
                     self._warming.pop(snapshot_id, None)
 
             self._fresh[snapshot_id] = graph
-            thread = threading.Thread(target=build, name=f"wp-mcp-pages-{snapshot_id}", daemon=True)
+            thread = threading.Thread(
+                target=build, name=f"{PAGE_BUILDER}{snapshot_id}", daemon=True
+            )
             self._warming[snapshot_id] = thread
             thread.start()
             return thread
