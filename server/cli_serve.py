@@ -193,13 +193,17 @@ def _serve_http(
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
-    """The server's socket, bound here so a busy port is one clear line and the printed
-    address is the one clients reach."""
+    """The server's socket, bound and listening here so a busy port is one clear line and
+    the printed address is one clients reach."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
+        # Listening before the address is printed: a client that reads the line and
+        # connects at once is queued until the server accepts, not refused (uvicorn's own
+        # listen() comes only after its start-up).
+        listener.listen(2048)
     except OSError as exc:
         listener.close()
         reason = exc.strerror or "cannot bind"
