@@ -5,7 +5,7 @@ from __future__ import annotations
 from wp_mcp.graph import Node
 
 from ..analysis import host_prefix, numa_id
-from ..report import Evidence, Finding, safe
+from ..report import Evidence, Finding
 from .compute import USE_METHOD
 from .rulebook import NotEvaluable, RuleContext, rule
 from .thresholds import (
@@ -42,10 +42,10 @@ def _who(ctx: RuleContext) -> tuple[str, list[Evidence]]:
     parts = []
     if faulting:
         parts.append("faulting " + ", ".join(
-            f"{_named(ctx, p)} {p.get('major_faults_per_s'):.0f}/s" for p in faulting))  # fmt: skip
+            f"{ctx.who(p)} {p.get('major_faults_per_s'):.0f}/s" for p in faulting))  # fmt: skip
     if big:
         parts.append("biggest resident " + ", ".join(
-            f"{_named(ctx, p)} {p.get('rss_bytes') / GIB:.1f} GiB" for p in big))  # fmt: skip
+            f"{ctx.who(p)} {p.get('rss_bytes') / GIB:.1f} GiB" for p in big))  # fmt: skip
     if not parts:
         return "", []
     values = {p.id: p.get("major_faults_per_s") for p in faulting}
@@ -53,13 +53,6 @@ def _who(ctx: RuleContext) -> tuple[str, list[Evidence]]:
     note = "major faults/s of the processes faulting most, rss_bytes of the biggest beside them"
     evidence = Evidence("aggregate", [p.id for p in faulting + big], values, ctx.window_s, note)
     return ": " + "; ".join(parts), [evidence]
-
-
-def _named(ctx: RuleContext, proc: Node) -> str:
-    role = ctx.analysis.roles.get(proc.id)
-    return (
-        f"{safe(proc.get('name') or '?', 30)} (pid {proc.get('pid')}{', ' + role if role else ''})"
-    )
 
 
 PSI_DOC = "proposed; PSI semantics per the kernel's Documentation/accounting/psi.rst"

@@ -132,6 +132,11 @@ class RuleContext:
         name = node.get("name") if node else None
         return f"{node_id} ({safe(name, 40)})" if name else node_id
 
+    def who(self, proc: Node) -> str:
+        """``python3 (pid 456, rank)`` — a process by name, pid and its role in the job."""
+        role = self.analysis.roles.get(proc.id)
+        return f"{safe(proc.get('name') or '?', 30)} (pid {proc.get('pid')}{', ' + role if role else ''})"
+
     # ------------------------------------------------------------------ findings
 
     def finding(

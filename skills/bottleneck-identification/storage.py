@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from wp_mcp.graph import Node
 
-from ..report import Evidence, Finding, safe
+from ..report import Evidence, Finding
 from .contention import job_processes
 from .memory import PSI_DOC, psi_findings
 from .rulebook import NotEvaluable, RuleContext, rule
@@ -60,12 +60,7 @@ def io_parties_text(ctx: RuleContext, parties: list[IoParty]) -> str:
 
 
 def _party_text(ctx: RuleContext, party: IoParty) -> str:
-    node = party.node
-    role = ctx.analysis.roles.get(node.id)
-    who = (
-        f"{safe(node.get('name') or '?', 30)} (pid {node.get('pid')}{', ' + role if role else ''})"
-    )
-    return f"{who} {_moves_text(party)}"
+    return f"{ctx.who(party.node)} {_moves_text(party)}"
 
 
 def _moves_text(party: IoParty) -> str:
