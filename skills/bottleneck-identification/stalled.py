@@ -100,7 +100,10 @@ def _culprit_finding(
 ) -> Finding:
     window = _window(ctx, rank)
     peers = [r for r in ranks if r is not rank]
-    waiting = rank.links is not None and rank.links.quiet
+    # a stopped rank that ran no CPU in the whole window stopped before it began: its peers
+    # wait the whole window even when its links show bytes, which are what the peers pushed
+    # into its receive buffers (and its kernel drained from its send buffer) after the stop
+    waiting = rank.links is not None and (rank.links.quiet or bool(rank.stopped and rank.idle))
     pid = rank.node.get("pid")
     if rank.stopped:
         how = "stopped by a tracer (state t)" if rank.stopped == "t" else "stopped (state T)"

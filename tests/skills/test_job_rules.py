@@ -65,6 +65,13 @@ def test_a_thread_caught_in_d_state_on_a_moving_job_is_no_stall():
     assert findings(job(states=("S", "D"), cpu=(30.0, 0.5))()) == []
 
 
+def test_a_rank_stopped_for_the_whole_window_is_p0_despite_bytes_its_peer_pushed_in():
+    """Stopped before the window (no CPU in it): the kernel still takes what its peer sends
+    until the receive buffer fills, so its links show bytes, yet the job waits throughout."""
+    (finding,) = findings(job(states=("S", "T"), cpu=(0.3, 0.0), rate=6000.0)())
+    assert finding.priority == "P0" and "1 peer wait" in finding.title
+
+
 def test_a_rank_stopped_only_at_the_windows_end_is_p1():
     """Its links still carried data: the job was moving for most of the window."""
     (finding,) = findings(job(states=("S", "T"), cpu=(20.0, 15.0))())
