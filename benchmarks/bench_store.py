@@ -45,7 +45,8 @@ from wp_mcp.graph.store import Store  # noqa: E402
 from wp_mcp.graph.trusted import stored_document  # noqa: E402
 from wp_testdata import WITTY_GRAPH  # noqa: E402
 
-STORE = OUT / "bench-store"
+# WP_MCP_BENCH_STORE: another folder, so that two benchmark runs never share one store
+STORE = Path(os.environ.get("WP_MCP_BENCH_STORE") or OUT / "bench-store")
 TARGET_CLI_S = 0.150
 TARGET_RSS_MB = 100
 TARGET_INPROCESS_MS = 20
