@@ -13,13 +13,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.outfile import check_target
 
 from .cli_graph import open_store
 from .progress import ProgressLine
+
+if TYPE_CHECKING:  # the collectors load when a command collects: `diagnose ID` never does
+    from wp_mcp.collectors import Context
 
 MAX_DURATION_S = 600.0
 MAX_START_DELAY_S = 3600.0  # --start-at: a job's nodes start together, not tomorrow
@@ -72,6 +75,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _context(args: argparse.Namespace) -> Context:
+    from wp_mcp.collectors import Context
+
     if not 0 <= args.duration <= MAX_DURATION_S:
         raise UserError(f"--duration must be between 0 and {MAX_DURATION_S:g} seconds")
     pids = set(args.pid or ())
@@ -86,6 +91,8 @@ def _collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
     """This host's collection (as one node of a job with --ranks/--start-at), or with
     --cluster every node's, merged."""
     if not args.cluster:
+        from wp_mcp.collectors import collect_snapshot
+
         return (
             _node_collector(args) if args.ranks or args.start_at is not None else collect_snapshot
         )
@@ -111,13 +118,17 @@ def _node_collector(args: argparse.Namespace) -> Callable[[Context], Graph]:
 
 
 def _run(ctx: Context, interactive: bool,
-         collect: Callable[[Context], Graph] = collect_snapshot) -> Graph:  # fmt: skip
-    """Collect in a worker thread so Ctrl-C in the main thread can cancel it."""
+         collect: Callable[[Context], Graph] | None = None) -> Graph:  # fmt: skip
+    """Collect (``collect``, else this host's snapshot) in a worker thread so Ctrl-C in the
+    main thread can cancel it."""
+    from wp_mcp.collectors import collect_snapshot
+
+    collector = collect or collect_snapshot
     result: dict[str, object] = {}
 
     def work() -> None:
         try:
-            result["graph"] = collect(ctx)
+            result["graph"] = collector(ctx)
         except BaseException as exc:  # handed to the main thread, raised there
             result["error"] = exc
 

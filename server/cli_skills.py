@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 import orjson
-from wp_mcp.collectors import Context
 from wp_mcp.graph import Graph, UserError, formats, trace
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.skills import (
@@ -190,6 +189,8 @@ def _load(store, source: str) -> tuple[Graph, str]:
 def _collect(args: argparse.Namespace) -> Graph:
     if not 0 < args.duration <= MAX_DURATION_S:
         raise UserError(f"--duration must be above 0 and at most {MAX_DURATION_S:g} seconds")
+    from wp_mcp.collectors import Context  # only a live run loads the collectors
+
     ctx = Context(window_s=args.duration, ebpf=args.ebpf)
     # the window is mostly waiting: load the rule engines meanwhile, not after it
     threading.Thread(target=load_engines, name="wp-mcp-load-engines", daemon=True).start()

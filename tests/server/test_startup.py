@@ -26,3 +26,24 @@ def test_serve_imports_no_heavy_module_before_the_first_call() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = set(json.loads(done.stdout))
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+DIAGNOSE_STORED = """
+import sys
+from wp_mcp.server.cli import main
+code = main(["--store", sys.argv[1], "diagnose", sys.argv[2]])
+print("collectors" if "wp_mcp.collectors" in sys.modules else "none", code)
+"""
+
+
+def test_diagnose_of_a_stored_snapshot_never_loads_the_collectors(tmp_path) -> None:
+    """Only `diagnose --live` collects: a stored snapshot's diagnosis leaves them (0.4 s of
+    imports) out."""
+    from wp_mcp.graph.store import Store
+    from wp_mcp.graph.witty import load_witty
+    from wp_testdata import WITTY_GRAPH
+
+    snapshot = Store(tmp_path).put(load_witty(WITTY_GRAPH), label="fixture")
+    done = subprocess.run([sys.executable, "-c", DIAGNOSE_STORED, str(tmp_path), snapshot],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.stdout.split()[-2:] == ["none", "0"], done.stderr[-2000:]
