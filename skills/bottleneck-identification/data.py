@@ -12,6 +12,7 @@ from .thresholds import (
     LOADERS_WORKING,
     NEW_WORKER_MIN_CPU,
     OVERSUBSCRIBED,
+    PROC_MAJOR_FAULTS,
     TRAINER_ON_QUEUE,
     TRAINER_WAITING,
 )
@@ -100,6 +101,7 @@ _WORK = {
     "sleep": "sleeping inside __getitem__ (a timed wait: throttled or remote reads)",
     "socket": "reading from the network (remote storage)",
     "other": "waiting in the kernel",
+    "paging": "faulting their pages back in from disk",
 }
 _IDLE_WAITS = ("fd_wait", "futex")  # a worker waiting for the next index, or on a lock
 _WORK_ACTIONS = {
@@ -107,6 +109,11 @@ _WORK_ACTIONS = {
     "io": "The loaders wait on storage: cache the dataset in memory or on local NVMe and read "
     "larger sequential chunks (see layer 5 for the disk); more workers only deepen the disk "
     "queue. ",
+    # a worker faulting pages in looks busy (running, or D) but waits on memory: more
+    # workers, or fewer loading in the trainer, each hold pages of their own
+    "paging": "The loaders' memory is short (layer 2): raise the job's memory limit or free "
+    "memory on the host, and shrink what each worker holds (a smaller prefetch_factor, "
+    "smaller shuffle buffers); ",
 }
 _WAIT_ACTION = (
     "The loaders wait inside __getitem__: remove blocking calls, cache remote data locally, "
@@ -139,6 +146,9 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
         if short_of_cpu:
             continue
         work = _dominant_work(workers)
+        faults = _mean_major_faults(workers)
+        if PROC_MAJOR_FAULTS.reached(faults):
+            work = "paging"
         out.append(
             ctx.finding(
                 subject=trainer.id,
@@ -146,11 +156,16 @@ def dataloader_stalled(ctx: RuleContext) -> list[Finding]:
                 priority="P1",
                 title=f"{ctx.label(trainer.id)} waits on its DataLoader {on_queue:.0f} % of the "
                 f"window; its {len(workers)} loaders work {working:.0f} % of it, mostly "
-                f"{_WORK[work]}",
+                f"{_WORK[work]}"
+                + (f" ({faults:.0f} major faults/s each)" if work == "paging" else ""),
                 evidence=_loader_evidence(ctx, trainer, workers),
                 impact="each step waits for a batch: the loaders set the job's pace",
                 action=_WORK_ACTIONS.get(work, _WAIT_ACTION)
-                + worker_count_advice(ctx, trainer, workers, cpu_bound=work == "running"),
+                + (
+                    "keep the number of loader workers: each one more holds pages of its own."
+                    if work == "paging"
+                    else worker_count_advice(ctx, trainer, workers, cpu_bound=work == "running")
+                ),
             )
         )
     return out
@@ -189,6 +204,13 @@ def _mean_working(workers: list[Node]) -> float:
     a lock."""
     idle = [sum(w.get("main_waits").get(k, 0.0) for k in _IDLE_WAITS) for w in workers]
     return 100 * (1 - sum(idle) / len(idle))
+
+
+def _mean_major_faults(workers: list[Node]) -> float | None:
+    """Mean major faults/s of the workers over the window, None where none was measured."""
+    rates = [w.get("major_faults_per_s") for w in workers]
+    known = [r for r in rates if r is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _dominant_work(workers: list[Node]) -> str:

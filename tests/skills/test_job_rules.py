@@ -190,6 +190,21 @@ def test_loaders_blocked_on_disk_are_sent_to_the_storage_layer():
     assert "blocked on disk I/O" in first.title and "layer 5" in first.action
 
 
+def test_loaders_faulting_pages_in_are_sent_to_memory_not_told_to_change_their_count():
+    """Under a cgroup memory.high the workers look busy (running between faults), but they
+    read their pages back from disk: the cause is memory, and neither more workers (more
+    pages) nor loading in the trainer (num_workers=0) helps."""
+    graph = loader_waits(ON_QUEUE, {"running": 0.9, "fd_wait": 0.1}, 90.0, cpu_busy_pct=99.0,
+                         workers=4)()  # fmt: skip
+    for worker in graph.of_kind("process"):
+        if worker.get("name") == "pt_data_worker":
+            worker.major_faults_per_s = 240.0
+    (first, _) = loader_findings(graph)
+    assert "faulting their pages back in from disk (240 major faults/s each)" in first.title
+    assert "layer 2" in first.action and "keep the number of loader workers" in first.action
+    assert "num_workers from" not in first.action
+
+
 def test_the_worker_count_advised_fits_the_idle_cpus_of_this_host():
     """8 CPUs for 2 ranks hold 3 workers each with a CPU apiece. 75 % busy leaves 2 idle:
     CPU-bound workers (90 % of one each) fit 1 more per rank. With every CPU busy the count
