@@ -23,15 +23,24 @@ MAX_LIMIT = 200
 
 def haystack(node: Node) -> str:
     """A node's lower-cased searchable text: its id, names, command line, addresses."""
-    text = [node.id]
+    name, others = searched_values(node)
+    return "\n".join([node.id, *([] if name is None else [name]), *others]).lower()
+
+
+def searched_values(node: Node) -> tuple[str | None, list[str]]:
+    """What :func:`haystack` holds besides the id, as written: the name (None when it is not
+    a string) and the other values, each cut to 4096 characters."""
+    values = []
     for name in SEARCHED:
         value = attr(node, name)
         if isinstance(value, str):
-            text.append(value[:4096])
+            values.append(value[:4096])
     port = attr(node, "local_port")
     if port is not None:
-        text.append(f":{port}")
-    return "\n".join(text).lower()
+        values.append(f":{port}")
+    if isinstance(attr(node, "name"), str):
+        return values[0], values[1:]
+    return None, values
 
 
 def name_key(node: Node) -> str:

@@ -15,7 +15,7 @@ its text and cursors are identical (tests/graph/test_store_entities.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from wp_mcp.graph.graph import Graph
@@ -24,30 +24,51 @@ from wp_mcp.graph.model import Meta, Node, validate_edges, validate_nodes
 from . import render_view
 from .index import carry_fingerprint, index_for
 from .render import Page
-from .search import clamp_limit, found_page, haystack, name_key, needle_of
+from .search import clamp_limit, found_page, name_key, needle_of, rank, searched_values
 from .text import word
 
 if TYPE_CHECKING:
     from wp_mcp.graph.store import Store
 
-# (id, name, searchable text, record) per node; (position, src, dst, record) per edge
-NodeRow = tuple[str, bytes, bytes, bytes]
-EdgeRow = tuple[int, str, str, bytes]
+
+class IndexedNode(NamedTuple):
+    """A node's row of the node index: its id and record, and what a search compares,
+    lower-cased as converters/search.py lower-cases it: the id and the name each framed by
+    line breaks (a query without one finds where either starts and ends), and the rest of
+    the searchable text (:func:`~.search.haystack` is the id, the name and the rest)."""
+
+    id: str
+    key: str
+    name: str
+    other: str
+    record: bytes
+
+
+EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, dst, record)
 _NO_IDS: list[str] = []  # what an empty query finds (never changed)
+# Needles of fewer characters have no trigram: a search for one scans every row
+TRIGRAM = 3
 
 
-def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
+def index_rows(graph: Graph) -> tuple[str, list[IndexedNode], Iterator[EdgeRow]]:
     """The whole graph's fingerprint and the rows of its node index."""
     from wp_mcp.graph.native import element_dumps  # only to build: an answer reads rows
 
-    nodes = [
-        (node.id, name_key(node).encode(), haystack(node).encode(), element_dumps(node))
-        for node in graph.nodes.values()
-    ]
+    nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
     edges = (
         (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
     )
     return index_for(graph).fingerprint, nodes, edges
+
+
+def _indexed(node: Node, record: bytes) -> IndexedNode:
+    name, others = searched_values(node)
+    lower_name = name_key(node)
+    other = "\n".join(others).lower()
+    cut = None if name is None else name.lower()  # the name as the haystack holds it
+    if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
+        other = f"{cut}\n{other}"
+    return IndexedNode(node.id, f"\n{node.id.lower()}\n", f"\n{lower_name}\n", other, record)
 
 
 def entity_page(
@@ -68,20 +89,63 @@ def entity_page(
 def search_page(
     store: Store, snapshot_id: str, query: str, limit: int = 20, max_tokens: int = 4000
 ) -> Page | None:
-    """``search(graph, query, ...)`` of the stored snapshot, read from its node index (the
-    store ranks as :func:`~.search.rank` does); None when the snapshot has none yet."""
-    if store.node_index(snapshot_id) is None:
+    """``search(graph, query, ...)`` of the stored snapshot, read from its node index (ranked
+    by :func:`~.search.rank` as there); None when the snapshot has none yet, or for a query
+    with a line break inside (it can match across two values of the searchable text, which
+    the index keeps apart: the graph answers it)."""
+    needle = needle_of(query)
+    if "\n" in needle or store.node_index(snapshot_id) is None:
         return None
     limit = clamp_limit(limit)
-    needle = needle_of(query)
-    total, best = 0, _NO_IDS
-    if needle:
-        # a lone surrogate (from a command line argument) matches no stored text, as in a graph
-        total, best = store.search(snapshot_id, needle.encode("utf-8", "surrogatepass"), limit)
+    total, best = _found(store, snapshot_id, needle, limit)
     by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, best))}
     # the label a snapshot's pages carry (render.snapshot_label with a snapshot id)
     snap = word(snapshot_id, 40)
     return found_page(query, [by_id[node_id] for node_id in best], total, max_tokens, snap)
+
+
+def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int, list[str]]:
+    """How many nodes hold ``needle`` (no line break) in their name or searchable text, and
+    the ids of the ``limit`` best, best first (as :func:`~.search.search` ranks them)."""
+    if not needle or not _encodable(needle):
+        # a lone surrogate (from a command line argument) matches no stored text, as in a graph
+        return 0, _NO_IDS
+    if len(needle) < TRIGRAM or "\x00" in needle:  # no trigram; a NUL ends a query string
+        return store.search_scan(snapshot_id, needle, limit)
+    tiers = _tiers(needle)
+    total = store.search_count(snapshot_id, tiers[-1][1])  # any column
+    best: list[str] = []
+    for place, match in tiers if total else ():
+        # each tier's candidates in id order: the first `limit` of that rank are its best
+        for node_id, name in store.search_matches(snapshot_id, match):
+            found = rank(node_id, name, needle, "")  # "": any match at all is a rank 4 one
+            if (4 if found is None else found) == place:
+                best.append(node_id)
+                if len(best) == limit:
+                    return total, best
+    return total, best
+
+
+def _tiers(needle: str) -> list[tuple[int, str]]:
+    """Per rank of :func:`~.search.rank`, a full-text query finding every node of that rank
+    (and perhaps others, which the rank computed again leaves out): the framed id is the
+    needle framed, starts or ends with it; so for the name; the name holds it; any column."""
+    text = needle.replace('"', '""')  # a query's string: only its quote is special
+    return [
+        (0, f'key : "\n{text}\n"'),
+        (1, f'key : ("\n{text}" OR "{text}\n")'),
+        (2, f'name : "\n{text}\n"'),
+        (3, f'name : "{text}"'),
+        (4, f'{{key name other}} : "{text}"'),
+    ]
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph:

@@ -108,9 +108,9 @@ _SCHEMA = (
         next_cursor TEXT,
         PRIMARY KEY (snapshot_id, view, fmt, budget)
     ) WITHOUT ROWID""",
-    # the node index (converters/stored.py): an entity or a search reads these rows, not the
-    # graph. A node's record; its name and searchable text apart, so a search scans only
-    # them; an edge's record, found by either end, in the graph's order (seq)
+    # the node index before format 2 (converters/stored.py): kept so that a store written
+    # then deletes those rows with their snapshot; a current index lives in per-snapshot
+    # tables (_index_tables), which a deleted snapshot drops whole
     """CREATE TABLE IF NOT EXISTS node_rows (
         snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
         id TEXT NOT NULL,
@@ -135,10 +135,12 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS edge_rows_by_src ON edge_rows(snapshot_id, src)",
     "CREATE INDEX IF NOT EXISTS edge_rows_by_dst ON edge_rows(snapshot_id, dst)",
-    # a snapshot whose node index is complete, with the fingerprint of its whole graph
+    # a snapshot whose node index is complete: the fingerprint of its whole graph, and the
+    # index's format (NULL: written before formats, read as no index and built again)
     """CREATE TABLE IF NOT EXISTS node_sets (
         snapshot_id TEXT PRIMARY KEY REFERENCES snapshots(id) ON DELETE CASCADE,
-        fingerprint TEXT NOT NULL
+        fingerprint TEXT NOT NULL,
+        format INTEGER
     ) WITHOUT ROWID""",
 )
 # Tables added after the first release: a store that lacks one gets the schema again.
@@ -147,6 +149,9 @@ _ADDED_TABLES = (
     "node_sets",
 )  # fmt: skip
 _DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_keys", "edge_rows")
+# The node index's format: 2 keeps each snapshot's index in tables of its own (dropped with
+# it) with an FTS5 trigram index for searches; an index of another format is built again.
+NODE_INDEX_FORMAT = 2
 _IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
@@ -156,7 +161,7 @@ EAGER_PAGES = 64
 MAX_EVENTS = 10_000  # events kept; the oldest go first
 BASELINE_KEY = "baseline"
 # Columns added after the first release: (table, column, declaration), added where missing.
-_ADDED_COLUMNS = (("snapshots", "content_sha256", "TEXT"),)
+_ADDED_COLUMNS = (("snapshots", "content_sha256", "TEXT"), ("node_sets", "format", "INTEGER"))
 _ADDED_INDEXES = ("CREATE INDEX IF NOT EXISTS snapshots_by_content ON snapshots(content_sha256)",)
 
 
@@ -227,6 +232,7 @@ class Store:
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._pages_table: bool | None = None
+        self._node_set_columns: set[str] | None = None
         db = self._connect()  # an unusable store is said now, not at the first read
         if not self.read_only and not _schema_is_current(db):
             with self._transaction("cannot open the store") as db:
@@ -613,35 +619,57 @@ class Store:
 
     def build_node_index(self, snapshot_id: str, graph: Graph) -> None:
         """Store the rows an entity or a search of this snapshot reads instead of the graph
-        (converters/stored.py makes them), in one transaction: all of them or none."""
+        (converters/stored.py makes them), in one transaction: all of them or none. An index
+        of an earlier format is replaced."""
         from wp_mcp.converters.stored import index_rows  # the converters make; the store keeps
 
         if self.read_only or self.node_index(snapshot_id) is not None:
             return
         fingerprint, nodes, edges = index_rows(graph)
+        tables = _index_tables(snapshot_id)
         with self._transaction("cannot store the node index") as db:
             if db.execute("SELECT 1 FROM snapshots WHERE id=?", (snapshot_id,)).fetchone() is None:
                 return  # deleted meanwhile
-            if db.execute("SELECT 1 FROM node_sets WHERE snapshot_id=?", (snapshot_id,)).fetchone():
+            query = "SELECT 1 FROM node_sets WHERE snapshot_id=? AND format=?"
+            if db.execute(query, (snapshot_id, NODE_INDEX_FORMAT)).fetchone():
                 return  # another process built it meanwhile
-            for table in ("node_rows", "search_keys", "edge_rows"):
-                db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
+            _drop_node_index(db, snapshot_id)  # an earlier format's, or a build cut short
+            for statement in _index_schema(tables):
+                db.execute(statement)
             db.executemany(
-                "INSERT INTO node_rows VALUES (?,?,?)",
-                ((snapshot_id, node_id, data) for node_id, _n, _h, data in nodes),
+                f"INSERT INTO {tables.nodes} VALUES (?,?)",
+                ((node.id, _trimmed(node.record, _node_head(node.id))) for node in nodes),
             )
-            db.executemany(
-                "INSERT INTO search_keys VALUES (?,?,?,?,?)",
+            db.executemany(  # in id order, so a query's rows in rowid order are in id order
+                f"INSERT INTO {tables.text} VALUES (?,?,?,?,?)",
                 (
-                    (snapshot_id, node_id, node_id.lower().encode(), name, text)
-                    for node_id, name, text, _d in nodes
+                    (
+                        position,
+                        None if node.key[1:-1] == node.id else node.id,
+                        node.key,
+                        node.name,
+                        node.other,
+                    )
+                    for position, node in enumerate(sorted(nodes, key=_by_id), 1)
+                ),  # fmt: skip
+            )
+            search = tables.search
+            db.execute(f"INSERT INTO {search}({search}) VALUES ('rebuild')")
+            # one b-tree per term instead of the segments of each batch: smaller and faster
+            db.execute(f"INSERT INTO {search}({search}) VALUES ('optimize')")
+            db.executemany(
+                f"INSERT INTO {tables.edges} VALUES (?,?,?,?)",
+                (
+                    (seq, src, dst, _trimmed(record, _edge_head(src, dst)))
+                    for seq, src, dst, record in edges
                 ),
             )
-            db.executemany(
-                "INSERT INTO edge_rows VALUES (?,?,?,?,?)",
-                ((snapshot_id, *edge) for edge in edges),
+            for end in ("src", "dst"):
+                db.execute(f"CREATE INDEX {tables.edges}_{end} ON {tables.edges}({end})")
+            db.execute(
+                "INSERT INTO node_sets VALUES (?,?,?)",
+                (snapshot_id, fingerprint, NODE_INDEX_FORMAT),
             )
-            db.execute("INSERT INTO node_sets VALUES (?,?)", (snapshot_id, fingerprint))
 
     def build_node_index_quietly(self, snapshot_id: str, graph: Graph) -> None:
         """:meth:`build_node_index` for a caller that has its answer already: an index that
@@ -653,65 +681,102 @@ class Store:
             log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
 
     def node_index(self, snapshot_id: str) -> str | None:
-        """The whole graph's fingerprint once the snapshot's node index is stored, else None."""
-        if not self._has_table("node_sets"):  # a read-only store made before node indexes
+        """The whole graph's fingerprint once the snapshot's node index is stored in the
+        current format, else None (an older one is built again, or the graph answers)."""
+        if "format" not in self._node_sets_columns():  # read-only, made before formats
             return None
-        query = "SELECT fingerprint FROM node_sets WHERE snapshot_id=?"
+        query = "SELECT fingerprint FROM node_sets WHERE snapshot_id=? AND format=?"
         with self._errors("cannot read the node index"):
-            row = self._connect().execute(query, (snapshot_id,)).fetchone()
+            row = self._connect().execute(query, (snapshot_id, NODE_INDEX_FORMAT)).fetchone()
         return str(row[0]) if row else None
+
+    def _node_sets_columns(self) -> set[str]:
+        if self._node_set_columns is None:  # a read-only store keeps the schema it has
+            self._node_set_columns = _columns(self._connect(), "node_sets")
+        return self._node_set_columns
 
     def node_records(self, snapshot_id: str, node_ids: _Ids) -> _Records:
         """The stored records of the nodes with these ids (those that exist)."""
-        return [row[1] for row in self._rows_of("node_rows", "id", snapshot_id, node_ids)]
+        table = _index_tables(snapshot_id).nodes
+        rows = self._rows_in(f"SELECT id, data FROM {table}", "id", node_ids)
+        return [_whole(data, _node_head(node_id)) for node_id, data in rows]
 
     def edge_records(self, snapshot_id: str, node_ids: _Ids) -> dict[int, tuple[str, str, bytes]]:
         """Every edge from or to these nodes: graph position → (src, dst, record)."""
+        table = _index_tables(snapshot_id).edges
         edges: dict[int, tuple[str, str, bytes]] = {}
         for end in ("src", "dst"):
-            for seq, src, dst, data in self._rows_of("edge_rows", end, snapshot_id, node_ids):
-                edges[seq] = (src, dst, data)
+            query = f"SELECT seq, src, dst, data FROM {table}"
+            for seq, src, dst, data in self._rows_in(query, end, node_ids):
+                edges[seq] = (src, dst, _whole(data, _edge_head(src, dst)))
         return edges
 
-    def _rows_of(self, table: str, key: str, snapshot_id: str, values: _Ids) -> _Rows:
-        columns, source = "id, data", table
-        if table == "edge_rows":  # without statistics SQLite would scan by the primary key
-            columns, source = "seq, src, dst, data", f"edge_rows INDEXED BY edge_rows_by_{key}"
+    def _rows_in(self, select: str, key: str, values: _Ids) -> _Rows:
+        """The rows of ``select`` whose ``key`` is one of ``values``."""
         rows: _Rows = []
         with self._errors("cannot read the node index"):
             db = self._connect()
             for start in range(0, len(values), _IN_LIST):
                 chunk = values[start : start + _IN_LIST]
                 marks = ",".join("?" * len(chunk))
-                query = f"SELECT {columns} FROM {source} WHERE snapshot_id=? AND {key} IN ({marks})"
-                rows += db.execute(query, (snapshot_id, *chunk)).fetchall()
+                rows += db.execute(f"{select} WHERE {key} IN ({marks})", chunk).fetchall()
         return rows
 
-    def search(self, snapshot_id: str, needle: bytes, limit: int) -> tuple[int, _Ids]:
-        """The ids of the ``limit`` best nodes whose searchable text or name holds
-        ``needle`` (lower-cased UTF-8), best first, and how many hold it. Ranked as
-        converters/search.py ranks: the id itself, an id starting or ending with it, the
-        name itself, in the name, elsewhere; then by id (UTF-8 order is code point order)."""
-        matching = (
-            "FROM search_keys WHERE snapshot_id = :s "
-            "AND (instr(haystack, :q) > 0 OR instr(name, :q) > 0)"
+    def search_count(self, snapshot_id: str, match: str) -> int:
+        """How many nodes the full-text query ``match`` finds: FTS5 with the trigram
+        tokenizer, case-sensitive, over the columns converters/stored.py ``IndexedNode``
+        writes (``key``: the lower-cased id, and ``name`` framed by line breaks; ``other``),
+        counted in the index without reading the rows."""
+        table = _index_tables(snapshot_id).search
+        with self._errors("cannot search the node index"):
+            query = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+            return int(self._connect().execute(query, (match,)).fetchone()[0])
+
+    def search_matches(self, snapshot_id: str, match: str) -> Iterator[tuple[str, str]]:
+        """The nodes ``match`` finds in id order, read as they are asked for: (id, lower-cased
+        name)."""
+        tables = _index_tables(snapshot_id)
+        query = (
+            f"SELECT t.id, t.key, t.name FROM {tables.search} AS s JOIN {tables.text} AS t "
+            f"ON t.pos = s.rowid WHERE {tables.search} MATCH ? ORDER BY s.rowid"
         )
+        with self._errors("cannot search the node index"):
+            for node_id, key, name in self._connect().execute(query, (match,)):
+                yield node_id or key[1:-1], name[1:-1]
+
+    def search_scan(self, snapshot_id: str, needle: str, limit: int) -> tuple[int, _Ids]:
+        """The ids of the ``limit`` best nodes whose searchable text or name holds
+        ``needle`` (lower-cased, no line break), best first, and how many hold it: a scan
+        of every row, for needles the trigram index cannot look up (shorter than 3
+        characters, or holding a NUL). Ranked as converters/search.py ranks: the id itself,
+        an id starting or ending with it, the name itself, in the name, elsewhere; then by
+        id (the rows are stored in id order). Compared as UTF-8 bytes, so that a NUL in a
+        string ends nothing."""
+        table = _index_tables(snapshot_id).text
+        # the frames hold no needle, so the framed columns are searched as they are; the id
+        # and the name are unframed only to rank the rows that match
+        rows = f"""FROM (SELECT pos, id, key, CAST(key AS BLOB) AS framed_id,
+                CAST(name AS BLOB) AS framed_name, CAST(other AS BLOB) AS other FROM {table})
+            WHERE instr(framed_id, :q) > 0 OR instr(framed_name, :q) > 0
+                OR instr(other, :q) > 0"""
+        lower_id = "substr(framed_id, 2, length(framed_id) - 2)"
+        name = "substr(framed_name, 2, length(framed_name) - 2)"
         # two scans cost less than one that sorts every match to count them (a window)
-        best = f"""SELECT id {matching} ORDER BY CASE
-                WHEN lower_id = :q THEN 0
-                WHEN substr(lower_id, 1, length(:q)) = :q
-                  OR (length(lower_id) >= length(:q) AND substr(lower_id, -length(:q)) = :q)
+        best = f"""SELECT id, key {rows} ORDER BY CASE
+                WHEN {lower_id} = :q THEN 0
+                WHEN substr({lower_id}, 1, length(:q)) = :q
+                  OR (length({lower_id}) >= length(:q) AND substr({lower_id}, -length(:q)) = :q)
                   THEN 1
-                WHEN name = :q THEN 2
-                WHEN instr(name, :q) > 0 THEN 3
-                ELSE 4 END, id LIMIT :limit"""
-        arguments = {"s": snapshot_id, "q": needle, "limit": limit}
+                WHEN {name} = :q THEN 2
+                WHEN instr(framed_name, :q) > 0 THEN 3
+                ELSE 4 END, pos LIMIT :limit"""
+        arguments = {"q": needle.encode(), "limit": limit}
         with self._errors("cannot search the node index"):
             db = self._connect()
-            ids = [str(row[0]) for row in db.execute(best, arguments)]
+            ids = [node_id or key[1:-1] for node_id, key in db.execute(best, arguments)]
             if len(ids) < limit:  # all of them: no second scan to count them
                 return len(ids), ids
-            total = int(db.execute(f"SELECT count(*) {matching}", arguments).fetchone()[0])
+            total = int(db.execute(f"SELECT count(*) {rows}", arguments).fetchone()[0])
         return total, ids
 
     # ------------------------------------------------------------------ reports
@@ -854,9 +919,79 @@ def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str
 def _delete_snapshot(db: sqlite3.Connection, snapshot_id: str) -> None:
     """A snapshot with everything derived from it (its pages go by cascade as well; a store
     opened by an older version had no foreign keys on them, hence the explicit deletes)."""
+    _drop_node_index(db, snapshot_id)
     for table in (*_DERIVED_TABLES, "reports"):
         db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
     db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
+
+
+@dataclass(frozen=True)
+class IndexTables:
+    """The tables of one snapshot's node index: node records by id, edge records by
+    position (indexed by either end), the searched text of each node by position in id
+    order, and the full-text index of that text (FTS5, its content read from ``text``)."""
+
+    nodes: str
+    edges: str
+    text: str
+    search: str
+
+
+def _index_tables(snapshot_id: str) -> IndexTables:
+    if not snapshot_id.isascii() or not snapshot_id.isalnum():  # ours: "s" and hex digits
+        raise UserError(f"not a snapshot id: {excerpt(snapshot_id, 40)}")
+    return IndexTables(
+        *(f"ni_{part}_{snapshot_id}" for part in ("nodes", "edges", "text", "search"))
+    )
+
+
+def _index_schema(tables: IndexTables) -> tuple[str, ...]:
+    # the search index is external-content (the text is kept once, in `text`, which a short
+    # needle scans), keeps no column sizes (only ranking by relevance reads them) and is
+    # case-sensitive: the text is lower-cased as converters/search.py lower-cases it, which
+    # SQLite's own folding does not match
+    return (
+        f"CREATE TABLE {tables.nodes} (id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
+        f"""CREATE TABLE {tables.edges} (seq INTEGER PRIMARY KEY, src TEXT NOT NULL,
+            dst TEXT NOT NULL, data BLOB NOT NULL)""",
+        f"""CREATE TABLE {tables.text} (pos INTEGER PRIMARY KEY, id TEXT, key TEXT NOT NULL,
+            name TEXT NOT NULL, other TEXT NOT NULL)""",
+        f"""CREATE VIRTUAL TABLE {tables.search} USING fts5(key, name, other,
+            content={tables.text}, content_rowid=pos, tokenize='trigram case_sensitive 1',
+            columnsize=0, detail=full)""",
+    )
+
+
+def _drop_node_index(db: sqlite3.Connection, snapshot_id: str) -> None:
+    """A snapshot's node index, of any format (the rows before format 2 go with
+    _DERIVED_TABLES)."""
+    tables = _index_tables(snapshot_id)
+    for table in (tables.search, tables.text, tables.edges, tables.nodes):  # and its indexes
+        db.execute(f"DROP TABLE IF EXISTS {table}")
+    for table in ("node_sets", "node_rows", "search_keys", "edge_rows"):
+        db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))
+
+
+# A node's record starts with its id, an edge's with its ends: the index keeps them once
+# (in their columns), and a record without that head starts with the comma that follows it.
+def _node_head(node_id: str) -> bytes:
+    return b'{"id":' + orjson.dumps(node_id) + b","
+
+
+def _edge_head(src: str, dst: str) -> bytes:
+    return b'{"src":' + orjson.dumps(src) + b',"dst":' + orjson.dumps(dst) + b","
+
+
+def _trimmed(record: bytes, head: bytes) -> bytes:
+    return record[len(head) - 1 :] if record.startswith(head) else record
+
+
+def _whole(stored: bytes, head: bytes) -> bytes:
+    return head[:-1] + stored if stored.startswith(b",") else stored
+
+
+def _by_id(node: Any) -> str:
+    return str(node.id)
 
 
 def _page_key(view: Any, fmt: Any, cursor: Any, max_tokens: Any, filters: Any, entity: Any,
