@@ -7,7 +7,7 @@ each contribute what they know about the same process or device.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from itertools import compress
 from operator import attrgetter
@@ -31,7 +31,8 @@ class Graph:
     def __init__(self, meta: Meta | None = None) -> None:
         self.meta = meta or Meta()
         self.nodes: dict[str, Node] = {}
-        self._by_kind: dict[str, dict[str, Node]] = defaultdict(dict)
+        # nodes by kind; None in a graph built in bulk until first asked for (_kind_index)
+        self._by_kind: dict[str, dict[str, Node]] | None = {}
         self._edges: dict[tuple[Any, ...], Edge] = {}
         # a graph read from the store holds its edges as a list until an edge is added or
         # removed: the table by identity costs a tuple and a hash per edge, and most readers
@@ -85,12 +86,19 @@ class Graph:
         """Build from elements the store validated and checked when it stored them (unique
         ids, unique edges, no dangling end): no check here, indexes in C-level passes."""
         graph = cls(meta)
-        ids = list(map(_ID, nodes))
-        graph.nodes = dict(zip(ids, nodes, strict=True))
-        graph._by_kind.update(_by_kind(ids, nodes))
+        graph.nodes = dict(zip(map(_ID, nodes), nodes, strict=True))
+        graph._by_kind = None  # built on first need: a read need not pay for it
         graph._edge_list = edges
         graph._adjacency_ready = False
         return graph
+
+    def _kind_index(self) -> dict[str, dict[str, Node]]:
+        """Nodes by kind, built from the nodes on first need (a change builds it first, so
+        that kinds keep the order of their first appearance before the change)."""
+        index = self._by_kind
+        if index is None:
+            index = self._by_kind = _by_kind(self.nodes)
+        return index
 
     def _edge_table(self) -> dict[tuple[str, str, str, str | None], Edge]:
         """Edges by identity, built from the stored list on first need."""
@@ -105,10 +113,14 @@ class Graph:
     def _adjacency(self) -> None:
         if self._adjacency_ready:
             return
-        out, into = self._out, self._in
+        # built aside and set at once: two threads rendering one cached graph may both get
+        # here, and neither may see (or append to) a half-built table
+        out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
+        into: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         for edge in self._every_edge():
             out[edge.src][edge.kind].append(edge)
             into[edge.dst][edge.kind].append(edge)
+        self._out, self._in = out, into
         self._adjacency_ready = True
 
     # ------------------------------------------------------------------ building
@@ -121,7 +133,7 @@ class Graph:
         existing = self.nodes.get(node.id)
         if existing is None:
             self.nodes[node.id] = node
-            self._by_kind[node.kind][node.id] = node
+            self._kind_index().setdefault(node.kind, {})[node.id] = node
             return node
         if existing.kind != node.kind:
             raise GraphError(
@@ -166,12 +178,13 @@ class Graph:
 
     def remove_node(self, node_id: str) -> None:
         """Remove a node and every edge touching it."""
-        node = self.nodes.pop(node_id, None)
-        if node is None:
+        if node_id not in self.nodes:
             return
+        by_kind = self._kind_index()  # before the change: see _kind_index
+        node = self.nodes.pop(node_id)
         self._adjacency()
         self.checked = False
-        self._by_kind[node.kind].pop(node_id, None)
+        by_kind[node.kind].pop(node_id, None)
         doomed = [e for lists in self._out.pop(node_id, {}).values() for e in lists]
         doomed += [e for lists in self._in.pop(node_id, {}).values() for e in lists]
         table = self._edge_table()
@@ -211,10 +224,10 @@ class Graph:
         return self.nodes.get(node_id)
 
     def of_kind(self, kind: str) -> list[Node]:
-        return list(self._by_kind.get(kind, {}).values())
+        return list(self._kind_index().get(kind, {}).values())
 
     def kinds(self) -> dict[str, int]:
-        return {kind: len(nodes) for kind, nodes in self._by_kind.items() if nodes}
+        return {kind: len(nodes) for kind, nodes in self._kind_index().items() if nodes}
 
     def edges(self, kind: str | None = None) -> Iterator[Edge]:
         every = self._every_edge()
@@ -287,22 +300,19 @@ class Graph:
     def iter_nodes(self, kinds: Iterable[str] | None = None) -> Iterator[Node]:
         if kinds is None:
             return iter(self.nodes.values())
-        return (n for k in kinds for n in self._by_kind.get(k, {}).values())
+        index = self._kind_index()
+        return (n for k in kinds for n in index.get(k, {}).values())
 
 
-def _by_kind(ids: list[str], nodes: list[Node]) -> dict[str, dict[str, Node]]:
+def _by_kind(nodes: dict[str, Node]) -> dict[str, dict[str, Node]]:
     """Nodes by kind, each kind's in the nodes' order, kinds in order of appearance: one
-    stable sort by kind and a slice per kind, all C-level (a pass per kind comparing every
-    node's kind costs several times more on a graph of many kinds)."""
-    kinds = list(map(_KIND, nodes))
-    order = sorted(range(len(kinds)), key=kinds.__getitem__)
-    pairs = list(zip(map(ids.__getitem__, order), map(nodes.__getitem__, order), strict=True))
-    runs: dict[str, slice] = {}
-    start = 0
-    for kind, count in sorted(Counter(kinds).items()):
-        runs[kind] = slice(start, start + count)
-        start += count
-    return {kind: dict(pairs[runs[kind]]) for kind in dict.fromkeys(kinds)}
+    C-level pass that files each node into its kind's dict (no frame per node; a sort by
+    kind, or a pass per kind, costs several times more)."""
+    kinds = list(map(_KIND, nodes.values()))
+    index: dict[str, dict[str, Node]] = {kind: {} for kind in dict.fromkeys(kinds)}
+    files = map(dict.__setitem__, map(index.__getitem__, kinds), nodes, nodes.values())
+    deque(files, maxlen=0)
+    return index
 
 
 def _merge_attrs(target: Node | Edge, incoming: Node | Edge) -> None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .errors import UserError
+from .gcpause import release_frozen
 from .outfile import describe_os_error, shown
 from .safetext import error_line, excerpt
 
@@ -492,14 +493,17 @@ class Store:
         """Keep ``graph`` as the parsed form of snapshot ``snapshot_id`` (the caller that
         just stored it hands it over instead of having it read back; it must not change)."""
         weight = (len(graph.nodes) + graph.edge_count) * _BYTES_PER_ELEMENT
+        evicted = False
         with self._cache_lock:
             if snapshot_id in self._cache:
                 return
             self._cache[snapshot_id] = (graph, weight)
             self._cache_bytes += weight
             while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
-                _, (_, dropped) = self._cache.popitem(last=False)
-                self._cache_bytes -= dropped
+                self._cache_bytes -= self._cache.popitem(last=False)[1][1]  # no name holds it
+                evicted = True
+        if evicted:
+            release_frozen()  # a graph read frozen is freed now, caches pointing back or not
 
     def info(self, ref: str) -> SnapshotInfo:
         snapshot_id = self.resolve(ref)
@@ -531,8 +535,10 @@ class Store:
 
     def _forget(self, snapshot_id: str) -> None:
         with self._cache_lock:
-            _, weight = self._cache.pop(snapshot_id, (None, 0))
+            weight = self._cache.pop(snapshot_id, (None, 0))[1]  # no name holds the graph
             self._cache_bytes -= weight
+        if weight:
+            release_frozen()
 
     # ------------------------------------------------------------------ pages
 

@@ -1,14 +1,16 @@
 """The store's own form of a whole graph: validated once when stored, trusted when read.
 
-A stored snapshot is the native ``wp-graph`` document, zlib-compressed. When the graph's
-elements pass the model's validation unchanged and the whole-graph checks when it is
+A stored snapshot is the native ``wp-graph`` document, zlib-compressed (written and read
+with isal, whose inflate is ~2.5x zlib's on the same bytes; any zlib reads them). When the
+graph's elements pass the model's validation unchanged and the whole-graph checks when it is
 stored, the row starts with ``TAG``: reading it back skips validation and the checks (they
-ran already) and wraps the parsed dicts in their classes in C-level passes
-(``Graph.from_trusted``). A row without the tag (stored before the tag existed, or holding
-a value the model would coerce or refuse) is read through the validating reader, as a file
-is. The store is ours, but its file is on disk: zlib's checksum refuses a damaged row, and
-a row whose document does not hold what its listing says (node and edge counts), or that
-cannot be built, is read through the validating reader too, which names what is wrong.
+ran already), wraps the parsed dicts in their classes in C-level passes
+(``Graph.from_trusted``) and keeps a large graph's objects out of the cyclic collector's
+passes (``graph/gcpause.py``). A row without the tag (stored before the tag existed, or
+holding a value the model would coerce or refuse) is read through the validating reader, as
+a file is. The store is ours, but its file is on disk: zlib's checksum refuses a damaged
+row, and a row whose document does not hold what its listing says (node and edge counts), or
+that cannot be built, is read through the validating reader too, which names what is wrong.
 
 Why this form (``benchmarks/bench_import.py``; ``docs/architecture.md``, the store): orjson
 parses the native JSON straight into the dicts elements hold, faster than msgpack unpacks
@@ -18,26 +20,28 @@ need a Python pass per element to turn rows into those dicts again.
 
 from __future__ import annotations
 
-import zlib
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import orjson
+from isal import isal_zlib
 
 from .check import check_graph
 from .errors import FormatError
-from .gcpause import cyclic_gc_paused
+from .gcpause import kept_out_of_collections
 from .graph import Graph
 from .model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, valid_as_they_are, wrap_trusted
 
 TAG = b"wpg-trusted-1\n"  # never the first bytes of a zlib stream (0x78 ...)
 _ATTRIBUTES = attrgetter("__dict__")
+# isal (zlib's format, inflated ~2.5x faster) raises this class; its stub says an instance
+_DAMAGED = cast(type[Exception], isal_zlib.error)
 
 
 def pack(graph: Graph, document: bytes) -> bytes:
     """The row for ``graph`` whose native document is ``document``: tagged as trusted when
     reading it through the validating reader would give this graph back."""
-    blob = zlib.compress(document, 1)
+    blob = isal_zlib.compress(document, 1)
     return TAG + blob if trustworthy(graph) else blob
 
 
@@ -79,30 +83,35 @@ def unpack(blob: bytes, origin: str, counts: tuple[int, int]) -> Graph:
 def stored_document(blob: bytes, origin: str = "stored snapshot") -> bytes:
     """The native JSON document a stored row holds, tagged or not."""
     try:
-        return zlib.decompress(memoryview(blob)[len(TAG) :] if blob.startswith(TAG) else blob)
-    except zlib.error as exc:
+        return isal_zlib.decompress(memoryview(blob)[len(TAG) :] if blob.startswith(TAG) else blob)
+    except _DAMAGED as exc:
         raise FormatError(f"{origin}: the stored data is damaged ({exc}); delete it") from None
 
 
 def _trusted_graph(document: bytes, counts: tuple[int, int]) -> Graph | None:
     """The graph built without checks, or None where the document is not what was stored
-    (the caller then reads it through the validating reader)."""
-    with cyclic_gc_paused():
-        try:
-            doc = orjson.loads(document)
-            nodes, edges = doc["nodes"], doc["edges"]
-            if (len(nodes), len(edges)) != counts:
-                return None
-            graph = Graph.from_trusted(
-                _meta(doc["meta"]),
-                wrap_trusted(nodes, NODE_CLASSES, Node),
-                wrap_trusted(edges, EDGE_CLASSES, Edge),
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            return None
-    if len(graph.nodes) != counts[0]:  # an id twice
+    (the caller then reads it through the validating reader). A large graph's objects are
+    frozen out of the cyclic collector's passes once built (``graph/gcpause.py``)."""
+    try:
+        with kept_out_of_collections(sum(counts)):  # only a graph built whole is frozen
+            graph = _built(orjson.loads(document), counts)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
     graph.checked = True  # as it was when stored
+    return graph
+
+
+def _built(doc: Any, counts: tuple[int, int]) -> Graph:
+    nodes, edges = doc["nodes"], doc["edges"]
+    if (len(nodes), len(edges)) != counts:
+        raise ValueError("not the document stored")
+    graph = Graph.from_trusted(
+        _meta(doc["meta"]),
+        wrap_trusted(nodes, NODE_CLASSES, Node),
+        wrap_trusted(edges, EDGE_CLASSES, Edge),
+    )
+    if len(graph.nodes) != counts[0]:  # an id twice
+        raise ValueError("not the document stored")
     return graph
 
 

@@ -4,13 +4,16 @@ with one line."""
 
 from __future__ import annotations
 
+import gc
 import sqlite3
+import weakref
 import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_native import graphs
-from wp_mcp.graph import FormatError, Graph, native, trusted, witty
+from wp_mcp.graph import FormatError, Graph, gcpause, native, trusted, witty
+from wp_mcp.graph import store as store_module
 from wp_mcp.graph.store import DB_NAME, Store
 from wp_mcp.server.cli import main as wp_mcp
 from wp_synthetic import cluster_graph
@@ -97,6 +100,66 @@ def test_a_graph_read_back_trusted_still_merges_and_removes(tmp_path):
     assert merged is edge and edge.flows == 99 and read.edge_count == count
     read.remove_node(edge.src)
     assert edge.src not in read and all(e.src != edge.src for e in read.edges())
+
+
+@pytest.mark.parametrize("asked_before", [False, True])
+def test_kinds_keep_their_order_of_appearance_however_late_first_asked(tmp_path, asked_before):
+    graph = Graph()
+    graph.add("process", "proc:1", pid=1)
+    graph.add("host", "host:a")
+    graph.add("process", "proc:2", pid=2)
+    snapshot_id = Store(tmp_path).put(graph)
+    read = Store(tmp_path).get(snapshot_id)  # its nodes by kind are indexed on first need
+    if asked_before:
+        read.kinds()
+    read.remove_node("proc:1")
+    read.add("container", "ctr:1", container_id="1")
+    assert list(read.kinds().items()) == [("process", 1), ("host", 1), ("container", 1)]
+    assert [node.id for node in read.of_kind("process")] == ["proc:2"]
+
+
+@pytest.fixture
+def freezing(monkeypatch):
+    """Reads freeze graphs of any size; what the test froze goes back to the collector."""
+    monkeypatch.setattr(gcpause, "FREEZE_MIN_ELEMENTS", 1)
+    yield
+    gc.unfreeze()
+
+
+def test_a_large_graph_read_back_is_kept_out_of_the_collectors_passes(tmp_path, freezing):
+    snapshot_id = Store(tmp_path).put(witty.load_witty(WITTY_GRAPH))
+    read = Store(tmp_path).get(snapshot_id)
+    walked = {id(thing) for thing in gc.get_objects()}  # every generation a pass walks
+    assert gc.get_freeze_count() > 0
+    assert not any(id(node) in walked for node in read.nodes.values())
+    assert not any(id(edge) in walked for edge in read.edges())
+    assert_same_graph(read, native.loads(native.dumps(read)))
+
+
+def test_a_small_graph_read_back_is_left_to_the_collector(tmp_path):
+    snapshot_id = Store(tmp_path).put(witty.load_witty(WITTY_GRAPH))
+    frozen = gc.get_freeze_count()
+    Store(tmp_path).get(snapshot_id)
+    assert gc.get_freeze_count() == frozen
+
+
+@pytest.mark.parametrize("dropped_by", ["the cache", "deleting the snapshot"])
+def test_a_frozen_graph_the_store_drops_is_freed_though_a_cache_points_back(
+    tmp_path, freezing, monkeypatch, dropped_by
+):
+    monkeypatch.setattr(store_module, "_CACHE_BYTES", 1)  # the newest graph only
+    first = Store(tmp_path).put(witty.load_witty(WITTY_GRAPH))
+    second = Store(tmp_path).put(cluster_graph(2, seed=0))
+    store = Store(tmp_path)
+    graph = store.get(first)
+    graph.derived = [graph]  # as converters/index.py keeps a view index on its graph
+    freed = weakref.ref(graph)
+    del graph
+    if dropped_by == "the cache":
+        store.get(second)
+    else:
+        store.delete(first)
+    assert freed() is None
 
 
 def test_a_graph_a_reader_checked_is_not_checked_again_until_changed(tmp_path, monkeypatch):
