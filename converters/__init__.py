@@ -102,11 +102,12 @@ def render_view(
     """One page of ``view`` of ``graph``; pass the returned ``next_cursor`` for the next."""
     from .cursor import ViewError
     from .render import check_request, clamp_budget, paged
-    from .summary import render_summary
 
     check_request(view, fmt)
     budget, note = clamp_budget(max_tokens)
     if view == "summary":
+        from .summary import render_summary
+
         if cursor:
             raise ViewError("the summary has a single page; call it without a cursor")
         return render_summary(graph, fmt if fmt == "json" else "txt", budget, snapshot_id, filters)

@@ -10,3 +10,5 @@ VIEWS = (
     "summary", "compute", "memory", "interconnect", "network", "storage", "control", "data",
     "topology", "flows", "hosts", "entity",
 )  # fmt: skip
+# Views that are not paged lists of items (render.py and entity.py handle them).
+SPECIAL = ("summary", "entity")

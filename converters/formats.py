@@ -8,19 +8,19 @@ items are added, so a page never exceeds its budget by construction.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import MAX_STRING, escape
 
 from .items import Item
-from .picture import Picture
+
+if TYPE_CHECKING:  # a page's formats need no picture (its module loads the graph queries)
+    from .picture import Picture
 
 FORMATS = ("txt", "json", "mermaid", "dot")
 DIAGRAM_VIEWS = ("topology", "flows")
@@ -46,6 +46,7 @@ class Form(Protocol):
 
     name: str
 
+    def text(self, item: Item) -> str: ...
     def piece(self, item: Item) -> tuple[str, int]: ...
     def assemble(self, frame: Frame, pieces: list[str]) -> str: ...
     def envelope_cost(self) -> int: ...
@@ -53,6 +54,9 @@ class Form(Protocol):
 
 class TextFormat:
     name = "txt"
+
+    def text(self, item: Item) -> str:
+        return item.line
 
     def piece(self, item: Item) -> tuple[str, int]:
         return item.line, item.tokens
@@ -66,6 +70,9 @@ class TextFormat:
 
 class JsonFormat:
     name = "json"
+
+    def text(self, item: Item) -> str:
+        return item.piece_text(self.name, _json_item)
 
     def piece(self, item: Item) -> tuple[str, int]:
         return item.piece(self.name, _json_item)
@@ -177,6 +184,9 @@ def _short_bytes(value: Any) -> str | None:
 class MermaidFormat:
     name = "mermaid"
 
+    def text(self, item: Item) -> str:
+        return item.piece_text(self.name, _mermaid_item)
+
     def piece(self, item: Item) -> tuple[str, int]:
         return item.piece(self.name, _mermaid_item)
 
@@ -202,6 +212,9 @@ def _mermaid_item(item: Item) -> str:
 
 class DotFormat:
     name = "dot"
+
+    def text(self, item: Item) -> str:
+        return item.piece_text(self.name, _dot_item)
 
     def piece(self, item: Item) -> tuple[str, int]:
         return item.piece(self.name, _dot_item)
@@ -307,6 +320,9 @@ def _dot_text(text: str) -> str:
 
 def picture_svg(picture: Picture) -> str:
     """The picture as SVG, laid out by Graphviz ``dot`` (one clear error when it is missing)."""
+    import shutil
+    import subprocess
+
     dot = shutil.which("dot")
     if dot is None:
         raise UserError("--format svg needs Graphviz's dot (Debian: apt-get install graphviz)")

@@ -35,17 +35,27 @@ class Item:
     indent: int = 0
     _line: str | None = None
     _tokens: int = -1
-    _alt: dict[str, tuple[str, int]] | None = None  # other formats' text and tokens
+    _alt: dict[str, str] | None = None  # other formats' text
+    _alt_tokens: dict[str, int] | None = None  # and its tokens, once counted
 
-    def piece(self, fmt: str, build: Callable[[Item], str]) -> tuple[str, int]:
-        """This item's text in another format (JSON, Mermaid, DOT) and its tokens, cached."""
+    def piece_text(self, fmt: str, build: Callable[[Item], str]) -> str:
+        """This item's text in another format (JSON, Mermaid, DOT), built once."""
         if self._alt is None:
             self._alt = {}
-        cached = self._alt.get(fmt)
-        if cached is None:
-            text = build(self)
-            cached = self._alt[fmt] = (text, count_tokens(text) + 1)
-        return cached
+        text = self._alt.get(fmt)
+        if text is None:
+            text = self._alt[fmt] = build(self)
+        return text
+
+    def piece(self, fmt: str, build: Callable[[Item], str]) -> tuple[str, int]:
+        """That text and its tokens (one more for its line break), counted once."""
+        text = self.piece_text(fmt, build)
+        if self._alt_tokens is None:
+            self._alt_tokens = {}
+        tokens = self._alt_tokens.get(fmt)
+        if tokens is None:
+            tokens = self._alt_tokens[fmt] = count_tokens(text) + 1
+        return text, tokens
 
     @property
     def metrics(self) -> dict[str, float]:

@@ -12,7 +12,7 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp.graph.graph import Graph
@@ -20,14 +20,22 @@ from wp_mcp.graph.safetext import escape
 
 from . import cursor as cursors
 from . import filters as filtering
-from .catalog import VIEWS  # noqa: F401 (pages.py imports it from here)
+from .catalog import SPECIAL, VIEWS  # noqa: F401 (pages.py imports VIEWS from here)
 from .cursor import CursorState, ViewError
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Form, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
 from .text import word
-from .tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS, MIN_MAX_TOKENS, count_tokens
-from .views import REGISTRY, SPECIAL, names
+from .tokens import (
+    DEFAULT_MAX_TOKENS,
+    HARD_MAX_TOKENS,
+    MIN_MAX_TOKENS,
+    count_tokens,
+    tokens_at_most,
+)
+
+if TYPE_CHECKING:
+    from .views import View
 
 # Up to this many items, every page boundary is computed so the header's "page k/n" is
 # exact; above it n is estimated from the current page (and marked "~").
@@ -35,10 +43,27 @@ EXACT_LAYOUT_LIMIT = 3000
 MARGIN_SHARE = 0.02
 
 
-@dataclass(slots=True)
+class _CountedOnFirstRead:
+    """A page's ``tokens``: its text's, counted when first read, not when it is laid out.
+    A page the CLI prints is never counted, nor one laid out within the byte bound
+    (``_within_bound``): no encoder is loaded for it. (A descriptor-typed dataclass field:
+    its default, -1, means "not counted yet"; ``dataclasses.fields`` still lists it.)"""
+
+    def __get__(self, page: Page | None, owner: type | None = None) -> int:
+        if page is None:
+            return -1
+        counted: int = page.__dict__.get("_tokens", -1)
+        if counted < 0:
+            counted = page.__dict__["_tokens"] = count_tokens(page.text)
+        return counted
+
+    def __set__(self, page: Page, tokens: int) -> None:
+        page.__dict__["_tokens"] = tokens
+
+
+@dataclass
 class Page:
     text: str
-    tokens: int
     next_cursor: str | None
     page: int
     pages: int
@@ -50,6 +75,7 @@ class Page:
     item_count: int = 0
     ids: tuple[str, ...] = field(default=())  # entities the items of this page stand for
     max_tokens: int = DEFAULT_MAX_TOKENS
+    tokens: _CountedOnFirstRead = _CountedOnFirstRead()
 
 
 def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
@@ -68,7 +94,9 @@ def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
 
 
 def check_request(view: str, fmt: str) -> None:
-    if view not in SPECIAL and view not in REGISTRY:
+    if view not in SPECIAL and view not in _registry():
+        from .views import names
+
         raise ViewError(
             f"unknown view {escape(str(view), 40)}; views: {', '.join(names())} (start with summary)"
         )
@@ -104,7 +132,15 @@ def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> l
         from .entity import entity_items
 
         return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
-    return index.items(view, REGISTRY[view].build)
+    return index.items(view, _registry()[view].build)
+
+
+def _registry() -> dict[str, View]:
+    """The views' registry, which imports every view's module: a page of the entity view
+    (its own module, and the only one many fresh processes show) never loads them."""
+    from .views import REGISTRY
+
+    return REGISTRY
 
 
 def paged(graph: Graph, view: str, **options: Any) -> Page:
@@ -143,7 +179,7 @@ def _paged(
         offset, page_no = state.offset, state.page
     form = FORMAT_CLASSES[fmt]()
     snap = snapshot_label(index, snapshot_id)
-    legend = legend or REGISTRY[view].legend
+    legend = legend or _registry()[view].legend
     scope_text = parsed.describe()
     if view == "entity":
         scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
@@ -178,26 +214,25 @@ def _paged(
     worst = frame(
         10**9, 10**6, f"~{10**6}", _closing(view, 10**9, 10**6, worst_cursor, scope_text, 10**9)
     )
-    reserve = (
-        count_tokens(worst.header)
-        + count_tokens(worst.legend)
-        + count_tokens(worst.closing)
-        + form.envelope_cost()
-    )
-    if fmt == "json":
-        reserve += count_tokens(dumps(worst.info))
-    available = max(1, int((budget - reserve) * (1 - MARGIN_SHARE)) - 4)
 
-    def cost(item: Item) -> int:
+    def available(count: Callable[[str], int]) -> int:
+        """Tokens left for items once the frame is reserved (``count``: exact or a bound)."""
+        reserve = (
+            count(worst.header) + count(worst.legend) + count(worst.closing) + form.envelope_cost()
+        )
+        if fmt == "json":
+            reserve += count(dumps(worst.info))
+        return max(1, int((budget - reserve) * (1 - MARGIN_SHARE)) - 4)
+
+    def exact_cost(item: Item) -> int:
         return form.piece(item)[1]
 
-    end = _fill(items, offset, available, cost)
-    layout_key = (view, entity, depth, parsed.items, fmt, budget)
-    pages_total, exact = _page_count(
-        index, layout_key, items, offset, end, page_no, available, cost
-    )
+    def bound_cost(item: Item) -> int:
+        return tokens_at_most(form.text(item)) + 1
 
-    def assemble(stop: int, room: int) -> tuple[str, str | None]:
+    def assemble(
+        stop: int, room: int, pages_total: int, exact: bool, cost: Callable[[Item], int]
+    ) -> tuple[str, str | None]:
         remaining = len(items) - stop
         next_cursor = None
         if remaining:
@@ -208,11 +243,42 @@ def _paged(
         closing = _closing(
             view, remaining, max(0, pages_total - page_no), next_cursor, scope_text, len(items)
         )
-        pieces = [_fit(form, item, room) for item in items[offset:stop]]
+        pieces = [_fit(form, item, room, cost) for item in items[offset:stop]]
         return form.assemble(frame(offset, stop - offset, pages_text, closing), pieces), next_cursor
 
-    room = available
-    text, next_cursor = assemble(end, room)
+    def page(text: str, next_cursor: str | None, end: int, pages: int, exact: bool) -> Page:
+        return Page(
+            text=text,
+            next_cursor=next_cursor,
+            page=page_no,
+            pages=pages,
+            total_items=len(items),
+            view=view,
+            fmt=fmt,
+            pages_exact=exact,
+            first_item=offset,
+            item_count=end - offset,
+            ids=tuple(i for item in items[offset:end] for i in item.ids),
+            max_tokens=budget,
+        )
+
+    if offset == 0 and len(items) <= EXACT_LAYOUT_LIMIT:
+        # The whole view on one page is what exact counting lays out whenever the byte
+        # bound of every part fits (each count is at most its bound, each room at least its
+        # bound's): then no token is counted, and no encoder loaded.
+        room = available(tokens_at_most)
+        if _within_bound(items, room, bound_cost):
+            text, _none = assemble(len(items), room, 1, True, bound_cost)
+            if tokens_at_most(text) <= budget:
+                return page(text, None, len(items), 1, True)
+
+    room = available(count_tokens)
+    end = _fill(items, offset, room, exact_cost)
+    layout_key = (view, entity, depth, parsed.items, fmt, budget)
+    pages_total, exact = _page_count(
+        index, layout_key, items, offset, end, page_no, room, exact_cost
+    )
+    text, next_cursor = assemble(end, room, pages_total, exact, exact_cost)
     tokens = count_tokens(text)
     while tokens > budget:
         # Joined lines cost more than their parts (rare, odd Unicode): move the last item to
@@ -222,23 +288,22 @@ def _paged(
             exact = False
         else:
             room = max(1, room - (tokens - budget) - 8)
-        text, next_cursor = assemble(end, room)
+        text, next_cursor = assemble(end, room, pages_total, exact, exact_cost)
         tokens = count_tokens(text)
-    return Page(
-        text=text,
-        tokens=tokens,
-        next_cursor=next_cursor,
-        page=page_no,
-        pages=pages_total,
-        total_items=len(items),
-        view=view,
-        fmt=fmt,
-        pages_exact=exact,
-        first_item=offset,
-        item_count=end - offset,
-        ids=tuple(i for item in items[offset:end] for i in item.ids),
-        max_tokens=budget,
-    )
+    laid_out = page(text, next_cursor, end, pages_total, exact)
+    laid_out.tokens = tokens  # counted already: kept
+    return laid_out
+
+
+def _within_bound(items: list[Item], room: int, bound: Callable[[Item], int]) -> bool:
+    """Whether the bounds of all items sum to at most ``room`` (stops at the first that
+    does not fit: a long view is never rendered whole for this)."""
+    used = 0
+    for item in items:
+        used += bound(item)
+        if used > room:
+            return False
+    return True
 
 
 def _fill(items: list[Item], offset: int, available: int, cost: Callable[[Item], int]) -> int:
@@ -253,11 +318,11 @@ def _fill(items: list[Item], offset: int, available: int, cost: Callable[[Item],
     return end
 
 
-def _fit(form: Form, item: Item, available: int) -> str:
+def _fit(form: Form, item: Item, available: int, cost: Callable[[Item], int]) -> str:
     """A single piece larger than a whole page (only possible with tiny budgets) is cut."""
-    piece, tokens = form.piece(item)
-    if tokens <= available:
-        return piece
+    if cost(item) <= available:
+        return form.text(item)
+    piece = form.text(item)
     note = "too large for max_tokens; raise it or open the entity view"
     if form.name == "json":
         first = item.ids[0][:80] if item.ids else None
@@ -305,7 +370,7 @@ def _closing(
         return f"#end (empty: {why}; the summary shows coverage)"
     if not remaining:
         return "#end"
-    hint = ENTITY_NARROW if view == "entity" else REGISTRY[view].narrow
+    hint = ENTITY_NARROW if view == "entity" else _registry()[view].narrow
     return (
         f"#more {remaining} items (~{max(pages_left, 1)} pages) not shown: pass cursor="
         f"{next_cursor} for the next page, or narrow with filters {hint}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.model import Meta, Node, validate_edges, validate_nodes
+from wp_mcp.graph.model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, wrap_trusted
 
 from . import render_view
 from .index import carry_fingerprint, index_for
@@ -171,10 +171,16 @@ def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> G
 def _graph(node_records: list[bytes], edges: dict[int, tuple[str, str, bytes]]) -> Graph:
     """A graph of stored records, its edges in the whole graph's order (the entity view
     sorts edges stably, so ties keep that order)."""
-    edge_list = validate_edges([orjson.loads(edges[seq][2]) for seq in sorted(edges)])
+    records = [orjson.loads(edges[seq][2]) for seq in sorted(edges)]
+    edge_list: list[Edge] = wrap_trusted(records, EDGE_CLASSES, Edge)
     graph, _duplicate, _dangling = Graph.from_validated(Meta(), _nodes(node_records), edge_list)
     return graph
 
 
 def _nodes(records: list[bytes]) -> list[Node]:
-    return validate_nodes([orjson.loads(record) for record in records])
+    """The nodes of stored records, wrapped as they are: the index is written from a graph
+    whose elements were validated (or read trusted) when it was stored, so validating them
+    again would only cost time, and pydantic's import (graph/trusted.py reads a snapshot the
+    same way)."""
+    nodes: list[Node] = wrap_trusted([orjson.loads(r) for r in records], NODE_CLASSES, Node)
+    return nodes

@@ -40,6 +40,16 @@ def _count_short(text: str) -> int:
     return len(_encoding().encode_ordinary(text))
 
 
+def tokens_at_most(text: str) -> int:
+    """An upper bound of ``count_tokens(text)`` that needs no encoder: its UTF-8 length.
+
+    Every cl100k token stands for at least one byte of the text's UTF-8 form, so a text has
+    at most as many tokens as bytes (a lone surrogate, which the encoder replaces by U+FFFD,
+    is three bytes either way). Where paging only asks whether parts fit, this answers for
+    a view that fits well within its budget without loading the encoder."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def take_lines(lines: list[str], start: int, budget: int) -> list[str]:
     """The lines from ``start`` on whose tokens (one more each for its newline) fit ``budget``.
 

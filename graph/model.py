@@ -20,16 +20,15 @@ import typing
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import reduce
 from itertools import chain, compress, groupby, repeat
-from operator import is_not, itemgetter, methodcaller
+from operator import is_not, itemgetter, methodcaller, or_
 from types import GenericAlias, UnionType
-from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, NotRequired, Required, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-# pydantic reads TypedDicts only from typing_extensions before Python 3.12 (pydantic's own
-# dependency, so nothing new is installed)
-from typing_extensions import TypedDict
+if TYPE_CHECKING:  # pydantic loads where values are validated, not with the model: a page
+    # answered from stored records (converters/stored.py) wraps them and never needs it
+    from pydantic import BaseModel, TypeAdapter
 
 FORMAT_NAME = "wp-graph"
 FORMAT_VERSION = 1
@@ -46,8 +45,24 @@ EDGE_KINDS = (
 CpuList = str  # kernel cpulist syntax, e.g. "0-23,48-71"
 # Kernel ids and lengths of time cannot be negative; a file saying so is refused when read
 # (a negative window would turn every rate derived from it upside down).
-Id = Annotated[int, Field(ge=0)]
-Seconds = Annotated[float, Field(ge=0)]
+
+
+class AtLeast:
+    """A lower bound of a number (``Annotated[int, AtLeast(0)]``): what pydantic's
+    ``Field(ge=...)`` says, without importing pydantic to say it (``_for_pydantic`` turns it
+    into pydantic's own bound when a schema is built)."""
+
+    __slots__ = ("ge",)
+
+    def __init__(self, ge: float) -> None:
+        self.ge = ge
+
+    def __repr__(self) -> str:
+        return f"AtLeast({self.ge!r})"
+
+
+Id = Annotated[int, AtLeast(0)]
+Seconds = Annotated[float, AtLeast(0)]
 PerNuma = dict[str, float]  # NUMA node id (as a string, JSON keys are strings) -> value
 
 
@@ -58,9 +73,11 @@ class Element:
     ID_KEYS: ClassVar[tuple[str, ...]] = ()  # identity keys, always written first
     FIELDS: ClassVar[dict[str, int]] = {}  # declared attribute -> its canonical position
     REQUIRED: ClassVar[frozenset[str]] = frozenset()
-    # each class's pydantic adapters, built on first use (read from the class's own __dict__)
-    _adapter: ClassVar[TypeAdapter[Any] | None] = None
-    _list_adapter: ClassVar[TypeAdapter[Any] | None] = None
+    # each class's pydantic TypeAdapters, built on first use (read from the class's own
+    # __dict__); typed Any here, since the annotations of a class are evaluated at run time
+    # (typing.get_type_hints), where pydantic is not imported
+    _adapter: ClassVar[Any] = None
+    _list_adapter: ClassVar[Any] = None
 
     source: dict[str, str] | None = None  # attribute -> collector that produced it
 
@@ -89,6 +106,8 @@ class Element:
         """Check and coerce one element's attributes (pydantic, lax) into a new dict."""
         adapter = cls.__dict__.get("_adapter")
         if adapter is None:
+            from pydantic import TypeAdapter
+
             adapter = cls._adapter = TypeAdapter(_typed_dict(cls))
         validated: dict[str, Any] = adapter.validate_python(values)
         return validated
@@ -97,6 +116,8 @@ class Element:
     def list_adapter(cls) -> TypeAdapter[Any]:
         adapter: TypeAdapter[Any] | None = cls.__dict__.get("_list_adapter")
         if adapter is None:
+            from pydantic import TypeAdapter
+
             schema: Any = GenericAlias(list, (_typed_dict(cls),))  # list[schema built at run time]
             adapter = cls._list_adapter = TypeAdapter(schema)
         return adapter
@@ -161,17 +182,24 @@ _EXTRA_RANK = 1 << 30
 def _declared(cls: type[Element]) -> tuple[dict[str, int], frozenset[str]]:
     """Declared attributes of an element class with their canonical positions (identity keys
     first, then base classes' attributes before their subclasses'), and the required ones
-    (declared without a default)."""
-    hints = typing.get_type_hints(cls)
-    hints = {k: v for k, v in hints.items() if typing.get_origin(v) is not ClassVar}
-    ordered: dict[str, Any] = {k: hints[k] for k in cls.ID_KEYS if k in hints}
+    (declared without a default). The annotations are read as written, not evaluated
+    (evaluating every class's at import took most of the model's import time)."""
     # base classes first, each class's fields in declaration order
-    for klass in reversed(cls.__mro__):
-        for name in klass.__dict__.get("__annotations__", {}):
-            if name in hints and name not in ordered:
-                ordered[name] = hints[name]
+    names = [
+        name
+        for klass in reversed(cls.__mro__)
+        for name, hint in klass.__dict__.get("__annotations__", {}).items()
+        if not _is_class_var(hint)
+    ]
+    ordered = dict.fromkeys([key for key in cls.ID_KEYS if key in names] + names)
     required = frozenset(name for name in ordered if not hasattr(cls, name))
     return {name: rank for rank, name in enumerate(ordered)}, required
+
+
+def _is_class_var(hint: Any) -> bool:
+    if isinstance(hint, str):  # as ``from __future__ import annotations`` leaves it
+        return hint.startswith(("ClassVar", "typing.ClassVar"))
+    return typing.get_origin(hint) is ClassVar
 
 
 def _class_kind(cls: type) -> str | None:
@@ -187,10 +215,16 @@ def _typed_dict(cls: type[Element]) -> Any:
     """The pydantic schema of one element class: a TypedDict that keeps extra keys."""
     schema = _TYPED_DICTS.get(cls)
     if schema is None:
-        hints = typing.get_type_hints(cls, include_extras=True)  # keeps Field(ge=0) bounds
+        from pydantic import ConfigDict
+
+        # pydantic reads TypedDicts only from typing_extensions before Python 3.12 (pydantic's
+        # own dependency, so nothing new is installed)
+        from typing_extensions import TypedDict
+
+        hints = typing.get_type_hints(cls, include_extras=True)  # keeps AtLeast(0) bounds
         fields: dict[str, Any] = {}
         for name in cls.FIELDS:
-            hint = hints[name]
+            hint = _for_pydantic(hints[name])
             if name == "kind" and _class_kind(cls) is not None:
                 hint = Literal[_class_kind(cls)]
             fields[name] = (
@@ -201,6 +235,28 @@ def _typed_dict(cls: type[Element]) -> Any:
         schema.__pydantic_config__ = ConfigDict(extra="allow")
         _TYPED_DICTS[cls] = schema
     return schema
+
+
+def _for_pydantic(hint: Any) -> Any:
+    """A type hint as pydantic reads it: each ``AtLeast`` bound, at any depth, becomes
+    pydantic's own (``annotated_types.Ge``, what ``Field(ge=...)`` stands for)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        from annotated_types import Ge
+
+        inner, *metadata = args
+        bounds = [Ge(m.ge) if isinstance(m, AtLeast) else m for m in metadata]
+        return Annotated[(_for_pydantic(inner), *bounds)]
+    if not args:
+        return hint
+    rebuilt = tuple(map(_for_pydantic, args))
+    if rebuilt == args:
+        return hint
+    if origin in (typing.Union, UnionType):
+        return reduce(or_, rebuilt)
+    if origin is Literal:
+        return hint
+    return GenericAlias(origin, rebuilt)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -549,25 +605,209 @@ EDGE_CLASSES: dict[str, type[Edge]] = {
 # --------------------------------------------------------------------------- metadata
 
 
-class CollectorStatus(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class _Record:
+    """A plain record with a pydantic model's public face (``extra="allow"``): declared
+    attributes with their defaults, extra keys kept, ``model_validate``, ``model_dump``,
+    ``model_extra``. pydantic validates whatever is built from values (``Cls(**values)``,
+    ``model_validate``) through a model it builds on first use from the declarations, so the
+    same checks and messages hold; an empty ``Meta()`` (defaults only) and attribute access
+    import nothing, which a page answered from the store's rows relies on."""
 
+    # declared attribute -> its default's factory (None: required), in declaration order
+    DEFAULTS: ClassVar[dict[str, Callable[[], Any] | None]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.DEFAULTS = {}
+        for klass in reversed(cls.__mro__[: cls.__mro__.index(_Record)]):  # bases first
+            for name in klass.__dict__.get("__annotations__", {}):
+                cls.DEFAULTS[name] = _default_of(cls, name)
+
+    def __init__(self, **values: Any) -> None:
+        if values or None in self.DEFAULTS.values():
+            self.__dict__.update(type(self).model_validate(values).__dict__)
+            return
+        for name, make in self.DEFAULTS.items():
+            self.__dict__[name] = make()  # type: ignore[misc]  # None only when required
+        self.__dict__["_extra"] = {}
+
+    @classmethod
+    def model_validate(cls, values: Any) -> Self:
+        """Validate and coerce ``values`` as the pydantic model would (its ``ValidationError``
+        when they do not fit)."""
+        if isinstance(values, cls):
+            return values
+        model = _pydantic_model(cls).model_validate(_as_input(values))
+        return cls._from_model(model)
+
+    @classmethod
+    def _from_model(cls, model: BaseModel) -> Self:
+        record = object.__new__(cls)
+        for name in cls.DEFAULTS:
+            record.__dict__[name] = _from_models(getattr(model, name))
+        record.__dict__["_extra"] = dict(model.__pydantic_extra__ or {})
+        return record
+
+    @property
+    def model_extra(self) -> dict[str, Any]:
+        """The extra keys, as a live dict (changing it changes the record)."""
+        extra: dict[str, Any] = self.__dict__["_extra"]
+        return extra
+
+    def model_dump(self, *, mode: str = "python", exclude_none: bool = False) -> dict[str, Any]:
+        """Declared attributes in order, then extras, nested records as dicts; ``exclude_none``
+        leaves out keys whose value is None (not inside dicts, as pydantic does); ``mode="json"``
+        writes tuples and sets as lists."""
+        values = {name: self.__dict__[name] for name in self.DEFAULTS}
+        values.update(self.__dict__["_extra"])
+        return {
+            name: _dumped(value, mode, exclude_none)
+            for name, value in values.items()
+            if not (exclude_none and value is None)
+        }
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy (deep or not) with ``update``'s values set as given, not validated."""
+        record = object.__new__(type(self))
+        if deep:
+            record.__dict__.update(copy.deepcopy(self.__dict__))
+        else:
+            record.__dict__.update(self.__dict__, _extra=dict(self.__dict__["_extra"]))
+        for name, value in (update or {}).items():
+            setattr(record, name, value)
+        return record
+
+    if not TYPE_CHECKING:  # extra keys are read and set as attributes, as on the model
+
+        def __getattr__(self, name: str) -> Any:
+            extra = self.__dict__.get("_extra")
+            if extra is not None and name in extra:
+                return extra[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in self.DEFAULTS:
+                self.__dict__[name] = value
+            else:
+                self.__dict__["_extra"][name] = value
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        values = {name: self.__dict__[name] for name in self.DEFAULTS}
+        values.update(self.__dict__["_extra"])
+        shown = ", ".join(f"{name}={value!r}" for name, value in values.items())
+        return f"{type(self).__name__}({shown})"
+
+
+class _Factory:
+    """A mutable default: each record gets its own (``field(default_factory=...)``)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def _factory(make: Callable[[], Any]) -> Any:
+    return _Factory(make)
+
+
+_REQUIRED = object()
+
+
+def _default_of(cls: type[_Record], name: str) -> Callable[[], Any] | None:
+    """What makes the default of a declared attribute (None: it is required)."""
+    default = getattr(cls, name, _REQUIRED)
+    if default is _REQUIRED:
+        return None
+    if isinstance(default, _Factory):
+        return default.make
+    return lambda: default
+
+
+def _as_input(value: Any) -> Any:
+    """Records inside the values (``Meta(collectors=[CollectorStatus(...)])``) as dicts."""
+    if isinstance(value, _Record):
+        return value.model_dump()
+    if isinstance(value, dict):
+        return {key: _as_input(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_input(item) for item in value]
+    return value
+
+
+def _from_models(value: Any) -> Any:
+    """A validated value with each pydantic model in it turned into its record."""
+    record_class = _RECORDS.get(type(value))
+    if record_class is not None:
+        return record_class._from_model(value)
+    if isinstance(value, list):
+        return [_from_models(item) for item in value]
+    return value
+
+
+def _dumped(value: Any, mode: str, exclude_none: bool) -> Any:
+    if isinstance(value, _Record):
+        return value.model_dump(mode=mode, exclude_none=exclude_none)
+    if isinstance(value, dict):
+        return {key: _dumped(item, mode, exclude_none) for key, item in value.items()}
+    if isinstance(value, list) or (mode == "json" and isinstance(value, tuple | set | frozenset)):
+        return [_dumped(item, mode, exclude_none) for item in value]
+    return value
+
+
+# record class -> its pydantic model, built on first use, and back
+_MODELS: dict[type[_Record], type[BaseModel]] = {}
+_RECORDS: dict[type, type[_Record]] = {}
+
+
+def _pydantic_model(cls: type[_Record]) -> type[BaseModel]:
+    """The pydantic model of a record class, named as it is (so its messages are the same),
+    from its declarations (records nested in it by their own models)."""
+    model: type[BaseModel] | None = _MODELS.get(cls)
+    if model is None:
+        from pydantic import ConfigDict, Field, create_model
+
+        hints = typing.get_type_hints(cls, include_extras=True)
+        fields: dict[str, Any] = {}
+        for name, make in cls.DEFAULTS.items():
+            hint = _nested_models(_for_pydantic(hints[name]))
+            fields[name] = (hint, ...) if make is None else (hint, Field(default_factory=make))
+        model = create_model(cls.__name__, __config__=ConfigDict(extra="allow"), **fields)
+        _MODELS[cls] = model
+        _RECORDS[model] = cls
+    return model
+
+
+def _nested_models(hint: Any) -> Any:
+    """``list[CollectorStatus]`` → ``list[<CollectorStatus's pydantic model>]``."""
+    if isinstance(hint, type) and issubclass(hint, _Record):
+        return _pydantic_model(hint)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and args:
+        return GenericAlias(list, (_nested_models(args[0]),))
+    return hint
+
+
+class CollectorStatus(_Record):
     name: str
     status: Literal["ok", "partial", "skipped", "failed", "cancelled"]
     reason: str | None = None
     duration_s: Seconds | None = None
 
 
-class Meta(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class Meta(_Record):
     format: str = FORMAT_NAME
     version: int = FORMAT_VERSION
-    hosts: list[str] = Field(default_factory=list)
+    hosts: list[str] = _factory(list)
     started_at: float | None = None  # epoch seconds
     window_s: Seconds | None = None
-    collectors: list[CollectorStatus] = Field(default_factory=list)
-    capabilities: dict[str, Any] = Field(default_factory=dict)
+    collectors: list[CollectorStatus] = _factory(list)
+    capabilities: dict[str, Any] = _factory(dict)
     tool_version: str | None = None
     origin: str | None = None  # "live", "witty-profiler import: graph.json", …
 
@@ -640,6 +880,8 @@ def _validate_grouped(
             elements += make(cls, run)
             start += size
             continue
+        from pydantic import ValidationError  # loaded only where pydantic validates
+
         try:
             values = cls.list_adapter().validate_python(run)
         except ValidationError as exc:
@@ -828,6 +1070,8 @@ def _runs_valid_as_they_are(
         values = list(run)
         if _plainly_valid(cls, values):
             continue
+        from pydantic import ValidationError  # loaded only where pydantic validates
+
         try:
             if cls.list_adapter().validate_python(values) != values:
                 return False

@@ -14,13 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import catalog
+from ..catalog import SPECIAL
 from ..facts import Facts
 from ..items import Item
 
 Builder = Callable[[Facts], list[Item]]
 DEFAULT_NARROW = "kind=… pid=… name=…"
-# Views that are not paged lists of items (render.py and entity.py handle them).
-SPECIAL = ("summary", "entity")
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,3 +103,17 @@ def test_the_lazy_converters_package_keeps_its_public_names():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_stored_entity_that_fits_by_its_bytes_loads_neither_pydantic_nor_the_encoder(store_dir):
+    """Its records are wrapped as stored, and its page is laid out from the byte bound of
+    its text (every token is at least one byte): what a fresh process pays is its rows."""
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)
+    store.build_node_index(snapshot_id, graph)
+    for entity in ("proc:1895087", "thr:10812"):
+        expected = render_view(graph, "entity", entity=entity, snapshot_id=snapshot_id)
+        out, loaded = show(snapshot_id, "--view", "entity", "--entity", entity)
+        assert out == expected.text + "\n"
+        assert not {"pydantic", "tiktoken", "wp_mcp.graph.native"} & loaded
