@@ -19,7 +19,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +200,9 @@ class _Importer:
         self.nodes: dict[str, dict[str, Any]] = {}  # our id -> attributes (with id and kind)
         self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
         self.edges: list[dict[str, Any]] = []
-        self.edge_where: list[str] = []
+        # an edge's position in the file, for error messages; None: derived by import (the
+        # message names its kind)
+        self.edge_where: list[str | None] = []
         self.edge_idents: set[tuple[Any, ...]] = set()
         self.node_ids: dict[tuple[Any, ...], str] = {}  # identity key -> our id
         self.raw: dict[
@@ -281,18 +283,19 @@ class _Importer:
     def attributes(
         self, spec: EntitySpec | None, data: dict[str, Any], where: str
     ) -> dict[str, Any]:
-        attrs: dict[str, Any] = {}
+        # every field in its place (renamed where our model has it under its own name),
+        # then what a default says is left out; a copy in C where nothing is renamed
         renames = spec.renames if spec else {}
-        for name, value in data.items():
-            if name == "entity_type":
-                if spec is None:
-                    attrs["entity_type"] = value
-                continue
-            if name == "entity_namespace" and value == NAMESPACE_DEFAULT:
-                continue
-            if name == "details" and value == {}:
-                continue
-            attrs[renames.get(name, name)] = value
+        if renames.keys().isdisjoint(data):
+            attrs = dict(data)
+        else:
+            attrs = {renames.get(name, name): value for name, value in data.items()}
+        if spec is not None:
+            del attrs["entity_type"]
+        if "entity_namespace" in attrs and attrs["entity_namespace"] == NAMESPACE_DEFAULT:
+            del attrs["entity_namespace"]
+        if "details" in attrs and attrs["details"] == {}:
+            del attrs["details"]
         if spec is not None:
             self.derive_entity(spec, data, attrs, where)
         return attrs
@@ -364,7 +367,20 @@ class _Importer:
         record["src"], record["dst"], record["kind"] = src, dst, kind or GENERIC_EDGE_KIND
         self.add_edge(record, where)
 
-    def add_edge(self, record: dict[str, Any], where: str) -> None:
+    def add_edges(self, records: list[Doc], wheres: list[str | None]) -> None:
+        """``add_edge`` for many: in C where no two (and none already added) are twins."""
+        idents = list(zip(map(_SRC, records), map(_KIND, records), map(_DST, records),
+                          map(_KEY, records), strict=True))  # fmt: skip
+        fresh = set(idents)
+        if len(fresh) == len(idents) and self.edge_idents.isdisjoint(fresh):
+            self.edge_idents |= fresh
+            self.edges += records
+            self.edge_where += wheres
+            return
+        for record, where in zip(records, wheres, strict=True):
+            self.add_edge(record, where)
+
+    def add_edge(self, record: dict[str, Any], where: str | None) -> None:
         # witty graphs may repeat an edge between the same pair: keep each, told apart by key
         ident = (record["src"], record["kind"], record["dst"], record.get("key"))
         twin = 1
@@ -391,11 +407,13 @@ class _Importer:
         try:
             edges = validate_edges(self.edges)
         except ElementsError as exc:
-            where = self.edge_where[exc.position]
+            where = self.edge_where[exc.position] or f"derived {self.edges[exc.position]['kind']}"
             raise self.fail(
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
             ) from None
-        graph, _, _ = Graph.from_validated(Meta(), nodes, edges)
+        # ids are unique, every end is a node and twins are told apart by construction
+        # (``add_entity``, ``add_edge``): nothing for ``from_validated`` to find
+        graph = Graph.from_trusted(Meta(), nodes, edges)
         check_graph(graph, self.origin)
         graph.checked = True
         return graph
@@ -411,6 +429,12 @@ _IDENTITY_FIELDS = {
     "ContainerEntity": ("container_id",),
 }
 _IDENTITY_GETTERS = {kind: itemgetter(*fields) for kind, fields in _IDENTITY_FIELDS.items()}
+_SRC, _DST, _KIND, _KEY = (
+    itemgetter("src"),
+    itemgetter("dst"),
+    itemgetter("kind"),
+    methodcaller("get", "key"),
+)
 
 
 # ============================================================================ derivation
@@ -432,8 +456,10 @@ def _derive(imp: _Importer) -> None:
             if nodes[e["src"]]["kind"] in src_kinds and nodes[e["dst"]]["kind"] in dst_kinds
         ]  # fmt: skip
 
+    derived: list[Doc] = []
+
     def link(kind: str, src: str, dst: str, **attrs: Any) -> None:
-        imp.add_edge({"src": src, "dst": dst, "kind": kind, **attrs, **mark}, f"derived {kind}")
+        derived.append({"src": src, "dst": dst, "kind": kind, **attrs, **mark})
 
     # process tree from ppid
     processes = [n for n in nodes.values() if n["kind"] == "process"]
@@ -466,6 +492,7 @@ def _derive(imp: _Importer) -> None:
     for process_id, count in thread_counts.items():
         nodes[process_id]["num_threads"] = count
     _derive_socket_flows(nodes, between, link)
+    imp.add_edges(derived, [None] * len(derived))
 
 
 def _derive_thread_status(thread: Doc, status: Any) -> None:
