@@ -21,7 +21,6 @@ printed), ratios less.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import statistics
@@ -30,8 +29,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,7 +39,6 @@ from bench_mcp import RawClient  # noqa: E402
 from wp_mcp.converters.pages import STORED_VIEWS  # noqa: E402
 from wp_mcp.graph import native, witty  # noqa: E402
 from wp_mcp.graph.store import Store  # noqa: E402
-from wp_mcp.graph.trusted import stored_document  # noqa: E402
 from wp_testdata import WITTY_GRAPH  # noqa: E402
 
 # WP_MCP_BENCH_STORE: another folder, so that two benchmark runs never share one store
@@ -91,24 +87,47 @@ def sizes(store: Store, snapshot_id: str) -> tuple[int, int, int]:
     return graph_bytes, count, page_bytes
 
 
-def read_back(snapshot_id: str) -> tuple[float, float]:
-    """Seconds to read the whole graph with a fresh Store, and orjson's parse of its JSON."""
-    store = Store(STORE)
-    started = time.perf_counter()
-    store.get(snapshot_id)
-    read_s = time.perf_counter() - started
-    blob = (
-        store._connect()
-        .execute("SELECT data FROM snapshots WHERE id=?", (snapshot_id,))
-        .fetchone()[0]
-    )
-    document = stored_document(blob)
-    gc.disable()
-    started = time.perf_counter()
-    orjson.loads(document)
-    parse_s = time.perf_counter() - started
-    gc.enable()
-    return read_s, parse_s
+# A fresh process either reads the snapshot whole (a new Store, as every CLI command that
+# needs the graph does) or parses the same stored document with orjson, each in a process of
+# its own: both allocate ~2 GB, a third of it page faults, which a second one in the same
+# process would not pay alike. CPU seconds, so that what else the machine runs counts less.
+READ = (
+    "import gc, sys, time\n"
+    "import orjson\n"
+    "from wp_mcp.graph import native, trusted\n"  # imported before the clock starts
+    "from wp_mcp.graph.store import Store\n"
+    "store, snapshot_id, what = Store(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
+    "if what == 'read':\n"
+    "    started = time.process_time()\n"
+    "    store.get(snapshot_id)\n"
+    "    print(time.process_time() - started)\n"
+    "else:\n"
+    "    query = 'SELECT data FROM snapshots WHERE id=?'\n"
+    "    blob = store._connect().execute(query, (snapshot_id,)).fetchone()[0]\n"
+    "    started = time.process_time()\n"
+    "    document = trusted.stored_document(blob)\n"
+    "    inflate = time.process_time() - started\n"
+    "    gc.disable()\n"
+    "    started = time.process_time()\n"
+    "    orjson.loads(document)\n"
+    "    print(inflate, time.process_time() - started)\n"
+)
+
+
+def read_back(snapshot_id: str, runs: int) -> tuple[float, float, float]:
+    """CPU seconds, best of ``runs`` fresh processes each: reading the whole graph with a
+    new Store; inflating the row and orjson's parse of its native JSON."""
+    best = [float("inf")] * 3
+    for _ in range(runs):
+        for what, slots in (("read", slice(0, 1)), ("parse", slice(1, 3))):
+            out = subprocess.run(
+                [sys.executable, "-c", READ, str(STORE), snapshot_id, what],
+                capture_output=True,
+                check=True,
+                text=True,
+            ).stdout.split()
+            best[slots] = [min(old, float(new)) for old, new in zip(best[slots], out, strict=True)]
+    return best[0], best[1], best[2]
 
 
 # Runs the CLI, then prints its own peak RSS (VmHWM) on stderr: ru_maxrss would carry the
@@ -239,11 +258,12 @@ def bench(label: str, load: Callable, runs: int, calls: int) -> None:
     print(f"\n== {label}: {info.nodes:,} nodes, {info.edges:,} edges, snapshot {snapshot_id}")
     print(f"store: {how}; {graph_bytes / 1e6:.1f} MB graph + {page_count:,} pages in "
           f"{page_bytes / 1e6:.1f} MB")  # fmt: skip
-    read_s, parse_s = read_back(snapshot_id)
+    read_s, inflate_s, parse_s = read_back(snapshot_id, runs)
     ratio = read_s / parse_s
     print(
-        f"whole graph read back {read_s:.3f} s, orjson parse of its native JSON {parse_s:.3f} s: "
-        f"{ratio:.1f}x (target <= {TARGET_READ_RATIO:g}x: {verdict(ratio <= TARGET_READ_RATIO)})"
+        f"whole graph read back {read_s:.3f} s CPU (inflating the row {inflate_s:.3f}), orjson "
+        f"parse of its native JSON {parse_s:.3f} s: {ratio:.2f}x, best of {runs} fresh processes "
+        f"(target <= {TARGET_READ_RATIO:g}x: {verdict(ratio <= TARGET_READ_RATIO)})"
     )
     floor_wall, floor_cpu = floor(runs)
     print(f"{'fresh wp-mcp show':<28}{'wall ms':>9}{'CPU ms':>9}{'peak MB':>9}")
