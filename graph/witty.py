@@ -41,6 +41,7 @@ Link = Callable[..., None]  # link(kind, src, dst, **attrs): add a derived edge
 Between = Callable[[str, tuple[str, ...], tuple[str, ...]], list[Doc]]
 
 DERIVED_MARK = "witty"
+_NUMBER = (int, float)  # isinstance with a tuple: ``int | float`` builds a union per call
 # Linux numbers at most 1,024 NUMA nodes (NODES_SHIFT is 10 at most): a NUMA-set list
 # naming more is not expanded
 MAX_NUMA_NODES = 1024
@@ -444,7 +445,6 @@ _SRC, _DST, _KIND, _KEY = (
 def _derive(imp: _Importer) -> None:
     """Compute the typed attributes and semantic edges our layers and rules read."""
     nodes = imp.nodes
-    mark = {"derived": DERIVED_MARK}
     by_kind: dict[str, list[Doc]] = defaultdict(list)
     for edge in imp.edges:
         by_kind[edge["kind"]].append(edge)
@@ -459,7 +459,7 @@ def _derive(imp: _Importer) -> None:
     derived: list[Doc] = []
 
     def link(kind: str, src: str, dst: str, **attrs: Any) -> None:
-        derived.append({"src": src, "dst": dst, "kind": kind, **attrs, **mark})
+        derived.append({"src": src, "dst": dst, "kind": kind, **attrs, "derived": DERIVED_MARK})
 
     # process tree from ppid
     processes = [n for n in nodes.values() if n["kind"] == "process"]
@@ -520,7 +520,7 @@ def _derive_process_numa(process: Doc, info: Any, nodes: dict[str, Doc], link: L
     total_pages = info.get("total_pages")
     if isinstance(total_pages, dict):
         process["numa_pages"] = {
-            str(k): int(v) for k, v in total_pages.items() if isinstance(v, int | float)
+            str(k): int(v) for k, v in total_pages.items() if isinstance(v, _NUMBER)
         }
     cpu_share = _normalise(_per_node(affinity.get("cpu_runtime_pct_in_each_numa")))
     page_share = _normalise(pages)
@@ -534,14 +534,15 @@ def _derive_process_numa(process: Doc, info: Any, nodes: dict[str, Doc], link: L
         )
     if "cpu_mem_access_cosine_similarity" in affinity:
         process["numa_locality_cosine"] = affinity["cpu_mem_access_cosine_similarity"]
+    process_id = process["id"]
     for node, share in cpu_share.items():
-        if f"numa:{node}" in nodes:
-            link("cpu_on", process["id"], f"numa:{node}", share=share)
+        numa_id = f"numa:{node}"
+        if numa_id in nodes:
+            link("cpu_on", process_id, numa_id, share=share)
     for node, share in page_share.items():
-        if f"numa:{node}" in nodes:
-            link(
-                "mem_on", process["id"], f"numa:{node}", share=share, pages=int(pages.get(node, 0))
-            )
+        numa_id = f"numa:{node}"
+        if numa_id in nodes:
+            link("mem_on", process_id, numa_id, share=share, pages=int(pages.get(node, 0)))
 
 
 def _derive_socket_flows(nodes: dict[str, Doc], between: Between, link: Link) -> None:
@@ -565,7 +566,7 @@ def _derive_socket_flows(nodes: dict[str, Doc], between: Between, link: Link) ->
         flow = flow if isinstance(flow, dict) else {}
         size = flow.get("data_size")
         socket = nodes[edge["dst"]]
-        if isinstance(size, int | float):
+        if isinstance(size, _NUMBER):
             socket["bytes_sent"] = int(size)
         if sender is None or sender not in nodes or receiver is None or sender == receiver:
             continue
@@ -573,10 +574,11 @@ def _derive_socket_flows(nodes: dict[str, Doc], between: Between, link: Link) ->
         total["bytes"] += int(size or 0)
         total["flows"] += 1
         total["transport"] = str(edge.get("connection_type") or socket.get("proto") or "").lower()
-        for bound, pick in (("start", min), ("end", max)):
-            value = flow.get(f"{bound}_time")
-            if isinstance(value, int | float):
-                total[bound] = value if total[bound] is None else pick(total[bound], value)
+        start, end = flow.get("start_time"), flow.get("end_time")
+        if isinstance(start, _NUMBER):
+            total["start"] = start if total["start"] is None else min(total["start"], start)
+        if isinstance(end, _NUMBER):
+            total["end"] = end if total["end"] is None else max(total["end"], end)
     for (sender, receiver), total in flows.items():
         attrs = {
             "transport": total["transport"] or None,
@@ -694,9 +696,9 @@ def _edge_of(graph: Graph, edge: Edge, entities: dict[str, Doc]) -> dict[str, An
 
 def _per_node(values: Any) -> dict[str, float]:
     if isinstance(values, list):
-        return {str(i): float(v) for i, v in enumerate(values) if isinstance(v, int | float) and v}
+        return {str(i): float(v) for i, v in enumerate(values) if v and isinstance(v, _NUMBER)}
     if isinstance(values, dict):
-        return {str(k): float(v) for k, v in values.items() if isinstance(v, int | float) and v}
+        return {str(k): float(v) for k, v in values.items() if v and isinstance(v, _NUMBER)}
     return {}
 
 
