@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -232,6 +233,36 @@ def in_process_index_ms(snapshot_id: str, entity: str, query: str) -> tuple[floa
     return best[0], best[1]
 
 
+def index_mb(store: Store, snapshot_id: str) -> float:
+    """The node index's size: its tables and their indexes (SQLite's dbstat)."""
+    query = "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE ?"
+    try:
+        return store._connect().execute(query, (f"ni_%{snapshot_id}%",)).fetchone()[0] / 1e6
+    except sqlite3.OperationalError:  # an SQLite built without dbstat
+        return float("nan")
+
+
+def in_process_searches(snapshot_id: str, entity: str) -> list[tuple[str, float, float, int]]:
+    """Searches of kinds that cost differently, each with a new Store (best of 3, wall and
+    CPU ms): a common word, an entity's id (rare), two characters (no trigram: a scan of
+    every row) and a needle nothing holds."""
+    from wp_mcp.converters.stored import search_page
+
+    rows = []
+    for query in ("python", entity, entity[:2], "no-such-thing-zz"):
+        best, best_cpu, total = float("inf"), float("inf"), 0
+        for _ in range(3):
+            store = Store(STORE)
+            started, cpu = time.perf_counter(), time.process_time()
+            page = search_page(store, snapshot_id, query)
+            best = min(best, (time.perf_counter() - started) * 1000)
+            best_cpu = min(best_cpu, (time.process_time() - cpu) * 1000)
+            total = page.total_items if page else -1
+            store.close()
+        rows.append((query, best, best_cpu, total))
+    return rows
+
+
 def stdio_layer(snapshot_id: str, calls: int) -> tuple[float, float]:
     """The first wp_layer call of a fresh server (after the handshake), then the p50."""
     client = RawClient(STORE)
@@ -291,6 +322,10 @@ def bench(label: str, load: Callable, runs: int, calls: int) -> None:
         f"{search_ms:.1f} ms (target <= {TARGET_INPROCESS_MS}: "
         f"{verdict(max(entity_ms, search_ms) <= TARGET_INPROCESS_MS)})"
     )
+    entity = sample_entity(store, snapshot_id)[0]
+    print(f"node index: {index_mb(store, snapshot_id):.1f} MB; in-process searches, new Store:")
+    for query, ms, cpu_ms, total in in_process_searches(snapshot_id, entity):
+        print(f"  {query[:24]!r:<28}{ms:>8.1f} ms{cpu_ms:>8.1f} ms CPU{total:>10,} matches")
     first, p50 = stdio_layer(snapshot_id, calls)
     print(
         f"wp_layer over stdio: first {first:.1f} ms (target <= {TARGET_LAYER_FIRST_MS}: "

@@ -15,7 +15,7 @@ from .items import Item, node_item
 from .lines import named, parts
 from .render import Page, clamp_budget, snapshot_label
 from .text import quote
-from .tokens import DEFAULT_MAX_TOKENS, count_tokens
+from .tokens import DEFAULT_MAX_TOKENS, count_tokens, tokens_at_most
 
 SEARCHED = ("name", "cmdline", "local_addr", "remote_addr", "path", "hostname", "pci_bus_id")
 MAX_LIMIT = 200
@@ -115,24 +115,15 @@ def found_page(query: str, best: list[Node], total: int, max_tokens: int, snap: 
     budget, _note = clamp_budget(max_tokens)
     header = f"#wp search {quote(query, 60)} snap={snap} matches {total}"
     legend = '#legend id "name" kind detail; open one with the entity view (entity=<id>)'
-    lines = [header, legend]
-    used = count_tokens(header) + count_tokens(legend) + 40
-    shown = 0
-    for node in best:
-        item = _item(node)
-        if used + item.tokens > budget:
-            break
-        lines.append(item.line)
-        used += item.tokens
-        shown += 1
+    items = [_item(node) for node in best]
+    shown = _fitting(header, legend, items, budget)
+    lines = [header, legend, *(item.line for item in items[:shown])]
     if shown < total:
         lines.append(f"#more {total - shown} matches not shown: make the query more specific")
     else:
         lines.append("#end" if total else "#end no match; try part of a name, a pid or an address")
-    text = "\n".join(lines)
     return Page(
-        text=text,
-        tokens=count_tokens(text),
+        text="\n".join(lines),
         next_cursor=None,
         page=1,
         pages=1,
@@ -143,6 +134,24 @@ def found_page(query: str, best: list[Node], total: int, max_tokens: int, snap: 
         ids=tuple(node.id for node in best[:shown]),
         max_tokens=budget,
     )
+
+
+def _fitting(header: str, legend: str, items: list[Item], budget: int) -> int:
+    """How many of ``items`` fit the page's budget after its header and legend. Counted by
+    the UTF-8 bound first (``tokens_at_most``, never less than the tokens): when all fit by
+    it, all fit, and no encoder is loaded; else by the tokens themselves."""
+    bound = tokens_at_most(header) + tokens_at_most(legend) + 40
+    bound += sum(tokens_at_most(item.line) + 1 for item in items)
+    if bound <= budget:
+        return len(items)
+    used = count_tokens(header) + count_tokens(legend) + 40
+    shown = 0
+    for item in items:
+        if used + item.tokens > budget:
+            break
+        used += item.tokens
+        shown += 1
+    return shown
 
 
 def _item(node: Node) -> Item:

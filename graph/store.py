@@ -599,6 +599,30 @@ class Store:
         batch.clear()
         return True
 
+    def keep_entity_pages(
+        self,
+        snapshot_id: str,
+        entity: str,
+        depth: int,
+        fmt: str,
+        budget: int,
+        pages: Iterator[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """Store the pages of one entity's view (the cursor asking for each, '' for the first;
+        its record), which :meth:`page` then serves for that entity: what the first CLI
+        answer of an entity longer than its budget renders, so that the next needs neither
+        the node index's rows nor the token encoder."""
+        if self.read_only:
+            return
+        view = _entity_view(entity, depth)
+        batch: _Rows = []
+        stored, next_cursor = 0, None
+        for cursor, record in pages:
+            batch.append((snapshot_id, view, fmt, budget, cursor, _pack(record)))
+            stored, next_cursor = stored + 1, record["next_cursor"]
+        if batch:
+            self._write_pages(batch, (snapshot_id, view, fmt, budget, stored, next_cursor))
+
     def page(self, snapshot_id: str, view: str, *, fmt: Any = "txt", cursor: Any = None,
              max_tokens: Any = None, filters: Any = None, entity: Any = None,
              depth: Any = 1) -> StoredPage | None:  # fmt: skip
@@ -759,24 +783,23 @@ class Store:
         id (the rows are stored in id order). Compared as UTF-8 bytes, so that a NUL in a
         string ends nothing."""
         table = _index_tables(snapshot_id).text
-        # the frames hold no needle, so the framed columns are searched as they are; the id
-        # and the name are unframed only to rank the rows that match
+        # the needle holds no line break, so the framed id and name are compared as they
+        # are: equal to the needle framed, starting with it opened, ending with it closed
         rows = f"""FROM (SELECT pos, id, key, CAST(key AS BLOB) AS framed_id,
                 CAST(name AS BLOB) AS framed_name, CAST(other AS BLOB) AS other FROM {table})
             WHERE instr(framed_id, :q) > 0 OR instr(framed_name, :q) > 0
                 OR instr(other, :q) > 0"""
-        lower_id = "substr(framed_id, 2, length(framed_id) - 2)"
-        name = "substr(framed_name, 2, length(framed_name) - 2)"
         # two scans cost less than one that sorts every match to count them (a window)
         best = f"""SELECT id, key {rows} ORDER BY CASE
-                WHEN {lower_id} = :q THEN 0
-                WHEN substr({lower_id}, 1, length(:q)) = :q
-                  OR (length({lower_id}) >= length(:q) AND substr({lower_id}, -length(:q)) = :q)
+                WHEN framed_id = :framed THEN 0
+                WHEN substr(framed_id, 1, :n) = :opened OR substr(framed_id, -:n) = :closed
                   THEN 1
-                WHEN {name} = :q THEN 2
+                WHEN framed_name = :framed THEN 2
                 WHEN instr(framed_name, :q) > 0 THEN 3
                 ELSE 4 END, pos LIMIT :limit"""
-        arguments = {"q": needle.encode(), "limit": limit}
+        q = needle.encode()
+        arguments = {"q": q, "framed": b"\n%s\n" % q, "opened": b"\n" + q, "closed": q + b"\n",
+                     "n": len(q) + 1, "limit": limit}  # fmt: skip
         with self._errors("cannot search the node index"):
             db = self._connect()
             ids = [node_id or key[1:-1] for node_id, key in db.execute(best, arguments)]
@@ -1003,12 +1026,21 @@ def _by_id(node: Any) -> str:
 def _page_key(view: Any, fmt: Any, cursor: Any, max_tokens: Any, filters: Any, entity: Any,
               depth: Any) -> tuple[str, str, int, str] | None:  # fmt: skip
     """The stored page's key for a request, or None for a request pages are not stored for
-    (filters, an entity, depth 2, arguments of unexpected types: rendering says why)."""
-    plain = not filters and entity is None and depth == 1
+    (filters, depth 2 of a view, arguments of unexpected types: rendering says why). An
+    entity's pages are keyed by the entity and the depth in the view's place."""
     typed = isinstance(view, str) and isinstance(fmt, str) and isinstance(cursor, str | None)
-    if not (plain and typed and type(max_tokens) is int):
+    if filters or not typed or type(max_tokens) is not int:
+        return None
+    if view == "entity" and isinstance(entity, str) and entity and depth in (1, 2):
+        return _entity_view(entity, depth), fmt, max_tokens, cursor or ""
+    if entity is not None or depth != 1:
         return None
     return view, fmt, max_tokens, cursor or ""
+
+
+def _entity_view(entity: str, depth: int) -> str:
+    """The ``view`` column of an entity's stored pages (no view's name holds a NUL)."""
+    return f"entity\0{depth}\0{entity}"
 
 
 def _pack(record: dict[str, Any]) -> bytes:
