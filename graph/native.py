@@ -15,10 +15,9 @@ from __future__ import annotations
 import gzip
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import ValidationError
 
 from .check import check_graph
 from .errors import FormatError
@@ -36,6 +35,9 @@ from .model import (
 )
 from .outfile import write_output
 from .rawio import read_json_file
+
+if TYPE_CHECKING:  # pydantic loads where something is validated (a witty import needs none)
+    from pydantic import ValidationError
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
@@ -125,7 +127,11 @@ def from_dict(doc: Any, origin: str = "<graph>") -> Graph:
             raise FormatError(f"{origin}: {key!r} must be a list, got {_type_name(doc[key])}")
     try:
         meta = Meta.model_validate(doc["meta"])
-    except ValidationError as exc:
+    except ValueError as exc:
+        from pydantic import ValidationError  # loaded already: the model raised it
+
+        if not isinstance(exc, ValidationError):
+            raise
         raise FormatError(f"{origin}: {describe_validation_error(exc, 'meta')}") from None
     try:
         nodes = validate_nodes(doc["nodes"])

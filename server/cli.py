@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if not getattr(args, "applies_config", False):  # else the handler does, if it must
-            from .config import apply_process_wide
+            from .config_file import apply_process_wide
 
             apply_process_wide(args)  # the config file's redaction patterns, for every command
         return int(args.handler(args) or 0)

@@ -19,6 +19,7 @@ from wp_mcp.graph.safetext import escape
 from wp_mcp.graph.store import Store
 
 from . import config as config_module
+from . import config_file
 
 UNIT = """\
 [Unit]
@@ -141,7 +142,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _config_init(args: argparse.Namespace) -> int:
-    target = args.file or str(config_module.search_path()[0])
+    target = args.file or str(config_file.search_path()[0])
     path = check_target(target) if args.file else _in_config_dir(target)
     if path.exists() and not args.force:
         raise UserError(f"{shown(path)} exists; --force replaces it")

@@ -12,6 +12,7 @@ shows, not the graph), which the first one answered from the graph stores.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from wp_mcp.converters.catalog import VIEWS
 from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
-from wp_mcp.graph.safetext import excerpt
+from wp_mcp.graph.safetext import error_line, excerpt
 
 from .errors import UserError
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from wp_mcp.graph.store import StoredPage
 
 FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,14 +101,17 @@ def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]
 def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         check_target(args.out)  # before any slow work
-    stored = _stored_page(args) or _indexed_answer(args)
-    if stored is not None:
-        _emit(stored.text + "\n", args.out)
+    stored = _stored_page(args)
+    answer = stored or _indexed_answer(args)
+    if answer is not None:
+        _emit(answer.text + "\n", args.out)
+        if stored is None and args.view == "entity" and "tiktoken" in sys.modules:
+            _store_entity_pages(args)
         return 0
     from wp_mcp.converters import render_view, search
     from wp_mcp.converters.formats import PICTURE_FORMATS
 
-    from .config import apply_process_wide
+    from .config_file import apply_process_wide
 
     apply_process_wide(args)  # a graph file is imported: the config's redaction patterns
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
@@ -144,6 +149,29 @@ def _store_for_next_time(args: argparse.Namespace, graph: Graph, snapshot_id: st
         Store(getattr(args, "store", None)).build_node_index_quietly(snapshot_id, graph)
     else:
         _store_pages_of(args, graph, snapshot_id)
+
+
+def _store_entity_pages(args: argparse.Namespace) -> None:
+    """After an entity's answer that loaded the token encoder (its page longer than its
+    budget in bytes): store its pages, which the next call of any of them reads as a view's
+    stored page, without the node index's rows or the encoder (a page laid out from its
+    bytes costs no more than that to answer again, so none is stored for it)."""
+    from wp_mcp.converters.stored import entity_pages
+    from wp_mcp.graph.store import EAGER_PAGES, Store
+
+    if not args.out:
+        sys.stdout.flush()  # the caller has its answer while the pages are stored
+    store = Store(getattr(args, "store", None))
+    snapshot_id = store.resolve(args.source)
+    pages = entity_pages(
+        store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, EAGER_PAGES
+    )
+    try:
+        store.keep_entity_pages(
+            snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, pages
+        )
+    except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
+        log.warning("pages of entity %s not stored: %s", excerpt(args.entity), error_line(exc))
 
 
 def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:

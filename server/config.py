@@ -21,7 +21,8 @@ from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import describe_os_error, shown
 from wp_mcp.graph.safetext import excerpt
 
-CONFIG_ENV = "WP_MCP_CONFIG"
+from .config_file import find_config
+
 MAX_CONFIG_BYTES = 1 << 20
 MAX_PATTERN_CHARS = 500
 _BIND = re.compile(r"(?P<host>[0-9.]+|\[[0-9a-fA-F:]+\]|localhost):(?P<port>\d{1,5})\Z")
@@ -206,30 +207,6 @@ def from_args(args: Any) -> Loaded:
         loaded.set_flag("outputs.metrics.bind", args.metrics)
         loaded.set_flag("outputs.metrics.enabled", True)
     return loaded
-
-
-def apply_process_wide(args: Any) -> None:
-    """What the config sets for every command of this process: its redaction patterns,
-    added to the built-in rules before anything is collected or imported."""
-    from wp_mcp.graph.redact import set_user_patterns
-
-    set_user_patterns(from_args(args).config.redaction.patterns)
-
-
-def search_path() -> list[Path]:
-    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path(config_home) / "wp-mcp" / "config.toml", Path("/etc/wp-mcp/config.toml")]
-
-
-def find_config(explicit: str | None) -> Path | None:
-    """The file to read: --config, then $WP_MCP_CONFIG (both must exist), then the search path."""
-    for given, origin in ((explicit, "--config"), (os.environ.get(CONFIG_ENV), CONFIG_ENV)):
-        if given:
-            path = Path(given).expanduser()
-            if not path.is_file():
-                raise UserError(f"{origin}: no config file {shown(path)}")
-            return path
-    return next((path for path in search_path() if path.is_file()), None)
 
 
 def load(explicit: str | None = None) -> Loaded:

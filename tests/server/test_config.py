@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from wp_mcp.graph.redact import redact_text
 from wp_mcp.graph.store import Store
-from wp_mcp.server import config
+from wp_mcp.server import config, config_file
 from wp_mcp.server.cli import main
 
 GOOD = """\
@@ -36,7 +36,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
     monkeypatch.delenv("WP_MCP_KEEP", raising=False)
-    monkeypatch.setattr(config, "search_path", lambda: [tmp_path / "xdg/wp-mcp/config.toml"])
+    monkeypatch.setattr(config_file, "search_path", lambda: [tmp_path / "xdg/wp-mcp/config.toml"])
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:

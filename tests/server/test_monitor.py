@@ -14,7 +14,7 @@ from wp_mcp.converters import count_tokens
 from wp_mcp.graph import native
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
-from wp_mcp.server import config as config_module
+from wp_mcp.server import config_file
 from wp_mcp.server import monitor as monitor_module
 from wp_mcp.server.cli import main
 from wp_mcp.server.config import Config
@@ -274,7 +274,7 @@ async def test_wp_events_pages_by_cursor_within_the_token_budget(store_dir: Path
 def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI finds no config of this machine (user's or /etc): defaults apply."""
     monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
-    monkeypatch.setattr(config_module, "search_path", lambda: [tmp_path / "absent.toml"])
+    monkeypatch.setattr(config_file, "search_path", lambda: [tmp_path / "absent.toml"])
 
 
 @pytest.mark.usefixtures("no_config_file")
