@@ -4,10 +4,13 @@ The first show of a view renders it from the graph and stores its pages for the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from wp_mcp.converters import render_view, search
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
@@ -117,3 +120,51 @@ def test_a_stored_entity_that_fits_by_its_bytes_loads_neither_pydantic_nor_the_e
         out, loaded = show(snapshot_id, "--view", "entity", "--entity", entity)
         assert out == expected.text + "\n"
         assert not {"pydantic", "tiktoken", "wp_mcp.graph.native"} & loaded
+
+
+def fields(page) -> dict:
+    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+
+
+def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_next(store_dir):
+    """Its first show counts tokens (the encoder loads), then stores the entity's pages;
+    the next show of any of them is read from its row, as a view's stored page is."""
+    graph = witty.load_witty(WITTY_GRAPH)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)
+    store.build_node_index(snapshot_id, graph)
+    options = {"entity": "npu:0", "max_tokens": 300, "snapshot_id": snapshot_id}
+    chain = [render_view(graph, "entity", **options)]
+    while chain[-1].next_cursor:
+        chain.append(render_view(graph, "entity", cursor=chain[-1].next_cursor, **options))
+    assert len(chain) > 1
+    entity = ("--view", "entity", "--entity", "npu:0", "--max-tokens", "300")
+    out, loaded = show(snapshot_id, *entity)
+    assert out == chain[0].text + "\n" and "tiktoken" in loaded
+    cursor = None
+    for page in chain:
+        out, loaded = show(snapshot_id, *entity, *(("--cursor", cursor) if cursor else ()))
+        assert out == page.text + "\n"
+        assert not HEAVY & loaded, sorted(HEAVY & loaded)
+        stored = Store(store_dir).page(
+            snapshot_id, "entity", entity="npu:0", max_tokens=300, cursor=cursor
+        )
+        assert fields(stored) == fields(page)
+        cursor = page.next_cursor
+    other = Store(store_dir).page(snapshot_id, "entity", entity="npu:1", max_tokens=300)
+    assert other is None  # another entity's pages are its own
+
+
+def test_a_witty_file_shown_on_the_fly_loads_neither_pydantic_nor_the_encoder(
+    store_dir, tmp_path, monkeypatch
+):
+    """Its elements pass the plain checks as they are (no pydantic call), no config file sets
+    redaction patterns (no config model), and its page fits its budget by bytes."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
+    if Path("/etc/wp-mcp/config.toml").exists():
+        pytest.skip("this machine has /etc/wp-mcp/config.toml: its model loads to read it")
+    expected = render_view(witty.load_witty(WITTY_GRAPH), "compute")
+    out, loaded = show(str(WITTY_GRAPH), "--view", "compute")
+    assert out == expected.text + "\n"
+    assert not {"pydantic", "tiktoken"} & loaded, sorted({"pydantic", "tiktoken"} & loaded)
