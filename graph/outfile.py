@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -91,7 +90,7 @@ def _write_error(target: Path, exc: OSError) -> UserError:
 
 def _create_temp(target: Path) -> tuple[int, Path]:
     for _ in range(10):  # O_EXCL: a name someone planted is skipped, never opened
-        temp = target.with_name(f".{target.name[:_NAME_MAX_KEPT]}.{secrets.token_hex(4)}.tmp")
+        temp = target.with_name(f".{target.name[:_NAME_MAX_KEPT]}.{os.urandom(4).hex()}.tmp")
         try:
             return os.open(temp, _TEMP_FLAGS, 0o600), temp
         except FileExistsError:
