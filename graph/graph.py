@@ -14,6 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from .errors import UserError
+from .gcpause import kept_out_of_collections
 from .model import Edge, Meta, Node, edge_from_dict, node_from_dict
 
 _ID = attrgetter("id")
@@ -117,9 +118,13 @@ class Graph:
         # here, and neither may see (or append to) a half-built table
         out: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
         into: dict[str, dict[str, list[Edge]]] = defaultdict(lambda: defaultdict(list))
-        for edge in self._every_edge():
-            out[edge.src][edge.kind].append(edge)
-            into[edge.dst][edge.kind].append(edge)
+        every = self._every_edge()
+        # two million lists and dicts that live as long as the graph: the collector's passes
+        # over them while they are made doubled the build (640 hosts: 3.0 -> 1.5 s)
+        with kept_out_of_collections(len(every)):
+            for edge in every:
+                out[edge.src][edge.kind].append(edge)
+                into[edge.dst][edge.kind].append(edge)
         self._out, self._in = out, into
         self._adjacency_ready = True
 
