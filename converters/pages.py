@@ -57,7 +57,7 @@ def chains(
             stored, cursor = progress.get((view, fmt, STORED_BUDGET), (0, ""))
             room = None if limit is None else limit - stored
             if cursor is not None and (room is None or room > 0):
-                pages = _walk(graph, snapshot_id, view, fmt, cursor or None, room)
+                pages = walk(graph, snapshot_id, view, fmt, cursor or None, room)
                 yield view, fmt, STORED_BUDGET, stored, pages
 
 
@@ -67,12 +67,16 @@ def is_stored_chain(view: str, fmt: str, max_tokens: int) -> bool:
     return view in STORED_VIEWS and fmt in STORED_FORMATS and max_tokens == STORED_BUDGET
 
 
-def _walk(graph: Graph, snapshot_id: str, view: str, fmt: str, cursor: str | None,
-          count: int | None) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+def walk(graph: Graph, snapshot_id: str, view: str, fmt: str, cursor: str | None,
+         count: int | None, budget: int = STORED_BUDGET,
+         **options: Any) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """The pages of one view from ``cursor`` on, at most ``count``: the cursor asking for
+    each ('' for the first) and its record (``options``: an entity view's entity and depth)."""
     while count is None or count > 0:
         page = render_view(
-            graph, view, fmt=fmt, cursor=cursor, max_tokens=STORED_BUDGET, snapshot_id=snapshot_id
-        )
+            graph, view, fmt=fmt, cursor=cursor, max_tokens=budget, snapshot_id=snapshot_id,
+            **options,
+        )  # fmt: skip
         yield cursor or "", page_record(page)
         if not page.next_cursor:
             return

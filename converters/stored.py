@@ -76,14 +76,36 @@ def entity_page(
 ) -> Page | None:
     """``render_view(graph, "entity", ...)`` of the stored snapshot, read from its node
     index; None when the snapshot has none yet (the caller renders from the graph)."""
+    part = _entity_part(store, snapshot_id, entity, depth)
+    if part is None:
+        return None
+    return render_view(
+        part, "entity", entity=entity, depth=depth, snapshot_id=snapshot_id, **options
+    )
+
+
+def entity_pages(
+    store: Store, snapshot_id: str, entity: str, depth: int, fmt: str, budget: int, count: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The first ``count`` pages of an entity's view, rendered from its node index's part
+    once (converters/pages.py ``walk``): what ``Store.keep_entity_pages`` stores."""
+    from .pages import walk
+
+    part = _entity_part(store, snapshot_id, entity, depth)
+    if part is None:
+        return iter(())
+    return walk(part, snapshot_id, "entity", fmt, None, count, budget, entity=entity, depth=depth)
+
+
+def _entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
+    """The part of the graph an entity's pages show, carrying the whole graph's fingerprint
+    (so its cursors are the whole graph's); None when the snapshot has no node index."""
     fingerprint = store.node_index(snapshot_id)
     if fingerprint is None:
         return None
     part = _neighbourhood(store, snapshot_id, entity, depth)
     carry_fingerprint(part, fingerprint)
-    return render_view(
-        part, "entity", entity=entity, depth=depth, snapshot_id=snapshot_id, **options
-    )
+    return part
 
 
 def search_page(
