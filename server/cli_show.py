@@ -161,12 +161,12 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
 
     if not args.out:
         sys.stdout.flush()  # the caller has its answer while the pages are stored
-    store = Store(getattr(args, "store", None))
-    snapshot_id = store.resolve(args.source)
-    pages = entity_pages(
-        store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, EAGER_PAGES
-    )
     try:
+        store = Store(getattr(args, "store", None))
+        snapshot_id = store.resolve(args.source)
+        pages = entity_pages(
+            store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, EAGER_PAGES
+        )
         store.keep_entity_pages(
             snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, pages
         )
