@@ -180,8 +180,8 @@ def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
     with cyclic_gc_paused():
         for position, entity in enumerate(doc["nodes"]):
             importer.entity(entity, f"nodes[{position}]")
-        for position, edge in enumerate(doc["edges"]):
-            importer.edge(edge, f"edges[{position}]")
+        records = list(map(importer.edge, doc["edges"], range(len(doc["edges"]))))
+        importer.add_edges(records, list(range(len(records))))
         graph = importer.finish()
     graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
     if env is not None:
@@ -201,9 +201,9 @@ class _Importer:
         self.nodes: dict[str, dict[str, Any]] = {}  # our id -> attributes (with id and kind)
         self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
         self.edges: list[dict[str, Any]] = []
-        # an edge's position in the file, for error messages; None: derived by import (the
-        # message names its kind)
-        self.edge_where: list[str | None] = []
+        # an edge's position in the file's edges, for error messages; None: derived by
+        # import (the message names its kind)
+        self.edge_where: list[int | None] = []
         self.edge_idents: set[tuple[Any, ...]] = set()
         self.node_ids: dict[tuple[Any, ...], str] = {}  # identity key -> our id
         self.raw: dict[
@@ -215,15 +215,26 @@ class _Importer:
 
     # ------------------------------------------------------------------ entities
 
+    def known(self, data: Any) -> str | None:
+        """The id of an entity already read, found by its type's key fields in one C call
+        (every edge embeds both its ends: most copies are of an entity read before); None
+        for anything else, which ``entity`` reads or refuses."""
+        try:
+            entity_type = data["entity_type"]
+            return self.node_ids.get((entity_type, _IDENTITY_GETTERS[entity_type](data)))
+        except (KeyError, TypeError):  # no dict, no known type, a key field missing or odd
+            return None
+
     def entity(self, data: Any, where: str) -> str:
         """Add (or find) the node for one witty entity and return its id."""
+        known = self.known(data)
+        if known is not None:
+            return known
         if not isinstance(data, dict):
             raise self.fail(where, f"expected an entity object, got {type(data).__name__}")
         entity_type = data.get("entity_type")
         if not isinstance(entity_type, str):
             raise self.fail(where, "entity has no 'entity_type' string")
-        # every edge embeds both its ends: most calls find an entity already read, by its
-        # key fields read in one C call
         getter = _IDENTITY_GETTERS.get(entity_type)
         try:
             key = (entity_type, getter(data)) if getter else self.identity(entity_type, data, where)
@@ -341,19 +352,22 @@ class _Importer:
 
     # ------------------------------------------------------------------ edges
 
-    def edge(self, data: Any, where: str) -> None:
+    def edge(self, data: Any, position: int) -> Doc:
+        """Our record of the witty edge at ``position`` (added by ``add_edges``); its place
+        in words is written only for an error or an entity read for the first time."""
         if not isinstance(data, dict):
-            raise self.fail(where, f"expected an edge object, got {type(data).__name__}")
+            found = type(data).__name__
+            raise self.fail(f"edges[{position}]", f"expected an edge object, got {found}")
         edge_type = data.get("edge_type")
         if not isinstance(edge_type, str):
-            raise self.fail(where, "edge has no 'edge_type' string")
+            raise self.fail(f"edges[{position}]", "edge has no 'edge_type' string")
         source, target = data.get("source_node"), data.get("target_node")
         if not isinstance(source, dict):
-            raise self.fail(where, f"{edge_type} has no 'source_node' entity")
+            raise self.fail(f"edges[{position}]", f"{edge_type} has no 'source_node' entity")
         if not isinstance(target, dict):
-            raise self.fail(where, f"{edge_type} has no 'target_node' entity")
-        src = self.entity(source, f"{where}.source_node")
-        dst = self.entity(target, f"{where}.target_node")
+            raise self.fail(f"edges[{position}]", f"{edge_type} has no 'target_node' entity")
+        src = self.known(source) or self.entity(source, f"edges[{position}].source_node")
+        dst = self.known(target) or self.entity(target, f"edges[{position}].target_node")
         kind = EDGE_KINDS.get(edge_type)
         expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
         if expected_src and self.nodes[src]["kind"] != expected_src:
@@ -366,9 +380,9 @@ class _Importer:
         if kind is not None:
             del record["edge_type"]
         record["src"], record["dst"], record["kind"] = src, dst, kind or GENERIC_EDGE_KIND
-        self.add_edge(record, where)
+        return record
 
-    def add_edges(self, records: list[Doc], wheres: list[str | None]) -> None:
+    def add_edges(self, records: list[Doc], wheres: list[int | None]) -> None:
         """``add_edge`` for many: in C where no two (and none already added) are twins."""
         idents = list(zip(map(_SRC, records), map(_KIND, records), map(_DST, records),
                           map(_KEY, records), strict=True))  # fmt: skip
@@ -381,7 +395,7 @@ class _Importer:
         for record, where in zip(records, wheres, strict=True):
             self.add_edge(record, where)
 
-    def add_edge(self, record: dict[str, Any], where: str | None) -> None:
+    def add_edge(self, record: dict[str, Any], where: int | None) -> None:
         # witty graphs may repeat an edge between the same pair: keep each, told apart by key
         ident = (record["src"], record["kind"], record["dst"], record.get("key"))
         twin = 1
@@ -408,7 +422,12 @@ class _Importer:
         try:
             edges = validate_edges(self.edges)
         except ElementsError as exc:
-            where = self.edge_where[exc.position] or f"derived {self.edges[exc.position]['kind']}"
+            position = self.edge_where[exc.position]
+            where = (
+                f"edges[{position}]"
+                if position is not None
+                else f"derived {self.edges[exc.position]['kind']}"
+            )
             raise self.fail(
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
             ) from None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 from wp_mcp.graph import witty
+from wp_mcp.graph.errors import FormatError
 from wp_mcp.graph.formats import load_any
 from wp_testdata import WITTY_GRAPH
 
@@ -175,6 +178,48 @@ def test_unknown_types_are_kept_with_all_fields():
     back = witty.to_witty(graph)
     assert _canon(back["edges"]) == _canon(doc["edges"])
     assert doc["nodes"][0] in back["nodes"]
+
+
+def _process(pid, ppid=1):
+    return {"entity_type": "ProcessEntity", "pid": pid, "ppid": ppid, "name": "python3"}
+
+
+def _numa(numa_id):
+    return {"entity_type": "NumaEntity", "numa_id": numa_id, "cpu_set": "0-3"}
+
+
+def _access(pid, numa_id, **fields):
+    return {"edge_type": "AffinitativeToNuma", "source_node": _process(pid),
+            "target_node": _numa(numa_id), **fields}  # fmt: skip
+
+
+def test_an_edge_repeated_between_the_same_pair_is_kept_as_a_twin():
+    doc = {"nodes": [], "edges": [_access(7, 0, weight=1.0), _access(7, 0, weight=2.0)]}
+    edges = list(witty.from_witty(doc).edges("affine_to"))
+    assert [(e.get("key"), e.get("weight")) for e in edges] == [(None, 1.0), ("2", 2.0)]
+
+
+def test_a_stale_copy_of_an_entity_read_before_is_not_read_again():
+    stale = _access(7, 0)
+    stale["source_node"] = {**_process(7), "name": "renamed later"}
+    doc = {"nodes": [_process(7)], "edges": [stale]}
+    assert witty.from_witty(doc).node("proc:7").get("name") == "python3"
+
+
+@pytest.mark.parametrize(
+    "edges, place",
+    [
+        ([_access(7, 0), ["not an edge"]], "edges[1]: expected an edge object, got list"),
+        ([_access(7, 0), {"source_node": _process(7)}], "edges[1]: edge has no 'edge_type'"),
+        ([_access(7, 0), _access(8, 0, source_node=None)], "edges[1]: AffinitativeToNuma has no"),
+        ([_access(7, 0), _access(8, 0, target_node={"numa_id": 1})], "edges[1].target_node: "),
+        ([_access(7, 0), _access(-8, 0)], "edges[1].source_node: pid: input should be greater"),
+    ],
+)
+def test_a_refused_file_names_the_element_where_it_is_wrong(edges, place):
+    """The place of the edge, or of the first copy of the entity that is wrong."""
+    with pytest.raises(FormatError, match=re.escape(f"<witty>: {place}")):
+        witty.from_witty({"nodes": [], "edges": edges})
 
 
 def _canon(items):
