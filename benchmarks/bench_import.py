@@ -77,6 +77,46 @@ elif step == "import":
     out["id"] = store.put(graph, label=path.name)
     out["store write"] = since(start)
     out["nodes"], out["edges"] = len(graph), graph.edge_count
+elif step == "import steps":
+    # CPU seconds of each step of load_any on a witty file: each named function wrapped
+    # with a clock; "entities and edges" is the witty reader's own loop, "rest" what no
+    # step names (the parsed document freed, the importer's lists, the wrappers)
+    import orjson
+    from wp_mcp.graph import formats, rawio, witty
+    from wp_mcp.graph.graph import Graph
+    spent = {}
+
+    def clocked(name, function):
+        def timed(*args, **kwargs):
+            started = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.process_time() - started
+        return timed
+
+    class ClockedJson:
+        loads = staticmethod(clocked("parse (orjson.loads)", orjson.loads))
+        dumps = staticmethod(clocked("nesting check", orjson.dumps))
+        JSONDecodeError, JSONEncodeError = orjson.JSONDecodeError, orjson.JSONEncodeError
+
+    rawio.read_bytes = clocked("read", rawio.read_bytes)
+    rawio.orjson = ClockedJson
+    witty._derive = clocked("derive (shares, trees, flows)", witty._derive)
+    witty.validate_nodes = clocked("validate nodes", witty.validate_nodes)
+    witty.validate_edges = clocked("validate edges", witty.validate_edges)
+    Graph.from_trusted = classmethod(clocked("index", Graph.from_trusted.__func__))
+    witty.check_graph = clocked("whole-graph checks", witty.check_graph)
+    formats.redact_graph = clocked("redaction", formats.redact_graph)
+    witty.from_witty = clocked("witty reader", witty.from_witty)
+    started = time.process_time()
+    formats.load_any(path)
+    total = time.process_time() - started
+    inner = ("derive (shares, trees, flows)", "validate nodes", "validate edges", "index",
+             "whole-graph checks")
+    spent["entities and edges"] = spent.pop("witty reader") - sum(spent.get(k, 0) for k in inner)
+    spent["rest"] = total - sum(spent.values())
+    out["import steps"] = spent
 elif step == "store read":
     from wp_mcp.graph.store import Store
     store = Store(store_dir)
@@ -145,6 +185,14 @@ def ranks_of(store: Path, snapshot: str) -> int:
     return len(Analysis(Store(store).get(snapshot)).ranks)
 
 
+def steps_line(path: Path, store: Path, repeat: int) -> None:
+    """Where a witty import's CPU time goes, step by step (best of ``repeat`` per step)."""
+    runs = [run_step("import steps", path, store)["import steps"] for _ in range(repeat)]
+    best_of = {name: min(run[name] for run in runs) for name in runs[0]}
+    print(f"{'':<28} import steps (cpu s): "
+          + ", ".join(f"{name} {seconds:.3f}" for name, seconds in best_of.items()))  # fmt: skip
+
+
 def line(label: str, step: str, figures: dict, parse: dict | None = None, target: str = "") -> None:
     ratio = f"{figures['wall'] / parse['wall']:.2f}x" if parse else ""
     cpu_ratio = f"{figures['cpu'] / parse['cpu']:.2f}x" if parse else ""
@@ -173,6 +221,8 @@ def graph_rows(label: str, path: Path, store: Path, repeat: int, with_diagnose: 
          verdict(ratio_ok, f"<= {IMPORT_RATIO}x parse (wall)") + "  "
          + verdict(cpu_ok, "(cpu)"))  # fmt: skip
     line("", "store write", imported["store write"], parse)
+    if with_diagnose:  # the witty captures
+        steps_line(path, store, repeat)
     read = best("store read", snapshot, store, repeat)
     line("", "store read", read["store read"] | {"peak_mb": read["peak_mb"]}, parse)
     if not with_diagnose:

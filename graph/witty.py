@@ -226,10 +226,8 @@ class _Importer:
             return None
 
     def entity(self, data: Any, where: str) -> str:
-        """Add (or find) the node for one witty entity and return its id."""
-        known = self.known(data)
-        if known is not None:
-            return known
+        """Add (or find) the node for one witty entity and return its id (what ``known``
+        finds, found the same way; the file's own list of entities is mostly new ones)."""
         if not isinstance(data, dict):
             raise self.fail(where, f"expected an entity object, got {type(data).__name__}")
         entity_type = data.get("entity_type")
