@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+import subprocess
+import sys
 import weakref
 import zlib
 
@@ -14,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from test_native import graphs
 from wp_mcp.graph import FormatError, Graph, gcpause, native, trusted, witty
 from wp_mcp.graph import store as store_module
+from wp_mcp.graph.model import CollectorStatus
 from wp_mcp.graph.store import DB_NAME, Store
 from wp_mcp.server.cli import main as wp_mcp
 from wp_synthetic import cluster_graph
@@ -191,6 +194,42 @@ def test_a_value_validation_would_change_is_stored_untrusted(tmp_path):
     snapshot_id = Store(tmp_path).put(graph)
     assert not _row(Store(tmp_path), snapshot_id).startswith(trusted.TAG)
     assert Store(tmp_path).get(snapshot_id).node("proc:7").pid == 7
+
+
+def test_a_meta_value_validation_would_change_is_stored_untrusted(tmp_path):
+    graph = witty.load_witty(WITTY_GRAPH)
+    graph.meta.window_s = 5  # set behind the model's back: validation makes it 5.0
+    snapshot_id = Store(tmp_path).put(graph)
+    assert not _row(Store(tmp_path), snapshot_id).startswith(trusted.TAG)
+    window = Store(tmp_path).get(snapshot_id).meta.window_s
+    assert window == 5.0 and isinstance(window, float)
+
+
+# A fresh process that reads a stored graph whole (export, diagnose) loads no pydantic: the
+# meta record is trusted as the elements are.
+READ_IN_A_FRESH_PROCESS = (
+    "import sys\n"
+    "from wp_mcp.graph.store import Store\n"
+    "graph = Store(sys.argv[1]).get(sys.argv[2])\n"
+    "print(len(graph.nodes), graph.meta.origin, type(graph.meta.collectors[0]).__name__)\n"
+    "print('pydantic' in sys.modules)\n"
+)
+
+
+def test_a_fresh_process_reads_a_stored_graph_without_loading_pydantic(tmp_path):
+    graph = witty.load_witty(WITTY_GRAPH)
+    graph.meta.collectors.append(CollectorStatus(name="procfs", status="ok"))
+    snapshot_id = Store(tmp_path).put(graph)
+    done = subprocess.run(
+        [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, str(tmp_path), snapshot_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    read, loaded = done.stdout.splitlines()
+    assert read == f"{len(graph.nodes)} {graph.meta.origin} CollectorStatus"
+    assert loaded == "False"
 
 
 def _damaged_rows(blob: bytes, graph: Graph) -> dict[str, bytes]:
