@@ -85,16 +85,25 @@ def entity_page(
 
 
 def entity_pages(
-    store: Store, snapshot_id: str, entity: str, depth: int, fmt: str, budget: int, count: int
+    store: Store,
+    snapshot_id: str,
+    entity: str,
+    depth: int,
+    fmt: str,
+    budget: int,
+    count: int,
+    cursor: str | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The first ``count`` pages of an entity's view, rendered from its node index's part
-    once (converters/pages.py ``walk``): what ``Store.keep_entity_pages`` stores."""
+    """``count`` pages of an entity's view from ``cursor`` on, rendered from its node
+    index's part once (converters/pages.py ``walk``): what ``Store.keep_entity_pages``
+    stores."""
     from .pages import walk
 
     part = _entity_part(store, snapshot_id, entity, depth)
     if part is None:
         return iter(())
-    return walk(part, snapshot_id, "entity", fmt, None, count, budget, entity=entity, depth=depth)
+    options = {"entity": entity, "depth": depth}
+    return walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
 
 
 def _entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from wp_mcp.graph.store import StoredPage
 
 FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
+# Pages of an entity stored after an answer that counted tokens, from the one asked for on:
+# the ones a reader goes on to (a NUMA node's 25 pages took longer to store than to answer)
+ENTITY_PAGES = 8
 log = logging.getLogger(__name__)
 
 
@@ -157,7 +160,7 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
     stored page, without the node index's rows or the encoder (a page laid out from its
     bytes costs no more than that to answer again, so none is stored for it)."""
     from wp_mcp.converters.stored import entity_pages
-    from wp_mcp.graph.store import EAGER_PAGES, Store
+    from wp_mcp.graph.store import Store
 
     if not args.out:
         sys.stdout.flush()  # the caller has its answer while the pages are stored
@@ -165,8 +168,9 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
         store = Store(getattr(args, "store", None))
         snapshot_id = store.resolve(args.source)
         pages = entity_pages(
-            store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, EAGER_PAGES
-        )
+            store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens,
+            ENTITY_PAGES, args.cursor,
+        )  # fmt: skip
         store.keep_entity_pages(
             snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, pages
         )
