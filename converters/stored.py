@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 
 class IndexedNode(NamedTuple):
     """A node's row of the node index: its id and record, and what a search compares,
-    lower-cased as converters/search.py lower-cases it: the id and the name each framed by
-    line breaks (a query without one finds where either starts and ends), and the rest of
-    the searchable text (:func:`~.search.haystack` is the id, the name and the rest)."""
+    lower-cased as converters/search.py lower-cases it: the id, the name and the rest of the
+    searchable text (:func:`~.search.haystack` is the id, the name and the rest), each framed
+    by line breaks: a query without one finds where the id or the name starts and ends, and
+    every character of a column is inside one of its trigrams."""
 
     id: str
     key: str
@@ -46,7 +47,7 @@ class IndexedNode(NamedTuple):
 
 EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, dst, record)
 _NO_IDS: list[str] = []  # what an empty query finds (never changed)
-# Needles of fewer characters have no trigram: a search for one scans every row
+# Needles of fewer characters have no trigram of their own: the index's are looked up
 TRIGRAM = 3
 
 
@@ -68,7 +69,9 @@ def _indexed(node: Node, record: bytes) -> IndexedNode:
     cut = None if name is None else name.lower()  # the name as the haystack holds it
     if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
         other = f"{cut}\n{other}"
-    return IndexedNode(node.id, f"\n{node.id.lower()}\n", f"\n{lower_name}\n", other, record)
+    return IndexedNode(
+        node.id, f"\n{node.id.lower()}\n", f"\n{lower_name}\n", f"\n{other}\n", record
+    )
 
 
 def entity_page(
@@ -141,14 +144,14 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
     if not needle or not _encodable(needle):
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         return 0, _NO_IDS
-    if len(needle) < TRIGRAM or "\x00" in needle:  # no trigram; a NUL ends a query string
+    if "\x00" in needle or not store.has_search_index(snapshot_id):  # see Store.search_scan
         return store.search_scan(snapshot_id, needle, limit)
-    tiers = _tiers(needle)
-    total = store.search_count(snapshot_id, tiers[-1][1])  # any column
+    tiers = _tiers(store, snapshot_id, needle)
+    total = store.search_count(snapshot_id, tiers[-1][1]) if tiers[-1][1] else 0
     best: list[str] = []
     for place, match in tiers if total else ():
         # each tier's candidates in id order: the first `limit` of that rank are its best
-        for node_id, name in store.search_matches(snapshot_id, match):
+        for node_id, name in store.search_matches(snapshot_id, match) if match else ():
             found = rank(node_id, name, needle, "")  # "": any match at all is a rank 4 one
             if (4 if found is None else found) == place:
                 best.append(node_id)
@@ -157,18 +160,39 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
     return total, best
 
 
-def _tiers(needle: str) -> list[tuple[int, str]]:
+def _tiers(store: Store, snapshot_id: str, needle: str) -> list[tuple[int, str]]:
     """Per rank of :func:`~.search.rank`, a full-text query finding every node of that rank
-    (and perhaps others, which the rank computed again leaves out): the framed id is the
-    needle framed, starts or ends with it; so for the name; the name holds it; any column."""
-    text = needle.replace('"', '""')  # a query's string: only its quote is special
+    (and perhaps others, which the rank computed again leaves out; "": none): the framed id
+    is the needle framed, starts or ends with it; so for the name; the name holds it; any
+    column holds it."""
+    framed, opened, closed, held = (
+        _holding(store, snapshot_id, text)
+        for text in (f"\n{needle}\n", f"\n{needle}", f"{needle}\n", needle)
+    )
+    either = " OR ".join(f"({query})" for query in (opened, closed) if query)
     return [
-        (0, f'key : "\n{text}\n"'),
-        (1, f'key : ("\n{text}" OR "{text}\n")'),
-        (2, f'name : "\n{text}\n"'),
-        (3, f'name : "{text}"'),
-        (4, f'{{key name other}} : "{text}"'),
+        (0, framed and f"key : {framed}"),
+        (1, either and f"key : ({either})"),
+        (2, framed and f"name : {framed}"),
+        (3, held and f"name : ({held})"),
+        (4, held and f"{{key name other}} : ({held})"),
     ]
+
+
+def _holding(store: Store, snapshot_id: str, text: str) -> str:
+    """A full-text query finding the rows whose framed columns hold ``text``, "" when none
+    do. Three characters or more are a phrase: their trigrams one after the other. Fewer
+    have no trigram of their own, but each place they are at in a column is inside one (the
+    frames see to it): the index's trigrams that hold them there, any of them (one after a
+    leading line break is at the column's start: those start with it)."""
+    if len(text) >= TRIGRAM:
+        return _phrase(text)
+    grams = store.search_trigrams(snapshot_id, text, 0 if text.startswith("\n") else 1)
+    return " OR ".join(_phrase(gram) for gram in grams)
+
+
+def _phrase(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'  # a query's string: only its quote is special
 
 
 def _encodable(text: str) -> bool:

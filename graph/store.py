@@ -151,8 +151,9 @@ _ADDED_TABLES = (
 )  # fmt: skip
 _DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_keys", "edge_rows")
 # The node index's format: 2 keeps each snapshot's index in tables of its own (dropped with
-# it) with an FTS5 trigram index for searches; an index of another format is built again.
-NODE_INDEX_FORMAT = 2
+# it) with an FTS5 trigram index for searches; 3 frames all the searched text and lists the
+# index's trigrams. An index of another format is built again.
+NODE_INDEX_FORMAT = 3
 _IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
@@ -683,10 +684,9 @@ class Store:
                     for position, node in enumerate(sorted(nodes, key=_by_id), 1)
                 ),  # fmt: skip
             )
-            search = tables.search
-            db.execute(f"INSERT INTO {search}({search}) VALUES ('rebuild')")
-            # one b-tree per term instead of the segments of each batch: smaller and faster
-            db.execute(f"INSERT INTO {search}({search}) VALUES ('optimize')")
+            # FTS5's trigram tokenizer ends a text at a NUL: a snapshot holding one is scanned
+            if not any("\x00" in f"{node.key}{node.name}{node.other}" for node in nodes):
+                _write_search_index(db, tables)
             db.executemany(
                 f"INSERT INTO {tables.edges} VALUES (?,?,?,?)",
                 (
@@ -762,6 +762,20 @@ class Store:
             query = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
             return int(self._connect().execute(query, (match,)).fetchone()[0])
 
+    def has_search_index(self, snapshot_id: str) -> bool:
+        """Whether the snapshot's node index has its full-text index (not when a searched
+        text holds a NUL); without it a search scans every row (:meth:`search_scan`)."""
+        return self._has_table(_index_tables(snapshot_id).search)
+
+    def search_trigrams(self, snapshot_id: str, text: str, at: int) -> builtins.list[str]:
+        """The trigrams of the snapshot's search index that hold ``text`` (one or two
+        characters) at offset ``at``."""
+        table = _index_tables(snapshot_id).grams
+        query = f"SELECT gram FROM {table} WHERE instr(CAST(gram AS BLOB), ?) > 0"
+        with self._errors("cannot search the node index"):
+            rows = self._connect().execute(query, (text.encode(),)).fetchall()
+        return [gram for (gram,) in rows if gram[at : at + len(text)] == text]
+
     def search_matches(self, snapshot_id: str, match: str) -> Iterator[tuple[str, str]]:
         """The nodes ``match`` finds in id order, read as they are asked for: (id, lower-cased
         name)."""
@@ -777,8 +791,8 @@ class Store:
     def search_scan(self, snapshot_id: str, needle: str, limit: int) -> tuple[int, _Ids]:
         """The ids of the ``limit`` best nodes whose searchable text or name holds
         ``needle`` (lower-cased, no line break), best first, and how many hold it: a scan
-        of every row, for needles the trigram index cannot look up (shorter than 3
-        characters, or holding a NUL). Ranked as converters/search.py ranks: the id itself,
+        of every row, where the trigram index cannot answer (a needle holding a NUL, which
+        a query string cannot carry; a snapshot without the index). Ranked as converters/search.py ranks: the id itself,
         an id starting or ending with it, the name itself, in the name, elsewhere; then by
         id (the rows are stored in id order). Compared as UTF-8 bytes, so that a NUL in a
         string ends nothing."""
@@ -964,38 +978,52 @@ class IndexTables:
     edges: str
     text: str
     search: str
+    grams: str  # the search index's trigrams, which a needle of one or two characters reads
 
 
 def _index_tables(snapshot_id: str) -> IndexTables:
     if not snapshot_id.isascii() or not snapshot_id.isalnum():  # ours: "s" and hex digits
         raise UserError(f"not a snapshot id: {excerpt(snapshot_id, 40)}")
     return IndexTables(
-        *(f"ni_{part}_{snapshot_id}" for part in ("nodes", "edges", "text", "search"))
+        *(f"ni_{part}_{snapshot_id}" for part in ("nodes", "edges", "text", "search", "grams"))
     )
 
 
 def _index_schema(tables: IndexTables) -> tuple[str, ...]:
-    # the search index is external-content (the text is kept once, in `text`, which a short
-    # needle scans), keeps no column sizes (only ranking by relevance reads them) and is
-    # case-sensitive: the text is lower-cased as converters/search.py lower-cases it, which
-    # SQLite's own folding does not match
     return (
         f"CREATE TABLE {tables.nodes} (id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
         f"""CREATE TABLE {tables.edges} (seq INTEGER PRIMARY KEY, src TEXT NOT NULL,
             dst TEXT NOT NULL, data BLOB NOT NULL)""",
         f"""CREATE TABLE {tables.text} (pos INTEGER PRIMARY KEY, id TEXT, key TEXT NOT NULL,
             name TEXT NOT NULL, other TEXT NOT NULL)""",
-        f"""CREATE VIRTUAL TABLE {tables.search} USING fts5(key, name, other,
-            content={tables.text}, content_rowid=pos, tokenize='trigram case_sensitive 1',
-            columnsize=0, detail=full)""",
     )
+
+
+def _write_search_index(db: sqlite3.Connection, tables: IndexTables) -> None:
+    """The full-text index of ``tables.text`` and the list of its trigrams. The index is
+    external-content (the text is kept once, in ``text``, which a scan reads), keeps no
+    column sizes (only ranking by relevance reads them) and is case-sensitive: the text is
+    lower-cased as converters/search.py lower-cases it, which SQLite's own folding does not
+    match."""
+    search = tables.search
+    db.execute(
+        f"""CREATE VIRTUAL TABLE {search} USING fts5(key, name, other, content={tables.text},
+        content_rowid=pos, tokenize='trigram case_sensitive 1', columnsize=0, detail=full)"""
+    )
+    db.execute(f"INSERT INTO {search}({search}) VALUES ('rebuild')")
+    # one b-tree per term instead of the segments of each batch: smaller and faster
+    db.execute(f"INSERT INTO {search}({search}) VALUES ('optimize')")
+    db.execute(f"CREATE TABLE {tables.grams} (gram TEXT PRIMARY KEY) WITHOUT ROWID")
+    db.execute(f"CREATE VIRTUAL TABLE temp.vocabulary USING fts5vocab(main, {search}, row)")
+    db.execute(f"INSERT INTO {tables.grams} SELECT term FROM temp.vocabulary")
+    db.execute("DROP TABLE temp.vocabulary")
 
 
 def _drop_node_index(db: sqlite3.Connection, snapshot_id: str) -> None:
     """A snapshot's node index, of any format (the rows before format 2 go with
     _DERIVED_TABLES)."""
     tables = _index_tables(snapshot_id)
-    for table in (tables.search, tables.text, tables.edges, tables.nodes):  # and its indexes
+    for table in (tables.search, tables.text, tables.edges, tables.nodes, tables.grams):
         db.execute(f"DROP TABLE IF EXISTS {table}")
     for table in ("node_sets", "node_rows", "search_keys", "edge_rows"):
         db.execute(f"DELETE FROM {table} WHERE snapshot_id=?", (snapshot_id,))

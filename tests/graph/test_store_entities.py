@@ -122,39 +122,48 @@ def test_deleting_a_snapshot_deletes_its_node_index(store_dir):
 # that lower-cases to more characters or by context, NUL and the index's own frame characters
 AWKWARD_NAMES = [
     'say "hi"', '""', "100%_done", "a*b?[c]", "x AND y OR NEAR(z)", "{name}:^-+",
-    "İstanbul", "STRASSE Straße", "ΟΔΟΣ", "日本語ワーカー", "a\x00b", "fr\x01am\x02e",
+    "İstanbul", "STRASSE Straße", "ΟΔΟΣ", "日本語ワーカー", "fr\x01am\x02e",
     "tab\there", "back\\slash",
 ]  # fmt: skip
 AWKWARD_QUERIES = [
     '"', '""', 'say "hi', "%", "_", "0%_", "*", "a*b", "?[c]", "AND", "or near", "NEAR(",
     "{name}", ":^-", "i̇st", "İSTAN", "straße", "ß", "οδος", "ΟΔΟΣ", "ς", "本語", "日", "ワーカ",
     "\x00", "a\x00b", "\x01", "\x01am", "am\x02", "\t", "b\\s", "\udcff", "x\udcffy",
-    "ας", "αας", "ασα", "e", "ab", ":1", "1:", "proc", "awkward:", "awkward:3", "\n", "python\ntorch",
+    "ας", "αας", "ασα", "e", "ab", "a", "b", "x\x00", "bcd", "日本", "ー", "q9", "ж", ":1", "1:", "proc", "awkward:", "awkward:3", "\n", "python\ntorch",
 ]  # fmt: skip
 
 
-def awkward_graph():
+# FTS5's tokenizer ends a text at a NUL: a snapshot holding one is searched by a scan
+NUL_NAMES = ["a\x00b", "x\x00bcd"]
+
+
+def awkward_graph(names: list[str] = AWKWARD_NAMES):
     """A small cluster with processes named (and run) by the awkward names, and one whose
     id's case differs from its lower-cased id."""
     graph = cluster_graph(2, accelerators_per_host=2, seed=5)
-    for number, name in enumerate(AWKWARD_NAMES):
+    for number, name in enumerate(names):
         graph.add("process", f"awkward:{number}", pid=90000 + number, name=name,
                   cmdline=f"{name} --n {number}")  # fmt: skip
     graph.add("process", "Awkward:Mixed", pid=99999, name="python", cmdline="python\ntorch")
+    # a needle of one or two characters only at the start or the end of a command line
+    graph.add("process", "awkward:edges", pid=99997, name="edgy", cmdline="Q9 Ж")
     # searched text keeps 4096 characters of a name: its last sigma is final there, not whole
     graph.add("process", "awkward:long", pid=99998, name="Α" * 4095 + "ΣΑ")
     return graph
 
 
+@pytest.mark.parametrize("names", [AWKWARD_NAMES, AWKWARD_NAMES + NUL_NAMES], ids=["", "NUL"])
 def test_a_search_for_awkward_text_from_the_node_index_is_the_search_of_the_whole_graph(
-    store_dir,
+    store_dir, names
 ):
-    """Needles of 1 and 2 characters (no trigram: a scan), non-ASCII, quotes, LIKE, GLOB and
-    FTS5 metacharacters, control characters and a lone surrogate are plain text both ways; a
-    line break inside a query (it may match across two values) is left to the graph."""
-    graph = awkward_graph()
+    """Needles of 1 and 2 characters (no trigram of their own), non-ASCII, quotes, LIKE, GLOB
+    and FTS5 metacharacters, control characters and a lone surrogate are plain text both
+    ways; a line break inside a query (it may match across two values) is left to the graph;
+    a graph holding a NUL is scanned (the trigram index would not see past it)."""
+    graph = awkward_graph(names)
     store, snapshot_id = indexed(store_dir, graph)
-    for query in AWKWARD_QUERIES + AWKWARD_NAMES:
+    assert store.has_search_index(snapshot_id) == (names == AWKWARD_NAMES)
+    for query in AWKWARD_QUERIES + names:
         for limit in (1, 3, 200):
             served = search_page(store, snapshot_id, query, limit=limit)
             if "\n" in query.strip():
