@@ -8,8 +8,8 @@ usual. Nested and concurrent pauses keep it off until the last one ends, and a c
 someone else switched off stays off.
 
 Pausing is not enough for a graph that stays: once the collector runs again, its next
-passes each walk every object the build made (0.3-0.4 s each for the 640-host graph's
-3 million, three passes before they settle in the oldest generation, then again at every
+passes each walk every object the build made (0.3-0.4 s each for the 1.6 million of the
+640-host graph, three passes before they settle in the oldest generation, then again at every
 full pass). ``kept_out_of_collections`` moves a large build's objects into the permanent
 generation (``gc.freeze``), which no pass walks. What that costs: a cycle among frozen
 objects that later becomes garbage is not collected while they stay frozen (a graph and a
@@ -68,8 +68,8 @@ def kept_out_of_collections(elements: int) -> Iterator[None]:
 def release_frozen() -> None:
     """A graph that may be frozen is being dropped: hand everything frozen back to the
     collector, collect (the graph is freed now, even where a cache of its own points back at
-    it) and freeze what is left, which the graphs still held are. A full pass over them: on
-    the 640-host graph ~0.4 s, paid when a cache lets such a graph go, not per read."""
+    it) and freeze again what is left, the graphs still held among it. One full pass over
+    those (~0.4 s per 640-host graph), paid when a cache lets a graph go, not per read."""
     if gc.get_freeze_count():
         gc.unfreeze()
         gc.collect()
