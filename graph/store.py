@@ -152,8 +152,9 @@ _ADDED_TABLES = (
 _DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_keys", "edge_rows")
 # The node index's format: 2 keeps each snapshot's index in tables of its own (dropped with
 # it) with an FTS5 trigram index for searches; 3 frames all the searched text and lists the
-# index's trigrams. An index of another format is built again.
-NODE_INDEX_FORMAT = 3
+# index's trigrams; 4 stores an edge's ends as their nodes' places in id order. An index of
+# another format is built again.
+NODE_INDEX_FORMAT = 4
 _IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
@@ -665,37 +666,7 @@ class Store:
             if db.execute(query, (snapshot_id, NODE_INDEX_FORMAT)).fetchone():
                 return  # another process built it meanwhile
             _drop_node_index(db, snapshot_id)  # an earlier format's, or a build cut short
-            for statement in _index_schema(tables):
-                db.execute(statement)
-            db.executemany(
-                f"INSERT INTO {tables.nodes} VALUES (?,?)",
-                ((node.id, _trimmed(node.record, _node_head(node.id))) for node in nodes),
-            )
-            db.executemany(  # in id order, so a query's rows in rowid order are in id order
-                f"INSERT INTO {tables.text} VALUES (?,?,?,?,?)",
-                (
-                    (
-                        position,
-                        None if node.key[1:-1] == node.id else node.id,
-                        node.key,
-                        node.name,
-                        node.other,
-                    )
-                    for position, node in enumerate(sorted(nodes, key=_by_id), 1)
-                ),  # fmt: skip
-            )
-            # FTS5's trigram tokenizer ends a text at a NUL: a snapshot holding one is scanned
-            if not any("\x00" in f"{node.key}{node.name}{node.other}" for node in nodes):
-                _write_search_index(db, tables)
-            db.executemany(
-                f"INSERT INTO {tables.edges} VALUES (?,?,?,?)",
-                (
-                    (seq, src, dst, _trimmed(record, _edge_head(src, dst)))
-                    for seq, src, dst, record in edges
-                ),
-            )
-            for end in ("src", "dst"):
-                db.execute(f"CREATE INDEX {tables.edges}_{end} ON {tables.edges}({end})")
+            _write_index(db, tables, nodes, edges)
             db.execute(
                 "INSERT INTO node_sets VALUES (?,?,?)",
                 (snapshot_id, fingerprint, NODE_INDEX_FORMAT),
@@ -733,15 +704,27 @@ class Store:
 
     def edge_records(self, snapshot_id: str, node_ids: _Ids) -> dict[int, tuple[str, str, bytes]]:
         """Every edge from or to these nodes: graph position → (src, dst, record)."""
-        table = _index_tables(snapshot_id).edges
-        edges: dict[int, tuple[str, str, bytes]] = {}
+        tables = _index_tables(snapshot_id)
+        places = [
+            pos for (pos,) in self._rows_in(f"SELECT pos FROM {tables.nodes}", "id", node_ids)
+        ]
+        rows: dict[int, tuple[int, int, bytes]] = {}
         for end in ("src", "dst"):
-            query = f"SELECT seq, src, dst, data FROM {table}"
-            for seq, src, dst, data in self._rows_in(query, end, node_ids):
-                edges[seq] = (src, dst, _whole(data, _edge_head(src, dst)))
+            query = f"SELECT seq, src, dst, data FROM {tables.edges}"
+            for seq, src, dst, data in self._rows_in(query, end, places):
+                rows[seq] = (src, dst, data)
+        ends = sorted({place for src, dst, _data in rows.values() for place in (src, dst)})
+        query = f"SELECT pos, id, key FROM {tables.text}"
+        node_at = {
+            pos: node_id or key[1:-1] for pos, node_id, key in self._rows_in(query, "pos", ends)
+        }
+        edges: dict[int, tuple[str, str, bytes]] = {}
+        for seq, (src, dst, data) in rows.items():
+            src_id, dst_id = node_at[src], node_at[dst]
+            edges[seq] = (src_id, dst_id, _whole(data, _edge_head(src_id, dst_id)))
         return edges
 
-    def _rows_in(self, select: str, key: str, values: _Ids) -> _Rows:
+    def _rows_in(self, select: str, key: str, values: builtins.list[Any]) -> _Rows:
         """The rows of ``select`` whose ``key`` is one of ``values``."""
         rows: _Rows = []
         with self._errors("cannot read the node index"):
@@ -991,12 +974,67 @@ def _index_tables(snapshot_id: str) -> IndexTables:
 
 def _index_schema(tables: IndexTables) -> tuple[str, ...]:
     return (
-        f"CREATE TABLE {tables.nodes} (id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
-        f"""CREATE TABLE {tables.edges} (seq INTEGER PRIMARY KEY, src TEXT NOT NULL,
-            dst TEXT NOT NULL, data BLOB NOT NULL)""",
+        f"""CREATE TABLE {tables.nodes} (id TEXT PRIMARY KEY, pos INTEGER NOT NULL,
+            data BLOB NOT NULL) WITHOUT ROWID""",
+        f"""CREATE TABLE {tables.edges} (seq INTEGER PRIMARY KEY, src INTEGER NOT NULL,
+            dst INTEGER NOT NULL, data BLOB NOT NULL)""",
         f"""CREATE TABLE {tables.text} (pos INTEGER PRIMARY KEY, id TEXT, key TEXT NOT NULL,
             name TEXT NOT NULL, other TEXT NOT NULL)""",
     )
+
+
+def _write_index(
+    db: sqlite3.Connection, tables: IndexTables, nodes: list[Any], edges: Iterator[Any]
+) -> None:
+    """A snapshot's node index (converters/stored.py's rows): its tables and their rows. A
+    node has a place in id order (its row of ``text`` and of the full-text index); an edge's
+    ends are stored as their places, which cost fewer bytes than ids, in the row and in the
+    two indexes of ends."""
+    for statement in _index_schema(tables):
+        db.execute(statement)
+    ordered = sorted(nodes, key=_by_id)  # in id order: a query's rows by rowid are by id
+    place = {node.id: number for number, node in enumerate(ordered, 1)}
+    db.executemany(
+        f"INSERT INTO {tables.nodes} VALUES (?,?,?)",
+        ((node.id, place[node.id], _trimmed(node.record, _node_head(node.id))) for node in nodes),
+    )
+    db.executemany(
+        f"INSERT INTO {tables.text} VALUES (?,?,?,?,?)",
+        (
+            (
+                number,
+                None if node.key[1:-1] == node.id else node.id,
+                node.key,
+                node.name,
+                node.other,
+            )
+            for number, node in enumerate(ordered, 1)
+        ),  # fmt: skip
+    )
+    # FTS5's trigram tokenizer ends a text at a NUL: a snapshot holding one is scanned
+    if not any("\x00" in f"{node.key}{node.name}{node.other}" for node in nodes):
+        _write_search_index(db, tables)
+    db.executemany(
+        f"INSERT INTO {tables.edges} VALUES (?,?,?,?)",
+        (
+            (
+                seq,
+                _place_of(place, src),
+                _place_of(place, dst),
+                _trimmed(record, _edge_head(src, dst)),
+            )
+            for seq, src, dst, record in edges
+        ),
+    )
+    for end in ("src", "dst"):
+        db.execute(f"CREATE INDEX {tables.edges}_{end} ON {tables.edges}({end})")
+
+
+def _place_of(place: dict[str, int], node_id: str) -> int:
+    try:
+        return place[node_id]
+    except KeyError:  # a stored graph was checked: no edge ends outside its nodes
+        raise UserError(f"an edge ends at {excerpt(node_id, 60)}, which is no node") from None
 
 
 def _write_search_index(db: sqlite3.Connection, tables: IndexTables) -> None:
