@@ -1,7 +1,9 @@
 """Views benchmark: tokens and bytes per view on the witty capture, time per page on a large
-synthetic cluster graph (≥ 1M edges at the default 640 hosts).
+synthetic cluster graph (≥ 1M edges at the default 640 hosts), and the cold build of every
+view from a whole graph.
 
     .venv/bin/python benchmarks/bench_views.py [--hosts 640] [--pages 40]
+    .venv/bin/python benchmarks/bench_views.py --cold 64h [640h x182]
 
 Prints figures only; nothing here asserts timings (the machine is shared).
 """
@@ -9,18 +11,25 @@ Prints figures only; nothing here asserts timings (the machine is shared).
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from wp_mcp.converters import VIEWS, count_tokens, render_view
+from wp_mcp.graph.formats import load_any
 from wp_mcp.graph.witty import load_witty
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
 
+from bench_graph import ensure_cluster, ensure_witty  # noqa: E402
 from wp_synthetic import cluster_graph  # noqa: E402
 
+T = TypeVar("T")
 WITTY = Path(__file__).resolve().parents[1] / "tests/fixtures/witty-profiler/graph.json"
 LAYERS = ("compute", "memory", "interconnect", "network", "storage", "control", "data")
 PAGED_VIEWS = ("compute", "memory", "interconnect", "network", "data", "topology", "flows")
@@ -102,12 +111,60 @@ def bench_large(hosts: int, pages_per_view: int) -> None:
     print(f"entity {entity} depth 2: {(time.perf_counter() - start) * 1000:.1f} ms")
 
 
+COLD_GRAPHS = {
+    "64h": lambda: ensure_cluster(64),
+    "640h": lambda: ensure_cluster(640),
+    "x182": lambda: ensure_witty(50, "capture"),  # the fixture ×182, ~50 MB
+}
+
+
+def bench_cold(name: str) -> None:
+    """CPU seconds of what a fresh process pays for a view of a whole graph: the summary
+    (which builds every layer to count it), then each view's first page with the view
+    index dropped before it (so its lookups and items are built again, as in a process
+    that shows only that view). The adjacency and the encoder, paid once by whichever
+    comes first, are timed apart."""
+    path = COLD_GRAPHS[name]()
+    graph = load_any(path, max_bytes=1 << 31)
+    print(
+        f"\n== cold build, {name}: {len(graph.nodes):,} nodes, {graph.edge_count:,} edges "
+        f"(load average {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'step':<26}{'cpu s':>7}")
+    print(f"{'adjacency':<26}{_cpu(lambda: graph.out_edges(''))[0]:>7.2f}")
+    print(f"{'encoder':<26}{_cpu(lambda: count_tokens('warm'))[0]:>7.2f}")
+    total = 0.0
+    for view in VIEWS:
+        if view == "entity":
+            continue
+        graph.__dict__.pop("_wp_view_index", None)  # converters/index.py keeps it there
+        gc.collect()
+        seconds, page = _cpu(lambda v=view: render_view(graph, v))
+        total += seconds
+        label = "summary (every layer)" if view == "summary" else f"{view} first page"
+        print(f"{label:<26}{seconds:>7.2f}  {page.total_items:,} items")
+    print(f"{'all of them':<26}{total:>7.2f}")
+
+
+def _cpu(call: Callable[[], T]) -> tuple[float, T]:
+    start = time.process_time()
+    result = call()
+    return time.process_time() - start, result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=640, help="synthetic hosts (640 ≈ 1M edges)")
     parser.add_argument("--pages", type=int, default=40, help="pages timed per view")
     parser.add_argument("--fixture", type=Path, default=WITTY)
+    parser.add_argument(
+        "--cold", nargs="+", choices=sorted(COLD_GRAPHS), help="only the cold builds of these"
+    )
     args = parser.parse_args(argv)
+    if args.cold:
+        for name in args.cold:
+            bench_cold(name)
+        return 0
     bench_fixture(args.fixture)
     bench_large(args.hosts, args.pages)
     return 0
