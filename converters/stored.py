@@ -175,7 +175,7 @@ def _tiers(store: Store, snapshot_id: str, needle: str) -> list[tuple[int, str]]
         (1, either and f"key : ({either})"),
         (2, framed and f"name : {framed}"),
         (3, held and f"name : ({held})"),
-        (4, held and f"{{key name other}} : ({held})"),
+        (4, held),  # every column the index has: no filter to check positions against
     ]
 
 
