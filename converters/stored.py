@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, wrap_trusted
+from wp_mcp.graph.store import ID_FRAME, NAME_FRAME
 
 from . import render_view
 from .index import carry_fingerprint, index_for
@@ -35,8 +36,9 @@ class IndexedNode(NamedTuple):
     """A node's row of the node index: its id and record, and what a search compares,
     lower-cased as converters/search.py lower-cases it: the id, the name and the rest of the
     searchable text (:func:`~.search.haystack` is the id, the name and the rest), each framed
-    by line breaks: a query without one finds where the id or the name starts and ends, and
-    every character of a column is inside one of its trigrams."""
+    (the id by ``ID_FRAME``, the name by ``NAME_FRAME``, the rest by line breaks): a query
+    without a frame finds where the id or the name starts and ends, and every character of a
+    column is inside one of its trigrams."""
 
     id: str
     key: str
@@ -49,6 +51,10 @@ EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, ds
 _NO_IDS: list[str] = []  # what an empty query finds (never changed)
 # Needles of fewer characters have no trigram of their own: the index's are looked up
 TRIGRAM = 3
+# What a full-text query is not given (a search scans instead): NUL, which ends a query
+# string, and the frames of the id and the name (each column its own, so that a query for
+# an id's start reads no name's trigrams)
+_UNQUERIED = frozenset((ID_FRAME, NAME_FRAME, "\x00"))
 
 
 def index_rows(graph: Graph) -> tuple[str, list[IndexedNode], Iterator[EdgeRow]]:
@@ -70,7 +76,11 @@ def _indexed(node: Node, record: bytes) -> IndexedNode:
     if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
         other = f"{cut}\n{other}"
     return IndexedNode(
-        node.id, f"\n{node.id.lower()}\n", f"\n{lower_name}\n", f"\n{other}\n", record
+        node.id,
+        f"{ID_FRAME}{node.id.lower()}{ID_FRAME}",
+        f"{NAME_FRAME}{lower_name}{NAME_FRAME}",
+        f"\n{other}\n",
+        record,
     )
 
 
@@ -144,8 +154,8 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
     if not needle or not _encodable(needle):
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         return 0, _NO_IDS
-    if "\x00" in needle or not store.has_search_index(snapshot_id):  # see Store.search_scan
-        return store.search_scan(snapshot_id, needle, limit)
+    if not _UNQUERIED.isdisjoint(needle) or not store.has_search_index(snapshot_id):
+        return store.search_scan(snapshot_id, needle, limit)  # see Store.search_scan
     tiers = _tiers(store, snapshot_id, needle)
     total = store.search_count(snapshot_id, tiers[-1][1]) if tiers[-1][1] else 0
     best: list[str] = []
@@ -165,15 +175,17 @@ def _tiers(store: Store, snapshot_id: str, needle: str) -> list[tuple[int, str]]
     (and perhaps others, which the rank computed again leaves out; "": none): the framed id
     is the needle framed, starts or ends with it; so for the name; the name holds it; any
     column holds it."""
-    framed, opened, closed, held = (
-        _holding(store, snapshot_id, text)
-        for text in (f"\n{needle}\n", f"\n{needle}", f"{needle}\n", needle)
+    key, name = ID_FRAME, NAME_FRAME
+    texts = (f"{key}{needle}{key}", f"{key}{needle}", f"{needle}{key}",
+             f"{name}{needle}{name}", needle)  # fmt: skip
+    framed_id, opened, closed, framed_name, held = (
+        _holding(store, snapshot_id, text) for text in texts
     )
     either = " OR ".join(f"({query})" for query in (opened, closed) if query)
     return [
-        (0, framed and f"key : {framed}"),
+        (0, framed_id and f"key : {framed_id}"),
         (1, either and f"key : ({either})"),
-        (2, framed and f"name : {framed}"),
+        (2, framed_name and f"name : {framed_name}"),
         (3, held and f"name : ({held})"),
         (4, held),  # every column the index has: no filter to check positions against
     ]
@@ -184,10 +196,10 @@ def _holding(store: Store, snapshot_id: str, text: str) -> str:
     do. Three characters or more are a phrase: their trigrams one after the other. Fewer
     have no trigram of their own, but each place they are at in a column is inside one (the
     frames see to it): the index's trigrams that hold them there, any of them (one after a
-    leading line break is at the column's start: those start with it)."""
+    leading frame is at the column's start: those start with it)."""
     if len(text) >= TRIGRAM:
         return _phrase(text)
-    grams = store.search_trigrams(snapshot_id, text, 0 if text.startswith("\n") else 1)
+    grams = store.search_trigrams(snapshot_id, text, 0 if text[0] in _UNQUERIED else 1)
     return " OR ".join(_phrase(gram) for gram in grams)
 
 

@@ -150,11 +150,13 @@ _ADDED_TABLES = (
     "node_sets",
 )  # fmt: skip
 _DERIVED_TABLES = ("pages", "page_sets", "node_sets", "node_rows", "search_keys", "edge_rows")
+# The frames of the id and the name in the searched text (converters/stored.py IndexedNode)
+ID_FRAME, NAME_FRAME = "\x01", "\x02"
 # The node index's format: 2 keeps each snapshot's index in tables of its own (dropped with
 # it) with an FTS5 trigram index for searches; 3 frames all the searched text and lists the
-# index's trigrams; 4 stores an edge's ends as their nodes' places in id order. An index of
-# another format is built again.
-NODE_INDEX_FORMAT = 4
+# index's trigrams; 4 stores an edge's ends as their nodes' places in id order; 5 frames the
+# id and the name each by a character of its own. An index of another format is built again.
+NODE_INDEX_FORMAT = 5
 _IN_LIST = 500  # ids per "IN (...)" query (SQLite allows 32,766 parameters; keep it small)
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 # Pages of a view and format stored by a first build (the first `show` of it, or the MCP
@@ -775,28 +777,29 @@ class Store:
         """The ids of the ``limit`` best nodes whose searchable text or name holds
         ``needle`` (lower-cased, no line break), best first, and how many hold it: a scan
         of every row, where the trigram index cannot answer (a needle holding a NUL, which
-        a query string cannot carry; a snapshot without the index). Ranked as converters/search.py ranks: the id itself,
+        a query string cannot carry, or a frame, ``ID_FRAME`` or ``NAME_FRAME``; a snapshot
+        without the index). Ranked as converters/search.py ranks: the id itself,
         an id starting or ending with it, the name itself, in the name, elsewhere; then by
         id (the rows are stored in id order). Compared as UTF-8 bytes, so that a NUL in a
         string ends nothing."""
         table = _index_tables(snapshot_id).text
-        # the needle holds no line break, so the framed id and name are compared as they
-        # are: equal to the needle framed, starting with it opened, ending with it closed
-        rows = f"""FROM (SELECT pos, id, key, CAST(key AS BLOB) AS framed_id,
-                CAST(name AS BLOB) AS framed_name, CAST(other AS BLOB) AS other FROM {table})
-            WHERE instr(framed_id, :q) > 0 OR instr(framed_name, :q) > 0
-                OR instr(other, :q) > 0"""
+        # the id and the name unframed (the needle may hold a frame); the rest is framed by
+        # line breaks, which the needle does not hold
+        rows = f"""FROM (SELECT pos, id, key,
+                substr(CAST(key AS BLOB), 2, length(CAST(key AS BLOB)) - 2) AS lower_id,
+                substr(CAST(name AS BLOB), 2, length(CAST(name AS BLOB)) - 2) AS name,
+                CAST(other AS BLOB) AS other FROM {table})
+            WHERE instr(lower_id, :q) > 0 OR instr(name, :q) > 0 OR instr(other, :q) > 0"""
         # two scans cost less than one that sorts every match to count them (a window)
         best = f"""SELECT id, key {rows} ORDER BY CASE
-                WHEN framed_id = :framed THEN 0
-                WHEN substr(framed_id, 1, :n) = :opened OR substr(framed_id, -:n) = :closed
+                WHEN lower_id = :q THEN 0
+                WHEN substr(lower_id, 1, length(:q)) = :q
+                  OR (length(lower_id) >= length(:q) AND substr(lower_id, -length(:q)) = :q)
                   THEN 1
-                WHEN framed_name = :framed THEN 2
-                WHEN instr(framed_name, :q) > 0 THEN 3
+                WHEN name = :q THEN 2
+                WHEN instr(name, :q) > 0 THEN 3
                 ELSE 4 END, pos LIMIT :limit"""
-        q = needle.encode()
-        arguments = {"q": q, "framed": b"\n%s\n" % q, "opened": b"\n" + q, "closed": q + b"\n",
-                     "n": len(q) + 1, "limit": limit}  # fmt: skip
+        arguments = {"q": needle.encode(), "limit": limit}
         with self._errors("cannot search the node index"):
             db = self._connect()
             ids = [node_id or key[1:-1] for node_id, key in db.execute(best, arguments)]

@@ -129,7 +129,7 @@ AWKWARD_QUERIES = [
     '"', '""', 'say "hi', "%", "_", "0%_", "*", "a*b", "?[c]", "AND", "or near", "NEAR(",
     "{name}", ":^-", "i̇st", "İSTAN", "straße", "ß", "οδος", "ΟΔΟΣ", "ς", "本語", "日", "ワーカ",
     "\x00", "a\x00b", "\x01", "\x01am", "am\x02", "\t", "b\\s", "\udcff", "x\udcffy",
-    "ας", "αας", "ασα", "e", "ab", "a", "b", "x\x00", "bcd", "日本", "ー", "q9", "ж", ":1", "1:", "proc", "awkward:", "awkward:3", "\n", "python\ntorch",
+    "ας", "αας", "ασα", "e", "ab", "a", "b", "x\x00", "bcd", "日本", "ー", "q9", "ж", "\x01awkward", "awkward:1\x01", "\x02edgy", ":1", "1:", "proc", "awkward:", "awkward:3", "\n", "python\ntorch",
 ]  # fmt: skip
 
 
