@@ -324,7 +324,7 @@ class _Importer:
                     found = excerpt(process.get("entity_type"), 40)
                     raise self.fail(f"{where}.process", f"expected a ProcessEntity, got {found}")
                 attrs["pid"] = process.get("pid")
-                process_id = self.entity(process, f"{where}.process")
+                process_id = self.known(process) or self.entity(process, f"{where}.process")
                 if self.raw.get(process_id) != process:
                     attrs["witty_process"] = process
             elif "process" in data:
