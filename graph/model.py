@@ -1040,7 +1040,7 @@ def _plainly_valid(cls: type[Element], run: list[Any]) -> bool:
                 if not check.types.issuperset(map(type, map(dict.get, run, repeat(check.name)))):
                     return False
                 continue
-            values = list(map(dict.get, run, repeat(check.name)))
+            values: list[Any] = list(map(dict.get, run, repeat(check.name)))
             if not check.types.issuperset(map(type, values)):
                 return False
             if check.literal is not None and set(values) != {check.literal}:
