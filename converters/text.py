@@ -8,7 +8,10 @@ Both are built on :func:`wp_mcp.graph.safetext.escape`, the one escaping every o
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from wp_mcp.graph.safetext import MAX_STRING, escape
@@ -191,27 +194,81 @@ _TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)\Z")
 
 def id_ranges(ids: Iterable[str], limit: int = 4) -> str:
     """Compress ids sharing a prefix: ``thr:100..147,150`` (at most ``limit`` runs shown)."""
-    by_prefix: dict[str, list[int]] = {}
-    plain: list[str] = []
-    for node_id in ids:
-        match = _TRAILING_NUMBER.match(node_id)
+    return IdRanges(ids).text(limit)
+
+
+class IdRanges:
+    """A set of ids parsed once into runs per prefix, so that each member of a group can
+    show the others (``shares_cpus_with=``) in O(limit + log n) rather than parsing the
+    whole group again per member, which was O(n²) over a group."""
+
+    __slots__ = ("_plain", "_prefixes", "_repeated", "_runs", "_sizes")
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        numbers: dict[str, list[int]] = {}
+        plain: list[str] = []
+        for node_id in ids:
+            match = _TRAILING_NUMBER.match(node_id)
+            if match:
+                numbers.setdefault(match.group(1), []).append(int(match.group(2)))
+            else:
+                plain.append(node_id)
+        self._prefixes = sorted(numbers)
+        unique = {prefix: set(found) for prefix, found in numbers.items()}
+        self._runs = {prefix: _runs(sorted(found)) for prefix, found in unique.items()}
+        self._sizes = {prefix: len(found) for prefix, found in unique.items()}
+        # numbers two ids share ("x:01" and "x:1"): taking one of those ids out keeps it
+        self._repeated = {
+            prefix: {n for n, count in Counter(found).items() if count > 1}
+            for prefix, found in numbers.items()
+            if len(found) != self._sizes[prefix]
+        }
+        plain.sort()
+        self._plain = plain
+
+    def text(self, limit: int = 4, without: str | None = None) -> str:
+        """As :func:`id_ranges` shows these ids, less one of them (``without``) if given."""
+        skip_prefix, skip_number = None, None
+        match = _TRAILING_NUMBER.match(without) if without is not None else None
         if match:
-            by_prefix.setdefault(match.group(1), []).append(int(match.group(2)))
-        else:
-            plain.append(node_id)
-    parts: list[str] = []
-    for prefix in sorted(by_prefix):
-        numbers = sorted(set(by_prefix[prefix]))
-        runs = _runs(numbers)
-        shown = [f"{a}..{b}" if a != b else f"{a}" for a, b in runs[:limit]]
-        if len(runs) > limit:
-            shown.append(f"+{sum(b - a + 1 for a, b in runs[limit:])} more")
-        parts.append(show_id(prefix + shown[0]) + ("," + ",".join(shown[1:]) if shown[1:] else ""))
-    plain.sort()
-    parts.extend(show_id(p) for p in plain[:limit])
-    if len(plain) > limit:
-        parts.append(f"+{len(plain) - limit} more")
-    return " ".join(parts)
+            skip_prefix, skip_number = match.group(1), int(match.group(2))
+        parts: list[str] = []
+        for prefix in self._prefixes:
+            runs, size = self._runs[prefix], self._sizes[prefix]
+            if prefix == skip_prefix and skip_number not in self._repeated.get(prefix, ()):
+                runs, size = _runs_without(runs, skip_number, limit), size - 1
+                if not runs:
+                    continue
+            parts.append(_prefix_text(prefix, runs, size, limit))
+        plain, count = self._plain, len(self._plain)
+        at = bisect.bisect_left(plain, without) if without is not None and not match else count
+        if at < count and plain[at] == without:
+            plain, count = plain[:at] + plain[at + 1 : limit + 1], count - 1
+        parts.extend(show_id(p) for p in plain[:limit])
+        if count > limit:
+            parts.append(f"+{count - limit} more")
+        return " ".join(parts)
+
+
+def _prefix_text(prefix: str, runs: list[tuple[int, int]], size: int, limit: int) -> str:
+    """One prefix's runs, the first ``limit`` shown (``size``: the numbers in all runs)."""
+    shown = [f"{a}..{b}" if a != b else f"{a}" for a, b in runs[:limit]]
+    if len(runs) > limit:
+        shown.append(f"+{size - sum(b - a + 1 for a, b in runs[:limit])} more")
+    return show_id(prefix + shown[0]) + ("," + ",".join(shown[1:]) if shown[1:] else "")
+
+
+def _runs_without(runs: list[tuple[int, int]], number: int, limit: int) -> list[tuple[int, int]]:
+    """The first ``limit + 1`` runs (enough to show ``limit`` and tell whether more follow)
+    once ``number``, a member of one of them, is taken out."""
+    at = bisect.bisect_right(runs, (number, math.inf)) - 1
+    if at > limit:
+        return runs[: limit + 1]  # the run it splits is not shown, nor counted apart
+    low, high = runs[at]
+    pieces = [(low, number - 1)] if low < number else []
+    if number < high:
+        pieces.append((number + 1, high))
+    return runs[:at] + pieces + runs[at + 1 : limit + 2]
 
 
 def _runs(numbers: list[int]) -> list[tuple[int, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 from . import ids
@@ -50,10 +51,23 @@ def cpu_set(cpulist: str | None) -> set[int]:
     """The CPUs of a cpulist such as ``0-3,8``; absent or unreadable lists name none."""
     if not cpulist:
         return set()
+    if isinstance(cpulist, str):
+        return set(_parsed_cpus(cpulist))
     try:
         return set(parse_cpulist(cpulist))
     except CpuListError:
         return set()
+
+
+# A graph holds a handful of distinct lists over hundreds of thousands of threads and
+# processes; views and rules ask for each again and again (every process line compares its
+# threads' lists with its own).
+@functools.lru_cache(maxsize=4096)
+def _parsed_cpus(cpulist: str) -> frozenset[int]:
+    try:
+        return frozenset(parse_cpulist(cpulist))
+    except CpuListError:
+        return frozenset()
 
 
 def shares(values: dict[str, float] | None) -> dict[int, float]:
@@ -132,11 +146,15 @@ def threads_by_process(graph: Graph, owner: dict[str, str] | None = None) -> dic
 
 def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:
     """Threads allowed other CPUs than their process shows: thread id → its CPUs."""
-    own = cpu_set(proc.get("cpus_allowed"))
+    own_list = proc.get("cpus_allowed")
+    own = cpu_set(own_list)
     return {
         t.id: allowed
         for t in threads
-        if (allowed := cpu_set(t.get("cpus_allowed"))) and allowed != own
+        # the same list as its process's names the same CPUs: no need to parse it
+        if (listed := t.get("cpus_allowed")) != own_list
+        and (allowed := cpu_set(listed))
+        and allowed != own
     }
 
 

@@ -22,7 +22,7 @@ from ..lines import (
     parts,
     sort_desc,
 )
-from ..text import fmt_pct, fmt_rate, id_ranges
+from ..text import IdRanges, fmt_pct, fmt_rate
 from . import view
 
 LEGEND = (
@@ -66,7 +66,7 @@ def control(facts: Facts) -> list[Item]:
     def one(process: Node) -> Item:
         return node_item(
             process,
-            partial(_process_line, facts, process, shared.get(process.id, ())),
+            partial(_process_line, facts, process, shared.get(process.id)),
             procs=(process.id,),
             metrics=partial(cpu_metrics, process),
         )
@@ -131,9 +131,10 @@ def _contention_rank(node: Node) -> tuple[Any, ...]:
     )
 
 
-def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
+def _shared_affinity(facts: Facts) -> dict[str, IdRanges]:
     """Processes whose restricted CPU set (not all CPUs) is the same as another process's,
-    each mapped to every process of that set (itself included)."""
+    each mapped to every process of that set (itself included), parsed once per set: each
+    member's line shows the others from it."""
     by_set: dict[tuple[str, str], list[str]] = {}
     for process in facts.graph.of_kind("process"):
         allowed = attr(process, "cpus_allowed")
@@ -146,11 +147,10 @@ def _shared_affinity(facts: Facts) -> dict[str, tuple[str, ...]]:
         if size >= widest:
             continue
         by_set.setdefault((host, allowed), []).append(process.id)
-    shared: dict[str, tuple[str, ...]] = {}
+    shared: dict[str, IdRanges] = {}
     for members in by_set.values():
         if len(members) > 1:
-            group = tuple(members)  # one tuple per set, its member too: O(k), not O(k²)
-            shared.update(dict.fromkeys(group, group))
+            shared.update(dict.fromkeys(members, IdRanges(members)))  # O(k), not O(k²)
     return shared
 
 
@@ -162,14 +162,12 @@ def _widest_affinity(facts: Facts) -> int:
     return cached
 
 
-def _process_line(facts: Facts, process: Node, sharing: tuple[str, ...]) -> str:
+def _process_line(facts: Facts, process: Node, sharing: IdRanges | None) -> str:
     g = process.get
     return parts(
         named(process),
         allowed(facts, process),
-        f"shares_cpus_with={id_ranges((m for m in sharing if m != process.id), 3)}"
-        if sharing
-        else None,
+        f"shares_cpus_with={sharing.text(3, without=process.id)}" if sharing is not None else None,
         kv("run", g("run_delay_pct"), fmt_pct),
         kv("invol", g("invol_switches_per_s"), fmt_rate),
         kv("cpu", g("cpu_pct"), fmt_pct),

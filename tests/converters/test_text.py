@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from wp_mcp.converters.text import (
+    IdRanges,
     compact,
     escape,
     fmt_bytes,
@@ -63,6 +67,26 @@ def test_id_ranges_compress_runs():
     assert id_ranges(ids) == "thr:100..103,150,152"
     many = [f"thr:{n}" for n in range(0, 40, 2)]
     assert id_ranges(many, limit=2) == "thr:0,2,+18 more"
+
+
+# ids of a few prefixes, numbers in runs and gaps (leading zeros make two ids one number),
+# and ids with no number at all
+_ID = st.one_of(
+    st.builds(
+        "{}{}".format,
+        st.sampled_from(["thr:", "proc:", "h1/proc:"]),
+        st.sampled_from([*map(str, range(30)), "07", "010"]),
+    ),
+    st.sampled_from(["sock:a", "sock:b", "pipe:x", "pipe:y", "shm:z"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ID, min_size=1, max_size=40, unique=True), st.integers(1, 5), st.data())
+def test_a_group_member_shows_the_others_as_id_ranges_shows_them(ids, limit, data):
+    member = data.draw(st.sampled_from(ids))
+    others = [i for i in ids if i != member]
+    assert IdRanges(ids).text(limit, without=member) == id_ranges(others, limit)
 
 
 def test_name_patterns_wildcard_numbers():
