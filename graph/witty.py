@@ -430,7 +430,7 @@ class _Importer:
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
             ) from None
         # ids are unique, every end is a node and twins are told apart by construction
-        # (``add_entity``, ``add_edge``): nothing for ``from_validated`` to find
+        # (``entity``, ``add_edge``): nothing for ``from_validated`` to find
         graph = Graph.from_trusted(Meta(), nodes, edges)
         check_graph(graph, self.origin)
         graph.checked = True
