@@ -37,6 +37,7 @@ def attr(element: Element, name: str) -> Any:
 class Facts:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        self._holders: dict[str, tuple[str, ...]] = {}
 
     @cached_property
     def thread_owner(self) -> dict[str, str]:
@@ -82,9 +83,14 @@ class Facts:
     def users_of(self, device_id: str) -> list[str]:
         return [e.src for e in self.graph.in_edges(device_id, "uses_device")]
 
-    def holders(self, object_id: str) -> list[str]:
-        """Processes holding a socket, pipe, shm or queue."""
-        return sorted({e.src for e in self.graph.in_edges(object_id, "holds")})
+    def holders(self, object_id: str) -> tuple[str, ...]:
+        """Processes holding a socket, pipe, shm or queue, sorted (found once: a view asks
+        for each object's several times, for its fold key, its item and its line)."""
+        found = self._holders.get(object_id)
+        if found is None:
+            edges = self.graph.in_edges(object_id, "holds")
+            found = self._holders[object_id] = tuple(sorted({e.src for e in edges}))
+        return found
 
     def device_numa(self, device_id: str) -> int | None:
         node = self.graph.nodes.get(device_id)

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from wp_mcp.graph.gcpause import cyclic_gc_paused
+from wp_mcp.graph.gcpause import kept_out_of_collections
 from wp_mcp.graph.graph import Graph
 
 from .facts import Facts
@@ -41,7 +41,10 @@ class ViewIndex:
         with self._lock:
             items = self._items.get(view)
             if items is None:
-                with cyclic_gc_paused():  # one small object per entity, none freed
+                # one small object per entity, none freed, kept as long as the graph: on a
+                # large graph they go where the graph's own objects are, out of every later
+                # pass of the cyclic collector (as the adjacency does, graph/gcpause.py)
+                with kept_out_of_collections(sum(self.shape)):
                     items = self._items[view] = build(self.facts)
             return items
 

@@ -85,29 +85,24 @@ def node_item(
     edges: Iterable[Edge] = (),
     indent: int = 0,
 ) -> Item:
-    return Item(
-        ids=(node.id,),
-        kind=node.kind,
-        render=render,
-        procs=procs,
-        name=attr(node, "name"),
-        measure=metrics or {},
-        nodes=(node,),
-        edges=tuple(edges),
-        indent=indent,
-    )
+    # Item's fields in their order, not by keyword: keywords double what building an item
+    # costs, and a large graph's views build one per entity
+    name = node.__dict__.get("name")
+    return Item((node.id,), node.kind, render, procs, name, metrics or {}, (node,),
+                tuple(edges), None, indent)  # fmt: skip
 
 
 def group_item(
     nodes: list[Node],
     label: str,
-    detail: str = "",
+    detail: str | Callable[[], str] = "",
     *,
     procs: tuple[str, ...] = (),
     metrics: dict[str, float] | Callable[[], dict[str, float]] | None = None,
     indent: int = 0,
 ) -> Item:
-    """``48× thread "ProcessPool-*" idle thr:100..147`` — many alike entities on one line."""
+    """``48× thread "ProcessPool-*" idle thr:100..147`` — many alike entities on one line
+    (``detail``: its text, or a function making it when the line is first rendered)."""
     ids = tuple(n.id for n in nodes)
     kind = nodes[0].kind
     names = {attr(n, "name") for n in nodes}
@@ -115,7 +110,8 @@ def group_item(
 
     def render() -> str:
         shown = f" {quote(pattern)}" if pattern is not None else _some_names(nodes)
-        extra = f" {detail}" if detail else ""
+        shown_detail = detail() if callable(detail) else detail
+        extra = f" {shown_detail}" if shown_detail else ""
         return f"{len(nodes)}× {kind}{shown} {label}{extra} {id_ranges(ids)}"
 
     group = {"group": kind, "count": len(nodes), "label": label, "ids": list(ids)}
@@ -154,10 +150,6 @@ def _shared_pattern(nodes: list[Node]) -> str | None:
     return next(iter(patterns)) if len(patterns) == 1 else None
 
 
-def _on_host(node_id: str, key: Any) -> Any:
-    return None if key is None else (ids.split_host(node_id)[0], key)
-
-
 def aggregate(
     nodes: list[Node],
     key: Callable[[Node], Any],
@@ -170,10 +162,13 @@ def aggregate(
     Nodes on different hosts of a cluster graph never share a group: a host's drill-down
     (the ``host`` filter) keeps whole groups, each of its own nodes only.
     """
-    keys = [_on_host(node.id, key(node)) for node in nodes]
+    keys = list(map(key, nodes))
+    if keys.count(None) == len(keys):  # nothing to fold (most measured threads)
+        return list(map(make_one, nodes))
     buckets: dict[Any, list[Node]] = {}
-    for node, k in zip(nodes, keys, strict=True):
+    for position, (node, k) in enumerate(zip(nodes, keys, strict=True)):
         if k is not None:
+            k = keys[position] = (ids.split_host(node.id)[0], k)
             buckets.setdefault(k, []).append(node)
     items: list[Item] = []
     done: set[Any] = set()

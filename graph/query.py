@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from operator import attrgetter
 
 from . import ids
 from .cpulist import CpuListError, parse_cpulist
 from .graph import Graph
 from .model import Node
+
+_SRC = attrgetter("src")
+_DST = attrgetter("dst")
 
 
 def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]:
@@ -118,14 +122,11 @@ def thread_owner(graph: Graph) -> dict[str, str]:
     (witty-profiler imports link only some threads)."""
     owner: dict[str, str] = {}
     nodes = graph.nodes
+    linked = _first_process_parents(graph)
     for thread in graph.of_kind("thread"):
-        parents = [
-            e.src
-            for e in graph.in_edges(thread.id, "has_thread")
-            if e.src in nodes and nodes[e.src].kind == "process"
-        ]
-        if parents:
-            owner[thread.id] = parents[0]
+        parent = linked.get(thread.id)
+        if parent is not None:
+            owner[thread.id] = parent
             continue
         pid = thread.get("pid")
         if pid is not None:
@@ -134,6 +135,16 @@ def thread_owner(graph: Graph) -> dict[str, str]:
             if candidate in nodes:
                 owner[thread.id] = candidate
     return owner
+
+
+def _first_process_parents(graph: Graph) -> dict[str, str]:
+    """Thread id → the source of the first ``has_thread`` edge into it from a process, in
+    the graph's edge order (the order ``in_edges`` lists them in): C-level passes over
+    those edges rather than a lookup per thread (a quarter of a cold summary at 640 hosts)."""
+    processes = {process.id for process in graph.of_kind("process")}
+    edges = [edge for edge in graph.edges("has_thread") if edge.src in processes]
+    edges.reverse()  # so that the first edge into a thread is the one its entry keeps
+    return dict(zip(map(_DST, edges), map(_SRC, edges), strict=True))
 
 
 def threads_by_process(graph: Graph, owner: dict[str, str] | None = None) -> dict[str, list[Node]]:

@@ -32,13 +32,13 @@ def data(facts: Facts) -> list[Item]:
     objects.sort(key=lambda n: (-(attr(n, "size_bytes") or 0), n.kind, n.id))
 
     def key(obj: Node) -> tuple[Any, ...]:
-        return (obj.kind, attr(obj, "shm_type"), tuple(facts.holders(obj.id)))
+        return (obj.kind, attr(obj, "shm_type"), facts.holders(obj.id))
 
     def one(obj: Node) -> Item:
         return node_item(
             obj,
             partial(_ipc_line, facts, obj),
-            procs=tuple(facts.holders(obj.id)),
+            procs=facts.holders(obj.id),
             metrics={"size": attr(obj, "size_bytes")}
             if attr(obj, "size_bytes") is not None
             else {},
@@ -47,14 +47,17 @@ def data(facts: Facts) -> list[Item]:
 
     def many(group: list[Node]) -> Item:
         holders = facts.holders(group[0].id)
-        sizes = [attr(n, "size_bytes") for n in group if attr(n, "size_bytes") is not None]
-        detail = parts(
-            spread("size", sizes),
-            f"proc={id_ranges(holders, 3)}" if holders else "no holder",
-        )
-        return group_item(group, "alike", detail, procs=tuple(holders))
+        return group_item(group, "alike", partial(_group_detail, group, holders), procs=holders)
 
     return items + aggregate(objects, key, one, many)
+
+
+def _group_detail(group: list[Node], holders: tuple[str, ...]) -> str:
+    sizes = [attr(n, "size_bytes") for n in group if attr(n, "size_bytes") is not None]
+    return parts(
+        spread("size", sizes),
+        f"proc={id_ranges(holders, 3)}" if holders else "no holder",
+    )
 
 
 def _ipc_line(facts: Facts, obj: Node) -> str:

@@ -89,11 +89,11 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
     sockets = sorted(sockets, key=_socket_rank)
 
     def key(sock: Node) -> tuple[Any, ...] | None:
-        g = sock.get
+        g = sock.__dict__.get  # Node.get without its default, minus a call: every socket
         if g("rtt_ms") is not None and (g("retrans_total") or 0) > 0:
             return None  # a flow with losses keeps its own line
         return (
-            tuple(facts.holders(sock.id)),
+            facts.holders(sock.id),
             g("proto"),
             g("state"),
             g("local_addr"),
@@ -106,15 +106,15 @@ def socket_items(facts: Facts, sockets: list[Node]) -> list[Item]:
         return node_item(
             sock,
             partial(_socket_line, facts, sock),
-            procs=tuple(facts.holders(sock.id)),
+            procs=facts.holders(sock.id),
             metrics=partial(_socket_metrics, [sock]),
             edges=facts.graph.out_edges(sock.id, "peer"),
         )
 
     def many(group: list[Node]) -> Item:
-        holders = tuple(facts.holders(group[0].id))
+        holders = facts.holders(group[0].id)
         item = group_item(
-            group, "alike", _socket_group_detail(facts, group), procs=holders,
+            group, "alike", partial(_socket_group_detail, facts, group), procs=holders,
             metrics=partial(_socket_metrics, group),
         )  # fmt: skip
         item.kind = "socket"
