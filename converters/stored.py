@@ -25,7 +25,15 @@ from wp_mcp.graph.store import ID_FRAME, NAME_FRAME
 from . import render_view
 from .index import carry_fingerprint, index_for
 from .render import Page
-from .search import clamp_limit, found_page, name_key, needle_of, rank, searched_values
+from .search import (
+    COUNT_CAP,
+    clamp_limit,
+    found_page,
+    name_key,
+    needle_of,
+    rank,
+    searched_values,
+)
 from .text import word
 
 if TYPE_CHECKING:
@@ -155,9 +163,9 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         return 0, _NO_IDS
     if not _UNQUERIED.isdisjoint(needle) or not store.has_search_index(snapshot_id):
-        return store.search_scan(snapshot_id, needle, limit)  # see Store.search_scan
+        return store.search_scan(snapshot_id, needle, limit, COUNT_CAP + 1)  # see its doc
     tiers = _tiers(store, snapshot_id, needle)
-    total = store.search_count(snapshot_id, tiers[-1][1]) if tiers[-1][1] else 0
+    total = store.search_count(snapshot_id, tiers[-1][1], COUNT_CAP + 1) if tiers[-1][1] else 0
     best: list[str] = []
     for place, match in tiers if total else ():
         # each tier's candidates in id order: the first `limit` of that rank are its best

@@ -737,15 +737,15 @@ class Store:
                 rows += db.execute(f"{select} WHERE {key} IN ({marks})", chunk).fetchall()
         return rows
 
-    def search_count(self, snapshot_id: str, match: str) -> int:
-        """How many nodes the full-text query ``match`` finds: FTS5 with the trigram
-        tokenizer, case-sensitive, over the columns converters/stored.py ``IndexedNode``
-        writes (``key``: the lower-cased id, and ``name`` framed by line breaks; ``other``),
-        counted in the index without reading the rows."""
+    def search_count(self, snapshot_id: str, match: str, cap: int) -> int:
+        """How many nodes the full-text query ``match`` finds, up to ``cap``: FTS5 with the
+        trigram tokenizer, case-sensitive, over the columns converters/stored.py
+        ``IndexedNode`` writes (``key``: the lower-cased id, and ``name`` framed by line
+        breaks; ``other``), counted in the index without reading the rows."""
         table = _index_tables(snapshot_id).search
         with self._errors("cannot search the node index"):
-            query = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
-            return int(self._connect().execute(query, (match,)).fetchone()[0])
+            query = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+            return int(self._connect().execute(query, (match, cap)).fetchone()[0])
 
     def has_search_index(self, snapshot_id: str) -> bool:
         """Whether the snapshot's node index has its full-text index (not when a searched
@@ -773,9 +773,10 @@ class Store:
             for node_id, key, name in self._connect().execute(query, (match,)):
                 yield node_id or key[1:-1], name[1:-1]
 
-    def search_scan(self, snapshot_id: str, needle: str, limit: int) -> tuple[int, _Ids]:
+    def search_scan(self, snapshot_id: str, needle: str, limit: int, cap: int) -> tuple[int, _Ids]:
         """The ids of the ``limit`` best nodes whose searchable text or name holds
-        ``needle`` (lower-cased, no line break), best first, and how many hold it: a scan
+        ``needle`` (lower-cased, no line break), best first, and how many hold it (up to
+        ``cap``): a scan
         of every row, where the trigram index cannot answer (a needle holding a NUL, which
         a query string cannot carry, or a frame, ``ID_FRAME`` or ``NAME_FRAME``; a snapshot
         without the index). Ranked as converters/search.py ranks: the id itself,
@@ -799,13 +800,14 @@ class Store:
                 WHEN name = :q THEN 2
                 WHEN instr(name, :q) > 0 THEN 3
                 ELSE 4 END, pos LIMIT :limit"""
-        arguments = {"q": needle.encode(), "limit": limit}
+        arguments = {"q": needle.encode(), "limit": limit, "cap": cap}
         with self._errors("cannot search the node index"):
             db = self._connect()
             ids = [node_id or key[1:-1] for node_id, key in db.execute(best, arguments)]
             if len(ids) < limit:  # all of them: no second scan to count them
                 return len(ids), ids
-            total = int(db.execute(f"SELECT count(*) {rows}", arguments).fetchone()[0])
+            counted = f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT :cap)"
+            total = int(db.execute(counted, arguments).fetchone()[0])
         return total, ids
 
     # ------------------------------------------------------------------ reports

@@ -15,6 +15,7 @@ import sqlite3
 import orjson
 import pytest
 from wp_mcp.converters import ViewError, render_view, search
+from wp_mcp.converters.search import COUNT_CAP
 from wp_mcp.converters.stored import entity_page, search_page
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
@@ -171,6 +172,26 @@ def test_a_search_for_awkward_text_from_the_node_index_is_the_search_of_the_whol
                 continue
             rendered = search(graph, query, limit=limit, snapshot_id=snapshot_id)
             assert fields(served) == fields(rendered), (query, limit)
+
+
+def test_a_search_matching_more_than_the_cap_says_over_it_both_ways(store_dir):
+    """Beyond COUNT_CAP matches a page says "over 10000" (the index stops counting there):
+    read from the node index, by its trigrams or by a scan (a NUL in the text), as from the
+    whole graph."""
+    for nul in (False, True):
+        graph = cluster_graph(14, accelerators_per_host=8)  # 11,592 nodes, ids "hN/..."
+        if nul:
+            graph.add("process", "h0/proc:99999", pid=99999, name="with\x00nul")
+        store, snapshot_id = indexed(store_dir, graph)
+        assert store.has_search_index(snapshot_id) == (not nul)
+        for query in ("h", "/", "h1", "proc"):
+            rendered = search(graph, query, snapshot_id=snapshot_id)
+            served = search_page(store, snapshot_id, query)
+            assert fields(served) == fields(rendered), (nul, query)
+        over = search_page(store, snapshot_id, "/")
+        assert over.text.splitlines()[0].endswith(f"matches over {COUNT_CAP}")
+        assert over.total_items == COUNT_CAP + 1
+        assert f"#more over {COUNT_CAP - over.item_count} matches" in over.text
 
 
 def test_an_index_of_an_earlier_format_is_not_read_and_is_built_again(store_dir):
