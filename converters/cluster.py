@@ -13,7 +13,7 @@ from typing import Any
 
 from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.model import Meta, Node
+from wp_mcp.graph.model import Edge, Meta, Node
 from wp_mcp.graph.safetext import escape
 
 from .facts import Facts
@@ -50,9 +50,19 @@ class HostTraffic:
 def cross_host_traffic(graph: Graph, transport: str | None = "tcp") -> dict[str, HostTraffic]:
     """Per host, its side of every joined cross-host ``talks_to`` edge (``transport`` only,
     or all when None): the merge keeps each side's own bytes and retransmissions."""
+    return traffic_of(cross_host_edges(graph), transport)
+
+
+def cross_host_edges(graph: Graph) -> list[Edge]:
+    """The joined cross-host ``talks_to`` edges: one pass over every edge of the graph."""
+    return [edge for edge in graph.edges("talks_to") if edge.get("cross_host")]
+
+
+def traffic_of(edges: list[Edge], transport: str | None) -> dict[str, HostTraffic]:
+    """:func:`cross_host_traffic` of these cross-host edges."""
     traffic: dict[str, HostTraffic] = defaultdict(HostTraffic)
-    for edge in graph.edges("talks_to"):
-        if not edge.get("cross_host") or transport not in (None, edge.get("transport")):
+    for edge in edges:
+        if transport not in (None, edge.get("transport")):
             continue
         for end, side in ((edge.src, "src"), (edge.dst, "dst")):
             host = traffic[ids.split_host(end)[0]]
@@ -90,21 +100,21 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
     if len(graph.meta.hosts) < 2:
         return None
     ranks = ranks_by_host(graph)
-    traffic = cross_host_traffic(graph, transport=None)
+    cross = cross_host_edges(graph)
+    traffic = traffic_of(cross, transport=None)
     clock = (getattr(graph.meta, "cluster", None) or {}).get("clock") or {}
     total = HostTraffic(
         sum(t.sent for t in traffic.values()),
         sum(t.retrans for t in traffic.values()),
         sum(t.segments for t in traffic.values()),
     )
-    flows = sum(1 for e in graph.edges("talks_to") if e.get("cross_host"))
     return {
         "ranks": sum(len(p) for p in ranks.values()),
         "ranks_per_host": sorted({len(p) for p in ranks.values()}),
         "hosts_with_ranks": len(ranks),
         "unfinished": unfinished_nodes(graph),
         "skew_s": clock.get("skew_s") if clock.get("measured") else None,
-        "cross_host_flows": flows,
+        "cross_host_flows": len(cross),
         "cross_host_bytes": total.sent,
         "cross_host_loss": total.loss,
         "worst": _worst_hosts(traffic, ranks),

@@ -42,11 +42,16 @@ class Facts:
     @cached_property
     def thread_owner(self) -> dict[str, str]:
         """thread id → process id (from has_thread edges, else the thread's pid)."""
-        return query.thread_owner(self.graph)
+        return self._threads[0]
 
     @cached_property
     def threads_of(self) -> dict[str, list[Node]]:
-        return query.threads_by_process(self.graph, self.thread_owner)
+        """process id → its threads, in the graph's order."""
+        return self._threads[1]
+
+    @cached_property
+    def _threads(self) -> tuple[dict[str, str], dict[str, list[Node]]]:
+        return query.thread_owners(self.graph)
 
     @cached_property
     def talks_to(self) -> list[Edge]:

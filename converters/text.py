@@ -214,15 +214,15 @@ class IdRanges:
             else:
                 plain.append(node_id)
         self._prefixes = sorted(numbers)
-        unique = {prefix: set(found) for prefix, found in numbers.items()}
-        self._runs = {prefix: _runs(sorted(found)) for prefix, found in unique.items()}
-        self._sizes = {prefix: len(found) for prefix, found in unique.items()}
+        self._runs: dict[str, list[tuple[int, int]]] = {}
+        self._sizes: dict[str, int] = {}
         # numbers two ids share ("x:01" and "x:1"): taking one of those ids out keeps it
-        self._repeated = {
-            prefix: {n for n, count in Counter(found).items() if count > 1}
-            for prefix, found in numbers.items()
-            if len(found) != self._sizes[prefix]
-        }
+        self._repeated: dict[str, set[int]] = {}
+        for prefix, found in numbers.items():
+            unique = sorted(set(found))
+            self._runs[prefix], self._sizes[prefix] = _runs(unique), len(unique)
+            if len(unique) != len(found):
+                self._repeated[prefix] = {n for n, count in Counter(found).items() if count > 1}
         plain.sort()
         self._plain = plain
 

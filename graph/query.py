@@ -117,24 +117,33 @@ def _edge_values(graph: Graph, node_id: str, kind: str) -> dict[str, float]:
     return out
 
 
-def thread_owner(graph: Graph) -> dict[str, str]:
-    """Thread id → process id: its ``has_thread`` edge, else the process its pid names
-    (witty-profiler imports link only some threads)."""
+def thread_owners(graph: Graph) -> tuple[dict[str, str], dict[str, list[Node]]]:
+    """Thread id → process id (its ``has_thread`` edge, else the process its pid names:
+    witty-profiler imports link only some threads), and process id → its threads in the
+    graph's order: both in one pass over the threads."""
     owner: dict[str, str] = {}
+    by_process: dict[str, list[Node]] = defaultdict(list)
     nodes = graph.nodes
     linked = _first_process_parents(graph)
     for thread in graph.of_kind("thread"):
-        parent = linked.get(thread.id)
-        if parent is not None:
-            owner[thread.id] = parent
-            continue
-        pid = thread.get("pid")
-        if pid is not None:
-            host, _ = ids.split_host(thread.id)
-            candidate = ids.with_host(host, ids.process(int(pid)))
-            if candidate in nodes:
-                owner[thread.id] = candidate
-    return owner
+        thread_id = thread.id
+        parent = linked.get(thread_id)
+        if parent is None:
+            parent = _process_of_pid(nodes, thread)
+            if parent is None:
+                continue
+        owner[thread_id] = parent
+        by_process[parent].append(thread)
+    return owner, by_process
+
+
+def _process_of_pid(nodes: dict[str, Node], thread: Node) -> str | None:
+    pid = thread.get("pid")
+    if pid is None:
+        return None
+    host, _ = ids.split_host(thread.id)
+    candidate = ids.with_host(host, ids.process(int(pid)))
+    return candidate if candidate in nodes else None
 
 
 def _first_process_parents(graph: Graph) -> dict[str, str]:
@@ -145,14 +154,6 @@ def _first_process_parents(graph: Graph) -> dict[str, str]:
     edges = [edge for edge in graph.edges("has_thread") if edge.src in processes]
     edges.reverse()  # so that the first edge into a thread is the one its entry keeps
     return dict(zip(map(_DST, edges), map(_SRC, edges), strict=True))
-
-
-def threads_by_process(graph: Graph, owner: dict[str, str] | None = None) -> dict[str, list[Node]]:
-    """Process id → its threads (``owner``: a ``thread_owner`` result already at hand)."""
-    by_process: dict[str, list[Node]] = defaultdict(list)
-    for thread_id, process_id in (owner or thread_owner(graph)).items():
-        by_process[process_id].append(graph.nodes[thread_id])
-    return by_process
 
 
 def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:

@@ -60,7 +60,9 @@ def compute(facts: Facts) -> list[Item]:
         )
         threads = sorted(facts.threads_of.get(process.id, ()), key=_busy_first)
         items += thread_items(threads, (process.id,), _thread_line, indent=1)
-    orphans = [t for t in graph.of_kind("thread") if t.id not in facts.thread_owner]
+    threads = graph.of_kind("thread")
+    owner = facts.thread_owner
+    orphans = [t for t in threads if t.id not in owner] if len(owner) < len(threads) else []
     items += thread_items(sorted(orphans, key=_busy_first), (), _thread_line)
     return items
 
