@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from operator import attrgetter
 
 from . import ids
 from .cpulist import CpuListError, parse_cpulist
 from .graph import Graph
 from .model import Node
-
-_SRC = attrgetter("src")
-_DST = attrgetter("dst")
 
 
 def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]:
@@ -148,12 +144,22 @@ def _process_of_pid(nodes: dict[str, Node], thread: Node) -> str | None:
 
 def _first_process_parents(graph: Graph) -> dict[str, str]:
     """Thread id → the source of the first ``has_thread`` edge into it from a process, in
-    the graph's edge order (the order ``in_edges`` lists them in): C-level passes over
-    those edges rather than a lookup per thread (a quarter of a cold summary at 640 hosts)."""
-    processes = {process.id for process in graph.of_kind("process")}
-    edges = [edge for edge in graph.edges("has_thread") if edge.src in processes]
-    edges.reverse()  # so that the first edge into a thread is the one its entry keeps
-    return dict(zip(map(_DST, edges), map(_SRC, edges), strict=True))
+    the graph's edge order (the order ``in_edges`` lists them in). Found from each process's
+    own edges (no scan of the whole edge list, nor a lookup per thread: a quarter of a cold
+    summary at 640 hosts); only a thread two processes claim is looked up by its edges."""
+    parents: dict[str, str] = {}
+    contested: list[str] = []
+    for process in graph.of_kind("process"):
+        process_id = process.id
+        for edge in graph.out_edges(process_id, "has_thread"):
+            if parents.setdefault(edge.dst, process_id) is not process_id:
+                contested.append(edge.dst)
+    if contested:
+        processes = {process.id for process in graph.of_kind("process")}
+        for thread_id in contested:
+            edges = graph.in_edges(thread_id, "has_thread")
+            parents[thread_id] = next(e.src for e in edges if e.src in processes)
+    return parents
 
 
 def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:

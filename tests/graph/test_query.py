@@ -1,9 +1,9 @@
-"""Where a device lives: firmware first, then local_to, then its CPU affinity."""
+"""Where a device lives (firmware first, then local_to, then its CPU affinity); whose a thread is."""
 
 from __future__ import annotations
 
 from wp_mcp.graph import Graph
-from wp_mcp.graph.query import device_numa_node
+from wp_mcp.graph.query import device_numa_node, thread_owners
 
 
 def _host() -> Graph:
@@ -42,3 +42,26 @@ def test_affinity_only_counts_the_devices_own_host():
 def test_nothing_known():
     graph = _host()
     assert device_numa_node(graph, graph.add("gpu", "gpu:2", index=2)) == (None, "unknown", False)
+
+
+def test_a_thread_belongs_to_the_process_of_its_first_has_thread_edge_else_its_pid():
+    graph = Graph()
+    for pid in (1, 2, 3):
+        graph.add("process", f"proc:{pid}", pid=pid)
+    graph.add("container", "ctr:a", container_id="a")
+    graph.add("thread", "thr:10", tid=10, pid=1)
+    graph.add("thread", "thr:11", tid=11, pid=1)  # no edge: its pid names proc:1
+    graph.add("thread", "thr:12", tid=12, pid=9)  # no edge, no such process: no owner
+    graph.add("thread", "thr:13", tid=13, pid=1)
+    graph.link("has_thread", "ctr:a", "thr:10")  # not a process: not an owner
+    graph.link("has_thread", "proc:3", "thr:10")  # two processes claim it: the first edge wins
+    graph.link("has_thread", "proc:2", "thr:10")
+    graph.link("has_thread", "proc:2", "thr:13")
+    owner, threads = thread_owners(graph)
+    assert owner == {"thr:10": "proc:3", "thr:11": "proc:1", "thr:13": "proc:2"}
+    assert list(owner) == ["thr:10", "thr:11", "thr:13"]  # the threads' order
+    assert {p: [t.id for t in found] for p, found in threads.items()} == {
+        "proc:3": ["thr:10"],
+        "proc:1": ["thr:11"],
+        "proc:2": ["thr:13"],
+    }
