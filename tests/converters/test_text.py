@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from wp_mcp.converters.text import (
+    _TRAILING_NUMBER,
     IdRanges,
+    _split_number,
     compact,
     escape,
     fmt_bytes,
@@ -87,6 +88,17 @@ def test_a_group_member_shows_the_others_as_id_ranges_shows_them(ids, limit, dat
     member = data.draw(st.sampled_from(ids))
     others = [i for i in ids if i != member]
     assert IdRanges(ids).text(limit, without=member) == id_ranges(others, limit)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(st.sampled_from("ab:/\n7\u0663\u00b2\uff17"), max_size=8)
+    | st.from_regex(r"[a-z/:]*\d*")
+)
+def test_an_id_splits_into_prefix_and_number_as_the_pattern_says(node_id):
+    match = _TRAILING_NUMBER.match(node_id)
+    expected = (match.group(1), int(match.group(2))) if match else None
+    assert _split_number(node_id) == expected
 
 
 def test_name_patterns_wildcard_numbers():
