@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin in the class body's annotations
 import contextlib
-import hashlib
 import logging
 import os
-import secrets
 import sqlite3
 import stat
 import threading
@@ -326,7 +324,7 @@ class Store:
 
     def _new_id(self, db: sqlite3.Connection, table: str, prefix: str) -> str:
         while True:
-            candidate = prefix + secrets.token_hex(3)
+            candidate = prefix + os.urandom(3).hex()  # as secrets.token_hex makes it
             if db.execute(f"SELECT 1 FROM {table} WHERE id=?", (candidate,)).fetchone() is None:
                 return candidate
 
@@ -345,7 +343,7 @@ class Store:
         from . import native
 
         document = native.dumps(graph)
-        content = hashlib.sha256(document).hexdigest()
+        content = _content_hash(document)
         with self._transaction("cannot store the snapshot") as db:
             same = None
             if reuse_same:
@@ -373,7 +371,7 @@ class Store:
         from . import native
 
         document = native.dumps(graph)
-        content = hashlib.sha256(document).hexdigest()
+        content = _content_hash(document)
         with self._transaction("cannot store the monitor cycle") as db:
             snapshot_id = self._insert_snapshot(db, graph, label, document, content)
             report_id = self._insert_report(db, snapshot_id, *report)
@@ -918,6 +916,15 @@ class Store:
 
 
 _INFO_COLUMNS = "id, created, label, origin, hosts, nodes, edges, size"
+
+
+def _content_hash(document: bytes) -> str:
+    """What a stored document is, to find the same content again (``reuse_same``): hashlib
+    loads here, not on every command's path (a page read never stores)."""
+    import hashlib
+
+    return hashlib.sha256(document).hexdigest()
+
 
 # Down-sampling tiers: (age in seconds up to which the tier applies, spacing in seconds
 # between the snapshots it keeps; 0 keeps all). Older than the last tier: dropped.
