@@ -230,7 +230,8 @@ class IdRanges:
     def text(self, limit: int = 4, without: str | None = None) -> str:
         """As :func:`id_ranges` shows these ids, less one of them (``without``) if given."""
         split = _split_number(without) if without is not None else None
-        skip_prefix, skip_number = split if split is not None else (None, None)
+        # without a number to skip, no prefix matches None, so the 0 is never read
+        skip_prefix, skip_number = split if split is not None else (None, 0)
         parts: list[str] = []
         for prefix in self._prefixes:
             runs, size = self._runs[prefix], self._sizes[prefix]
