@@ -220,7 +220,8 @@ def test_injected_problems_are_found_in_their_layers_and_nothing_else_is_p0(job)
     links = [set(ev.ids) for f in lossy for ev in f.evidence if ev.kind == "edge"]
     if not any({rank0, rank1} <= link for link in links) or any(f.priority != "P0" for f in lossy):
         sockets = [(s.id, s.get("local_port"), s.get("remote_port"), s.get("retrans_total"),
-                    s.get("bytes_sent")) for rank in (rank0, rank1)
+                    s.get("bytes_sent"), s.get("window_retrans"),
+                    s.get("window_data_segs_out")) for rank in (rank0, rank1)
                    for s in graph.successors(rank, "holds") if s.get("proto") == "tcp"]  # fmt: skip
         missed.append(f"retransmits on {rank1}'s link: {[f.id for f in lossy]} {sockets} "
                       f"(nftables: {job.dropped()})")  # fmt: skip
