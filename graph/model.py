@@ -66,7 +66,19 @@ Seconds = Annotated[float, AtLeast(0)]
 PerNuma = dict[str, float]  # NUMA node id (as a string, JSON keys are strings) -> value
 
 
-class Element:
+class _ByValue:
+    """Equal when of one class with equal attributes; mutable, so never hashed (elements
+    and meta records alike)."""
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Element(_ByValue):
     """Common base: the attributes that were set live in the instance dict, in a canonical
     order (identity keys, then declared attributes, then extras in the order they came)."""
 
@@ -139,13 +151,6 @@ class Element:
             del self.__dict__[name]
         except KeyError:
             raise AttributeError(name) from None
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{key}={value!r}" for key, value in self.__dict__.items())
@@ -605,7 +610,7 @@ EDGE_CLASSES: dict[str, type[Edge]] = {
 # --------------------------------------------------------------------------- metadata
 
 
-class _Record:
+class _Record(_ByValue):
     """A plain record with a pydantic model's public face (``extra="allow"``): declared
     attributes with their defaults, extra keys kept, ``model_validate``, ``model_dump``,
     ``model_extra``. pydantic validates whatever is built from values (``Cls(**values)``,
@@ -706,13 +711,6 @@ class _Record:
                 self.__dict__[name] = value
             else:
                 self.__dict__["_extra"][name] = value
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __repr__(self) -> str:
         values = {name: self.__dict__[name] for name in self.DEFAULTS}
@@ -1137,4 +1135,4 @@ def wrap_trusted(
     return elements
 
 
-_SET_DICT = Element.__dict__["__dict__"].__set__  # every element class inherits Element's
+_SET_DICT = _ByValue.__dict__["__dict__"].__set__  # the __dict__ every element class inherits
