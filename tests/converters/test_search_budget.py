@@ -4,10 +4,9 @@ out without loading the encoder, and must hold what exact counting gives."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+from wp_fresh import fresh_python
 from wp_mcp.converters import search
 from wp_mcp.converters.search import MAX_LIMIT
 from wp_mcp.converters.tokens import count_tokens
@@ -49,6 +48,4 @@ def test_a_short_search_page_is_laid_out_without_the_encoder():
         "assert page.item_count == 2, page.text\n"
         "print('tiktoken' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "False"
+    assert fresh_python(code).strip() == "False"

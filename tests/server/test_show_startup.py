@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wp_fresh import fresh_python
 from wp_mcp.converters import render_view, search
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
@@ -104,8 +105,7 @@ def test_the_lazy_converters_package_keeps_its_public_names():
         "assert 'summary' in VIEWS and Page.__name__ == 'Page' and callable(render_view)\n"
         "assert issubclass(ViewError, Exception)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
+    fresh_python(code)
 
 
 def test_a_stored_entity_that_fits_by_its_bytes_loads_neither_pydantic_nor_the_encoder(store_dir):
