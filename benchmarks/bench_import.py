@@ -82,7 +82,7 @@ elif step == "import steps":
     # with a clock; "entities and edges" is the witty reader's own loop, "rest" what no
     # step names (the parsed document freed, the importer's lists, the wrappers)
     import orjson
-    from wp_mcp.graph import formats, rawio, witty
+    from wp_mcp.graph import formats, rawio, witty, witty_decode
     from wp_mcp.graph.graph import Graph
     spent = {}
 
@@ -100,8 +100,14 @@ elif step == "import steps":
         dumps = staticmethod(clocked("nesting check", orjson.dumps))
         JSONDecodeError, JSONEncodeError = orjson.JSONDecodeError, orjson.JSONEncodeError
 
-    rawio.read_bytes = clocked("read", rawio.read_bytes)
+    class ClockedDecoder:
+        decode = staticmethod(clocked("decode (msgspec, copies trimmed)",
+                                      witty_decode._DECODER.decode))
+
+    formats.read_bytes = clocked("read", formats.read_bytes)
     rawio.orjson = ClockedJson
+    witty_decode._DECODER = ClockedDecoder
+    witty_decode._builtins = clocked("edges to dicts", witty_decode._builtins)
     witty._derive = clocked("derive (shares, trees, flows)", witty._derive)
     witty.validate_nodes = clocked("validate nodes", witty.validate_nodes)
     witty.validate_edges = clocked("validate edges", witty.validate_edges)

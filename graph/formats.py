@@ -9,7 +9,7 @@ from . import native, trace, witty
 from .errors import FormatError
 from .gcpause import kept_out_of_collections
 from .graph import Graph
-from .rawio import read_json_file
+from .rawio import parse_json, read_bytes
 from .redact import redact_graph
 
 FORMATS = ("wp-graph", "witty")
@@ -37,7 +37,11 @@ def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True
         if trace.looks_like_trace(path):  # streamed: a trace may be a GB of events
             graph = trace.load_traces([path], max_bytes)
         else:
-            graph = _load_doc(read_json_file(path, max_bytes), origin)
+            data = read_bytes(path, max_bytes)
+            # a witty file is read with its edges' entity copies trimmed (under half of
+            # orjson's parse of the whole document); anything else is parsed whole
+            trimmed = witty.read_trimmed(data, origin)
+            graph = trimmed if trimmed is not None else _load_doc(parse_json(data, origin), origin)
         if redact:
             # files come from other hosts and tools, which may not have redacted anything
             redact_graph(graph)

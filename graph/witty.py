@@ -33,7 +33,7 @@ from .gcpause import cyclic_gc_paused
 from .graph import Graph
 from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
 from .outfile import write_output
-from .rawio import read_json_file
+from .rawio import parse_json, read_bytes
 from .safetext import excerpt
 
 Doc = dict[str, Any]  # an entity or an edge as the importer holds it: plain JSON
@@ -160,12 +160,38 @@ def is_witty(doc: Any) -> bool:
     return all(isinstance(item, dict) and "entity_type" in item for item in sample)
 
 
+class NeedsFullCopies(Exception):
+    """An edge's end is an entity known only through its embedded copy, which the trimmed
+    document does not hold: the whole document must be read."""
+
+
 def load_witty(path: str | Path, max_bytes: int | None = None) -> Graph:
+    origin = str(path)
+    data = read_bytes(path, max_bytes)
     with cyclic_gc_paused():
-        return from_witty(read_json_file(path, max_bytes), origin=str(path))
+        graph = read_trimmed(data, origin)
+        return graph if graph is not None else from_witty(parse_json(data, origin), origin)
 
 
-def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
+def read_trimmed(data: bytes | bytearray, origin: str) -> Graph | None:
+    """The graph of a witty file read with its edges' end copies trimmed to key fields
+    (``graph/witty_decode.py``), or None where the whole document must be parsed: a file the
+    trimmed decode does not describe, not a witty graph, or one with an entity known only
+    through a copy. The same reader reads both, so the graph is the same."""
+    from .witty_decode import decode_trimmed  # msgspec: only where a file is read
+
+    doc = decode_trimmed(data)
+    if doc is None or not is_witty(doc):
+        return None
+    try:
+        return from_witty(doc, origin, copies_trimmed=True)
+    except NeedsFullCopies:
+        return None
+
+
+def from_witty(doc: Any, origin: str = "<witty>", copies_trimmed: bool = False) -> Graph:
+    """``copies_trimmed``: the edges' end copies hold only their key fields (what
+    ``read_trimmed`` decodes); an end not already read raises ``NeedsFullCopies``."""
     env = None
     if isinstance(doc, dict) and "content" in doc and "env" in doc:
         env, doc = doc["env"], doc["content"]
@@ -176,7 +202,7 @@ def from_witty(doc: Any, origin: str = "<witty>") -> Graph:
     for key in ("nodes", "edges"):
         if not isinstance(doc.get(key), list):
             raise FormatError(f"{origin}: witty-profiler graph needs a {key!r} list")
-    importer = _Importer(origin)
+    importer = _Importer(origin, copies_trimmed)
     with cyclic_gc_paused():
         for position, entity in enumerate(doc["nodes"]):
             importer.entity(entity, f"nodes[{position}]")
@@ -196,8 +222,9 @@ class _Importer:
     """Builds plain attribute dicts first, derives on them, then validates everything in bulk
     (one pydantic call per list is several times faster than one per element)."""
 
-    def __init__(self, origin: str) -> None:
+    def __init__(self, origin: str, copies_trimmed: bool = False) -> None:
         self.origin = origin
+        self.copies_trimmed = copies_trimmed
         self.nodes: dict[str, dict[str, Any]] = {}  # our id -> attributes (with id and kind)
         self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
         self.edges: list[dict[str, Any]] = []
@@ -225,9 +252,10 @@ class _Importer:
         except (KeyError, TypeError):  # no dict, no known type, a key field missing or odd
             return None
 
-    def entity(self, data: Any, where: str) -> str:
+    def entity(self, data: Any, where: str, whole: bool = True) -> str:
         """Add (or find) the node for one witty entity and return its id (what ``known``
-        finds, found the same way; the file's own list of entities is mostly new ones)."""
+        finds, found the same way; the file's own list of entities is mostly new ones).
+        ``whole``: ``data`` is the entity's whole copy; a trimmed one is only found."""
         if not isinstance(data, dict):
             raise self.fail(where, f"expected an entity object, got {type(data).__name__}")
         entity_type = data.get("entity_type")
@@ -242,6 +270,8 @@ class _Importer:
             known = self.node_ids.get(key)
         if known is not None:
             return known
+        if not whole:
+            raise NeedsFullCopies(where)
         spec = ENTITY_SPECS.get(entity_type)
         attrs = self.attributes(spec, data, where)
         node_id = self.node_id(entity_type, key, data)
@@ -364,8 +394,9 @@ class _Importer:
             raise self.fail(f"edges[{position}]", f"{edge_type} has no 'source_node' entity")
         if not isinstance(target, dict):
             raise self.fail(f"edges[{position}]", f"{edge_type} has no 'target_node' entity")
-        src = self.known(source) or self.entity(source, f"edges[{position}].source_node")
-        dst = self.known(target) or self.entity(target, f"edges[{position}].target_node")
+        whole = not self.copies_trimmed
+        src = self.known(source) or self.entity(source, f"edges[{position}].source_node", whole)
+        dst = self.known(target) or self.entity(target, f"edges[{position}].target_node", whole)
         kind = EDGE_KINDS.get(edge_type)
         expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
         if expected_src and self.nodes[src]["kind"] != expected_src:
