@@ -107,7 +107,6 @@ elif step == "import steps":
     formats.read_bytes = clocked("read", formats.read_bytes)
     rawio.orjson = ClockedJson
     witty_decode._DECODER = ClockedDecoder
-    witty_decode._builtins = clocked("edges to dicts", witty_decode._builtins)
     witty._derive = clocked("derive (shares, trees, flows)", witty._derive)
     witty.validate_nodes = clocked("validate nodes", witty.validate_nodes)
     witty.validate_edges = clocked("validate edges", witty.validate_edges)

@@ -19,7 +19,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +190,9 @@ def read_trimmed(data: bytes | bytearray, origin: str) -> Graph | None:
 
 
 def from_witty(doc: Any, origin: str = "<witty>", copies_trimmed: bool = False) -> Graph:
-    """``copies_trimmed``: the edges' end copies hold only their key fields (what
-    ``read_trimmed`` decodes); an end not already read raises ``NeedsFullCopies``."""
+    """``copies_trimmed``: the edges are ``witty_decode.TrimmedEdge`` structs, their ends
+    key structs (what ``read_trimmed`` decodes); an end not read before raises
+    ``NeedsFullCopies``."""
     env = None
     if isinstance(doc, dict) and "content" in doc and "env" in doc:
         env, doc = doc["env"], doc["content"]
@@ -202,11 +203,14 @@ def from_witty(doc: Any, origin: str = "<witty>", copies_trimmed: bool = False) 
     for key in ("nodes", "edges"):
         if not isinstance(doc.get(key), list):
             raise FormatError(f"{origin}: witty-profiler graph needs a {key!r} list")
-    importer = _Importer(origin, copies_trimmed)
+    importer = _Importer(origin)
     with cyclic_gc_paused():
         for position, entity in enumerate(doc["nodes"]):
             importer.entity(entity, f"nodes[{position}]")
-        records = list(map(importer.edge, doc["edges"], range(len(doc["edges"]))))
+        if copies_trimmed:
+            records = importer.trimmed_edges(doc["edges"])
+        else:
+            records = list(map(importer.edge, doc["edges"], range(len(doc["edges"]))))
         importer.add_edges(records, list(range(len(records))))
         graph = importer.finish()
     graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
@@ -222,9 +226,8 @@ class _Importer:
     """Builds plain attribute dicts first, derives on them, then validates everything in bulk
     (one pydantic call per list is several times faster than one per element)."""
 
-    def __init__(self, origin: str, copies_trimmed: bool = False) -> None:
+    def __init__(self, origin: str) -> None:
         self.origin = origin
-        self.copies_trimmed = copies_trimmed
         self.nodes: dict[str, dict[str, Any]] = {}  # our id -> attributes (with id and kind)
         self.where: dict[str, str] = {}  # our id -> position in the file, for error messages
         self.edges: list[dict[str, Any]] = []
@@ -252,10 +255,9 @@ class _Importer:
         except (KeyError, TypeError):  # no dict, no known type, a key field missing or odd
             return None
 
-    def entity(self, data: Any, where: str, whole: bool = True) -> str:
+    def entity(self, data: Any, where: str) -> str:
         """Add (or find) the node for one witty entity and return its id (what ``known``
-        finds, found the same way; the file's own list of entities is mostly new ones).
-        ``whole``: ``data`` is the entity's whole copy; a trimmed one is only found."""
+        finds, found the same way; the file's own list of entities is mostly new ones)."""
         if not isinstance(data, dict):
             raise self.fail(where, f"expected an entity object, got {type(data).__name__}")
         entity_type = data.get("entity_type")
@@ -270,8 +272,6 @@ class _Importer:
             known = self.node_ids.get(key)
         if known is not None:
             return known
-        if not whole:
-            raise NeedsFullCopies(where)
         spec = ENTITY_SPECS.get(entity_type)
         attrs = self.attributes(spec, data, where)
         node_id = self.node_id(entity_type, key, data)
@@ -394,13 +394,9 @@ class _Importer:
             raise self.fail(f"edges[{position}]", f"{edge_type} has no 'source_node' entity")
         if not isinstance(target, dict):
             raise self.fail(f"edges[{position}]", f"{edge_type} has no 'target_node' entity")
-        whole = not self.copies_trimmed
-        src = self.known(source) or self.entity(source, f"edges[{position}].source_node", whole)
-        dst = self.known(target) or self.entity(target, f"edges[{position}].target_node", whole)
-        kind = EDGE_KINDS.get(edge_type)
-        expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
-        if expected_src and self.nodes[src]["kind"] != expected_src:
-            kind = None  # export could not tell it apart: keep it generic with its type
+        src = self.known(source) or self.entity(source, f"edges[{position}].source_node")
+        dst = self.known(target) or self.entity(target, f"edges[{position}].target_node")
+        kind = self.edge_kind(edge_type, src)
         record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
         if kind is None:
             record["edge_type"] = edge_type
@@ -410,6 +406,38 @@ class _Importer:
             del record["edge_type"]
         record["src"], record["dst"], record["kind"] = src, dst, kind or GENERIC_EDGE_KIND
         return record
+
+    def edge_kind(self, edge_type: str, src: str) -> str | None:
+        """Our kind of a witty edge type; None: kept generic with its type (unknown, or one
+        of the two types sharing a kind whose source export could not tell apart)."""
+        expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
+        if expected_src and self.nodes[src]["kind"] != expected_src:
+            return None
+        return EDGE_KINDS.get(edge_type)
+
+    def trimmed_edges(self, edges: list[Any]) -> list[Doc]:
+        """``edge`` for every edge of a trimmed document, in order: each end found in C by
+        its key struct, which equals the one a copy of an entity read before decodes to."""
+        from .witty_decode import ABSENT, OWN_FIELDS, astuple, key_struct, own_values
+
+        read = {key_struct(entity_type, key): node_id
+                for (entity_type, key), node_id in self.node_ids.items()}  # fmt: skip
+        srcs = list(map(read.get, map(_SOURCE_NODE, edges)))
+        dsts = list(map(read.get, map(_TARGET_NODE, edges)))
+        if None in srcs or None in dsts:
+            raise NeedsFullCopies("an end known only through its copy")
+        records = []
+        own = map(own_values, map(astuple, edges))
+        for edge, src, dst, values in zip(edges, srcs, dsts, own, strict=True):
+            kind = self.edge_kind(edge.edge_type, src)
+            record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
+            if kind is None:
+                record["edge_type"] = edge.edge_type
+            for name, value in zip(OWN_FIELDS, values, strict=True):
+                if value is not ABSENT:
+                    record[name] = value
+            records.append(record)
+        return records
 
     def add_edges(self, records: list[Doc], wheres: list[int | None]) -> None:
         """``add_edge`` for many: in C where no two (and none already added) are twins."""
@@ -478,6 +506,7 @@ _IDENTITY_FIELDS = {
     "ContainerEntity": ("container_id",),
 }
 _IDENTITY_GETTERS = {kind: itemgetter(*fields) for kind, fields in _IDENTITY_FIELDS.items()}
+_SOURCE_NODE, _TARGET_NODE = attrgetter("source_node"), attrgetter("target_node")
 _SRC, _DST, _KIND, _KEY = (
     itemgetter("src"),
     itemgetter("dst"),

@@ -30,11 +30,14 @@ not seen; the values are the same).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Union
 
 import msgspec
 import orjson
 from msgspec import UNSET, Struct, UnsetType
+from msgspec.structs import astuple
 
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
@@ -42,50 +45,71 @@ from .rawio import UTF8_BOM, check_nesting
 from .witty import _IDENTITY_FIELDS
 
 Scalar = str | int | float | bool | None  # hashable, as identity keys must be
-# an absent ppid reads as null when an entity is identified (``witty._Importer.identity``)
-OPTIONAL_KEY_FIELDS = frozenset({"ppid"})
 
 
 def _key_struct(entity_type: str, fields: tuple[str, ...]) -> type[Struct]:
-    """A copy of ``entity_type`` read as its key fields only (the rest skipped unread)."""
+    """A copy of ``entity_type`` read as its key fields only (the rest skipped unread);
+    frozen, so that it is found in a dict as the tuple of its fields would be."""
     return msgspec.defstruct(
         f"{entity_type}Key",
-        [
-            (name, Scalar | UnsetType, UNSET) if name in OPTIONAL_KEY_FIELDS else (name, Scalar)
-            for name in fields
-        ],
+        # an absent ppid is read as null, as ``witty._Importer.identity`` reads it
+        [(name, Scalar, None) if name == "ppid" else (name, Scalar) for name in fields],
         tag_field="entity_type",
         tag=entity_type,
+        frozen=True,
     )
 
 
+KEY_STRUCTS = {kind: _key_struct(kind, fields) for kind, fields in _IDENTITY_FIELDS.items()}
 # an end: one of the key structs, chosen by its entity_type (any other type is refused)
-_End = Union[tuple(_key_struct(kind, fields) for kind, fields in _IDENTITY_FIELDS.items())]  # type: ignore[valid-type]  # noqa: UP007
+_End = Union[tuple(KEY_STRUCTS.values())]  # type: ignore[valid-type]  # noqa: UP007
 
 
-class _Edge(Struct, forbid_unknown_fields=True):
-    """A witty edge: every field the format writes, in the order it writes them."""
+def key_struct(entity_type: str, key: Any) -> Struct | None:
+    """The key struct a copy of the entity identified by ``(entity_type, key)`` decodes to
+    (``key`` as ``witty._Importer.identity`` makes it); None for a type without one."""
+    struct = KEY_STRUCTS.get(entity_type)
+    if struct is None:
+        return None
+    return struct(*key) if len(struct.__struct_fields__) > 1 else struct(key)
+
+
+@dataclass(frozen=True)
+class _Absent:
+    """A field an edge does not have (a dataclass: the nesting check writes it as ``{}``)."""
+
+
+ABSENT = _Absent()
+
+
+class TrimmedEdge(Struct, forbid_unknown_fields=True, kw_only=True):
+    """A witty edge: its own fields, every one the format writes and in its order, then its
+    ends as key structs."""
 
     edge_type: str
-    weight: Any = UNSET
-    source_node: _End = UNSET  # type: ignore[valid-type]
-    target_node: _End = UNSET  # type: ignore[valid-type]
-    numa_access_info: Any = UNSET
-    proc_status: Any = UNSET
-    connection_type: Any = UNSET
-    data_flow: Any = UNSET
+    weight: Any = ABSENT
+    numa_access_info: Any = ABSENT
+    proc_status: Any = ABSENT
+    connection_type: Any = ABSENT
+    data_flow: Any = ABSENT
+    source_node: _End  # type: ignore[valid-type]
+    target_node: _End  # type: ignore[valid-type]
+
+
+OWN_FIELDS = TrimmedEdge.__struct_fields__[1:-2]  # those an edge's record keeps as they are
+own_values = itemgetter(slice(1, 1 + len(OWN_FIELDS)))  # of ``msgspec.structs.astuple``
 
 
 class _Graph(Struct, forbid_unknown_fields=True):
     nodes: Any
-    edges: list[_Edge]
+    edges: list[TrimmedEdge]
 
 
 class _Document(Struct, forbid_unknown_fields=True):
     """Bare (``nodes`` and ``edges``) or wrapped (``env`` and ``content``), never both."""
 
     nodes: Any = UNSET
-    edges: list[_Edge] | UnsetType = UNSET
+    edges: list[TrimmedEdge] | UnsetType = UNSET
     env: Any = UNSET
     content: _Graph | UnsetType = UNSET
 
@@ -94,8 +118,8 @@ _DECODER = msgspec.json.Decoder(_Document)
 
 
 def decode_trimmed(data: bytes | bytearray | memoryview) -> dict[str, Any] | None:
-    """The document with its edges' end copies trimmed to key fields, or None where the
-    whole document must be parsed (the module's docstring says when)."""
+    """The document with its edges as ``TrimmedEdge`` structs, or None where the whole
+    document must be parsed (the module's docstring says when)."""
     view = memoryview(data)
     if view[:3] == UTF8_BOM:
         view = view[len(UTF8_BOM) :]
@@ -104,29 +128,26 @@ def decode_trimmed(data: bytes | bytearray | memoryview) -> dict[str, Any] | Non
             decoded = _DECODER.decode(view)
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return None
-    document = _builtins(decoded)
-    if document is None or not _writable(document):
-        return None
-    return document
-
-
-def _builtins(decoded: _Document) -> dict[str, Any] | None:
     present = {name for name in _Document.__struct_fields__ if getattr(decoded, name) is not UNSET}
     if present == {"env", "content"}:
         content = decoded.content
         assert isinstance(content, _Graph)
-        graph = {"nodes": content.nodes, "edges": msgspec.to_builtins(content.edges)}
-        return {"env": decoded.env, "content": graph}
-    if present == {"nodes", "edges"}:
-        return {"nodes": decoded.nodes, "edges": msgspec.to_builtins(decoded.edges)}
-    return None  # a bare document with other keys (kept as they are by the whole parse)
+        graph = {"nodes": content.nodes, "edges": content.edges}
+        document = {"env": decoded.env, "content": graph}
+    elif present == {"nodes", "edges"}:
+        document = graph = {"nodes": decoded.nodes, "edges": decoded.edges}
+    else:
+        return None  # a bare document with other keys (kept as they are by the whole parse)
+    kept = [graph["nodes"], list(map(own_values, map(astuple, graph["edges"])))]
+    return document if _writable(kept if graph is document else [kept]) else None
 
 
-def _writable(document: dict[str, Any]) -> bool:
-    """Within the nesting every later stage writes, and with no integer orjson would not
-    write (which its parse would have read as a float)."""
+def _writable(kept: list[Any]) -> bool:
+    """What is kept of the document (nested as deep as in it: its nodes, and each edge's own
+    values at an edge's depth) within the nesting every later stage writes, with no integer
+    orjson would not write (which its parse would have read as a float)."""
     try:
-        check_nesting(document, "<witty>")
+        check_nesting(kept, "<witty>")
     except (orjson.JSONEncodeError, FormatError):  # an integer beyond 64 bits, or too deep
         return False
     return True
