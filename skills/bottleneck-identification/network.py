@@ -52,23 +52,34 @@ def flow_loss(sock: Node) -> tuple[int, int, str] | None:
     """(retransmissions, data segments sent, over what) for one TCP socket, from the
     kernel's own counts: the window's deltas when the snapshot has a window (lifetime
     counters would dilute them), else the connection's lifetime. None when the socket has
-    no segment counts (an import or an old snapshot): a ratio is never guessed from bytes."""
-    if sock.get("window_s"):
-        retrans, segments = sock.get("window_retrans"), sock.get("window_data_segs_out")
-        scope = f"over the {sock.get('window_s'):.1f} s window"
-    else:
-        retrans, segments = sock.get("retrans_total"), sock.get("data_segs_out")
-        scope = "over the connection's life"
-    if retrans is None or segments is None:
-        return None
-    return retrans, segments, scope
+    no segment counts (an import or an old snapshot): a ratio is never guessed from bytes.
+
+    A window with a retransmission or two is too thin to judge alone, and that is what a
+    sparse flow on a lossy link shows: a heartbeat in RTO backoff sends a handful of
+    segments in seconds. Its loss is going on now, so the connection's life, which holds
+    more of the same flow, decides how much it loses."""
+    lifetime = sock.get("retrans_total"), sock.get("data_segs_out")
+    if not sock.get("window_s"):
+        return _counts(*lifetime, "over the connection's life")
+    retrans, segments = sock.get("window_retrans"), sock.get("window_data_segs_out")
+    window = f"over the {sock.get('window_s'):.1f} s window"
+    if retrans is None or segments is None or not 0 < retrans < LOSS_MIN_RETRANS:
+        return _counts(retrans, segments, window)
+    if lifetime[0] is None or lifetime[1] is None or lifetime[0] <= retrans:
+        return _counts(retrans, segments, window)  # nothing more to go on
+    return _counts(*lifetime, f"over the connection's life, {retrans} of {segments} {window}")
+
+
+def _counts(retrans: int | None, segments: int | None, scope: str) -> tuple[int, int, str] | None:
+    return None if retrans is None or segments is None else (retrans, segments, scope)
 
 
 @rule(
     "L4.flow-retransmits",
     4,
     "TCP flow retransmitting",
-    "retransmitted segments / data segments sent (tcp_info deltas over the window)",
+    "retransmitted segments / data segments sent (tcp_info deltas over the window; "
+    "the connection's life when the window holds 1 or 2 retransmissions)",
     f"≥ {LOSS_FLOOR:.1%} and ≥ {LOSS_MIN_RETRANS} segments "
     f"(P0 from {LOSS_P0:.0%} on a link between ranks)",
 )

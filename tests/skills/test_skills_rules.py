@@ -558,6 +558,34 @@ def test_flow_loss_is_judged_over_the_window_never_diluted_by_lifetime_counters(
     assert other.priority == "P1"
 
 
+def sparse_flow(window_retrans, window_segments, life_retrans, life_segments):
+    """A heartbeat from a rank to its peer: a few segments a second, counted over a 3 s
+    window and over its life."""
+    graph = two_node_host()
+    ranks = tcp_ranks(graph)
+    tcp_socket(graph, ranks[1], 9002, local_addr="10.0.0.2", local_port=33980,
+               remote_addr="10.0.0.1", remote_port=29500, window_s=3.0,
+               window_retrans=window_retrans, window_data_segs_out=window_segments,
+               retrans_total=life_retrans, data_segs_out=life_segments)  # fmt: skip
+    return graph
+
+
+def test_a_sparse_flow_in_backoff_is_judged_over_its_life_while_it_still_loses():
+    """A heartbeat on a link losing 20 % backs off for seconds: 2 of its 19 segments in the
+    window are too few to judge alone. It is losing now, and its life (79 of 290) says how
+    much: a link between ranks losing 27 %."""
+    (finding,) = outcome(sparse_flow(2, 19, 79, 290), "L4.flow-retransmits")
+    assert finding.value == round(79 / 290 * 100, 2) and finding.priority == "P0"
+    assert "79 of 290 over the connection's life, 2 of 19 over the 3.0 s window" in finding.title
+
+
+def test_a_retransmission_or_two_in_a_window_is_chance_when_the_flow_s_life_is_clean():
+    # a long, busy, clean life: the window's one retransmission is chance
+    assert outcome(sparse_flow(1, 40, 3, 5_000_000), "L4.flow-retransmits") == []
+    # a life holding no more than the window: nothing more to go on, and 2 are too few
+    assert outcome(sparse_flow(2, 19, 2, 300), "L4.flow-retransmits") == []
+
+
 def test_a_lossy_connection_between_two_local_ranks_is_one_finding_naming_the_worse_end():
     graph = two_node_host()
     ranks = tcp_ranks(graph)
