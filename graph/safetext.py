@@ -33,11 +33,14 @@ _CONTROL = (
 # Markdown's inline syntax and table cells: a host string must not open a code span, close a
 # table cell, start a heading or a link, or emphasise.
 _MARKDOWN = "`|*_<>[]#~"
-_UNSAFE: dict[Context, re.Pattern[str]] = {
-    "line": re.compile(f"[{_CONTROL}]"),
-    "quoted": re.compile(f'[{_CONTROL}"\\\\]'),
-    "markdown": re.compile(f"[{_CONTROL}\\\\{re.escape(_MARKDOWN)}]"),
+_UNSAFE_CLASSES: dict[Context, str] = {
+    "line": f"[{_CONTROL}]",
+    "quoted": f'[{_CONTROL}"\\\\]',
+    "markdown": f"[{_CONTROL}\\\\{re.escape(_MARKDOWN)}]",
 }
+# Each compiled when a context is first escaped: compiling one of these classes costs about
+# a millisecond, which a fresh process that escapes nothing, or one context, need not pay.
+_UNSAFE: dict[Context, re.Pattern[str]] = {}
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
 
 
@@ -56,7 +59,9 @@ def escape(text: str, limit: int = MAX_STRING, context: Context = "quoted") -> s
     """``text`` on one line, at most ``limit`` of its characters kept, made inert for
     ``context``: "quoted" inside double quotes (compact text), "markdown" in Markdown prose
     or a table cell, "line" on a plain line of a terminal (only control characters)."""
-    unsafe = _UNSAFE[context]
+    unsafe = _UNSAFE.get(context) or _UNSAFE.setdefault(
+        context, re.compile(_UNSAFE_CLASSES[context])
+    )
     if len(text) > limit:
         head = unsafe.sub(_escape_char, text[:limit])
         return f"{head}…(+{len(text) - limit} chars)"

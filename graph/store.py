@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins  # Store.list shadows the builtin in the class body's annotations
 import contextlib
-import logging
+import json
 import os
 import sqlite3
 import stat
@@ -26,11 +26,8 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import orjson
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import UserError
 from .gcpause import release_frozen
@@ -40,7 +37,9 @@ from .safetext import error_line, excerpt
 if TYPE_CHECKING:  # the model (pydantic) loads only when a whole graph is read or written
     from .graph import Graph
 
-log = logging.getLogger(__name__)
+# A page read loads neither orjson (its import loads dataclasses, uuid, json and datetime)
+# nor logging: each function that writes or reads a whole record imports orjson, and a
+# stored page, small, is read with the json module; its records are plain NamedTuples.
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
@@ -176,8 +175,7 @@ def default_store_path() -> Path:
     return Path(data_home).expanduser() / "wp-mcp"
 
 
-@dataclass(frozen=True)
-class SnapshotInfo:
+class SnapshotInfo(NamedTuple):
     id: str
     created: float
     label: str | None
@@ -194,8 +192,7 @@ _Ids = list[str]
 PageProgress = dict[tuple[str, str, int], tuple[int, str | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredPage:
+class StoredPage(NamedTuple):
     """A page as converters' ``Page`` has it, read back from the store (same fields, so
     callers use either alike)."""
 
@@ -214,8 +211,7 @@ class StoredPage:
     max_tokens: int
 
 
-@dataclass(frozen=True)
-class StoredReport:
+class StoredReport(NamedTuple):
     id: str
     snapshot_id: str
     skill: str
@@ -384,6 +380,8 @@ class Store:
 
     def _insert_snapshot(self, db: sqlite3.Connection, graph: Graph, label: str | None,
                          document: bytes, content: str) -> str:  # fmt: skip
+        import orjson
+
         from . import trusted
 
         snapshot_id = self._new_id(db, "snapshots", "s")
@@ -580,7 +578,7 @@ class Store:
         try:
             self.build_pages(snapshot_id, graph, limit, only)
         except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
-            log.warning("pages of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+            _warn("pages of snapshot %s not stored: %s", snapshot_id, error_line(exc))
 
     def _page_progress(
         self, snapshot_id: str
@@ -679,7 +677,7 @@ class Store:
         try:
             self.build_node_index(snapshot_id, graph)
         except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
-            log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+            _warn("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
 
     def node_index(self, snapshot_id: str) -> str | None:
         """The whole graph's fingerprint once the snapshot's node index is stored in the
@@ -817,6 +815,8 @@ class Store:
 
     def _insert_report(self, db: sqlite3.Connection, snapshot_id: str, skill: str,
                        data: dict[str, Any], markdown: str) -> str:  # fmt: skip
+        import orjson
+
         blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
         report_id = self._new_id(db, "reports", "r")
         db.execute(
@@ -840,7 +840,7 @@ class Store:
         )
         if row is None:
             return None
-        return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
+        return _report(row)
 
     # ------------------------------------------------------------------ baseline
 
@@ -862,7 +862,7 @@ class Store:
     def _insert_event(self, db: sqlite3.Connection, event: dict[str, Any]) -> int:
         cursor = db.execute(
             "INSERT INTO events (created, kind, data) VALUES (?,?,?)",
-            (event.get("time", time.time()), event["kind"], orjson.dumps(event)),
+            (event.get("time", time.time()), event["kind"], _orjson_dumps(event)),
         )
         seq = cursor.lastrowid
         assert seq is not None  # the INSERT above set it
@@ -877,6 +877,8 @@ class Store:
         query = "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
         with self._errors("cannot read the events"):
             rows = self._connect().execute(query, (cursor, limit)).fetchall()
+        import orjson
+
         return [{**orjson.loads(data), "seq": seq} for seq, data in rows]
 
     def _has_table(self, table: str) -> bool:
@@ -902,7 +904,7 @@ class Store:
             recent = ", ".join(r.id for r in self.list_reports()[:5])
             hint = f"known reports: {recent}" if recent else "no reports yet: run a skill first"
             raise UserError(f"no report {excerpt(ref)}; {hint}")
-        return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
+        return _report(row)
 
     def list_reports(self, snapshot_id: str | None = None) -> builtins.list[StoredReport]:
         db = self._connect()
@@ -963,8 +965,7 @@ def _delete_snapshot(db: sqlite3.Connection, snapshot_id: str) -> None:
     db.execute("DELETE FROM snapshots WHERE id=?", (snapshot_id,))
 
 
-@dataclass(frozen=True)
-class IndexTables:
+class IndexTables(NamedTuple):
     """The tables of one snapshot's node index: node records by id, edge records by
     position (indexed by either end), the searched text of each node by position in id
     order, and the full-text index of that text (FTS5, its content read from ``text``)."""
@@ -1082,11 +1083,11 @@ def _drop_node_index(db: sqlite3.Connection, snapshot_id: str) -> None:
 # A node's record starts with its id, an edge's with its ends: the index keeps them once
 # (in their columns), and a record without that head starts with the comma that follows it.
 def _node_head(node_id: str) -> bytes:
-    return b'{"id":' + orjson.dumps(node_id) + b","
+    return b'{"id":' + _orjson_dumps(node_id) + b","
 
 
 def _edge_head(src: str, dst: str) -> bytes:
-    return b'{"src":' + orjson.dumps(src) + b',"dst":' + orjson.dumps(dst) + b","
+    return b'{"src":' + _orjson_dumps(src) + b',"dst":' + _orjson_dumps(dst) + b","
 
 
 def _trimmed(record: bytes, head: bytes) -> bytes:
@@ -1121,14 +1122,34 @@ def _entity_view(entity: str, depth: int) -> str:
     return f"entity\0{depth}\0{entity}"
 
 
+def _orjson_dumps(value: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(value)
+
+
 def _pack(record: dict[str, Any]) -> bytes:
-    return zlib.compress(orjson.dumps(record), 1)
+    return zlib.compress(_orjson_dumps(record), 1)
 
 
 def _unpack(blob: bytes) -> StoredPage:
-    record = orjson.loads(zlib.decompress(blob))
+    # orjson wrote it: plain JSON, which the json module reads to the same values
+    record = json.loads(zlib.decompress(blob))
     record["ids"] = tuple(record["ids"])
     return StoredPage(**record)
+
+
+def _report(row: tuple[Any, ...]) -> StoredReport:
+    import orjson
+
+    return StoredReport(row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5])
+
+
+def _warn(message: str, *args: object) -> None:
+    """A warning logged (logging loads here: a page read never warns)."""
+    import logging
+
+    logging.getLogger(__name__).warning(message, *args)
 
 
 def _setting(db: sqlite3.Connection, key: str) -> str | None:
@@ -1137,9 +1158,7 @@ def _setting(db: sqlite3.Connection, key: str) -> str | None:
 
 
 def _info(row: tuple[Any, ...]) -> SnapshotInfo:
-    return SnapshotInfo(
-        row[0], row[1], row[2], row[3], orjson.loads(row[4]), row[5], row[6], row[7]
-    )
+    return SnapshotInfo(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7])
 
 
 def _like_prefix(text: str) -> str:

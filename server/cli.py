@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +17,7 @@ from wp_mcp.graph.safetext import error_line
 
 from wp_mcp import __version__
 
+from .cli_logging import configure_logging
 from .errors import UserError
 
 # Modules that contribute subcommands, in the order they appear in --help, with the commands
@@ -79,11 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    if not getattr(args, "configures_logging", False):  # else the handler does, if it logs
+        configure_logging(args.verbose)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return 2

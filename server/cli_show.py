@@ -12,7 +12,6 @@ shows, not the graph), which the first one answered from the graph stores.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.graph.safetext import error_line, excerpt
 
+from .cli_logging import configure_logging
 from .errors import UserError
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
 # Pages of an entity stored after an answer that counted tokens, from the one asked for on:
 # the ones a reader goes on to (a NUMA node's 25 pages took longer to store than to answer)
 ENTITY_PAGES = 8
-log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,8 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", metavar="FILE", help="write to FILE instead of stdout (html and svg pictures)"
     )
-    # a stored page needs no redaction patterns: the config (pydantic) loads only to render
-    p.set_defaults(handler=cmd_show, applies_config=True)
+    # a stored page needs no redaction patterns (the config, pydantic, loads only to render)
+    # and logs nothing (logging loads before a step that can log)
+    p.set_defaults(handler=cmd_show, applies_config=True, configures_logging=True)
 
 
 def parse_filters(pairs: list[str]) -> dict[str, str]:
@@ -109,8 +109,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if answer is not None:
         _emit(answer.text + "\n", args.out)
         if stored is None and args.view == "entity" and "tiktoken" in sys.modules:
+            configure_logging(args.verbose)
             _store_entity_pages(args)
         return 0
+    configure_logging(args.verbose)  # what follows reads, renders and stores: it may log
     from wp_mcp.converters import render_view, search
     from wp_mcp.converters.formats import PICTURE_FORMATS
 
@@ -175,7 +177,11 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
             snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, pages
         )
     except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
-        log.warning("pages of entity %s not stored: %s", excerpt(args.entity), error_line(exc))
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "pages of entity %s not stored: %s", excerpt(args.entity), error_line(exc)
+        )
 
 
 def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:

@@ -9,7 +9,6 @@ graph gives; a snapshot whose index is not built yet says None and is rendered a
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 
 import orjson
@@ -18,7 +17,7 @@ from wp_mcp.converters import ViewError, render_view, search
 from wp_mcp.converters.search import COUNT_CAP
 from wp_mcp.converters.stored import entity_page, search_page
 from wp_mcp.graph import witty
-from wp_mcp.graph.store import Store
+from wp_mcp.graph.store import Store, StoredPage
 from wp_synthetic import cluster_graph, scaled_capture
 from wp_testdata import WITTY_GRAPH
 
@@ -26,7 +25,8 @@ ENTITIES_COMPARED = 10  # per graph, spread over its nodes (several kinds each)
 
 
 def fields(page) -> dict:
-    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+    """A page's fields, rendered (``Page``) or read back from the store (``StoredPage``)."""
+    return {name: getattr(page, name) for name in StoredPage._fields}
 
 
 def indexed(store_dir, graph) -> tuple[Store, str]:

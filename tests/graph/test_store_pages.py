@@ -9,7 +9,6 @@ hold (filters, another budget, an entity) it says None to, and the caller render
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 
 import orjson
@@ -17,13 +16,14 @@ import pytest
 from wp_mcp.converters import render_view
 from wp_mcp.converters.pages import STORED_FORMATS, STORED_VIEWS
 from wp_mcp.graph import witty
-from wp_mcp.graph.store import Store
+from wp_mcp.graph.store import Store, StoredPage
 from wp_synthetic import cluster_graph, scaled_capture
 from wp_testdata import WITTY_GRAPH
 
 
 def fields(page) -> dict:
-    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+    """A page's fields, rendered (``Page``) or read back from the store (``StoredPage``)."""
+    return {name: getattr(page, name) for name in StoredPage._fields}
 
 
 def assert_served_as_rendered(store: Store, snapshot_id: str, graph) -> int:

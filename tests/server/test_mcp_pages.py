@@ -4,8 +4,6 @@ it caches is bounded by bytes."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from wp_mcp.converters import render_view
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import StoredPage
@@ -14,7 +12,8 @@ from wp_testdata import WITTY_GRAPH
 
 
 def fields(page) -> dict:
-    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
+    """A page's fields, rendered (``Page``) or read back from the store (``StoredPage``)."""
+    return {name: getattr(page, name) for name in StoredPage._fields}
 
 
 def test_a_stored_snapshot_is_served_at_once_then_from_its_pages(store_dir):

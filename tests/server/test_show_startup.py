@@ -4,7 +4,6 @@ The first show of a view renders it from the graph and stores its pages for the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from wp_fresh import fresh_python
 from wp_mcp.converters import render_view, search
+from wp_mcp.converters.pages import page_record
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
 from wp_testdata import WITTY_GRAPH
@@ -122,10 +122,6 @@ def test_a_stored_entity_that_fits_by_its_bytes_loads_neither_pydantic_nor_the_e
         assert not {"pydantic", "tiktoken", "wp_mcp.graph.native"} & loaded
 
 
-def fields(page) -> dict:
-    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
-
-
 def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_next(store_dir):
     """Its first show counts tokens (the encoder loads), then stores the entity's pages;
     the next show of any of them is read from its row, as a view's stored page is."""
@@ -149,7 +145,7 @@ def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_ne
         stored = Store(store_dir).page(
             snapshot_id, "entity", entity="npu:0", max_tokens=300, cursor=cursor
         )
-        assert fields(stored) == fields(page)
+        assert stored._asdict() == page_record(page)  # the same fields, the same values
         cursor = page.next_cursor
     other = Store(store_dir).page(snapshot_id, "entity", entity="npu:1", max_tokens=300)
     assert other is None  # another entity's pages are its own
