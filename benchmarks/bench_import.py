@@ -8,9 +8,12 @@ and a synthetic cluster's native file (--hosts; 640 hosts is 530k nodes, 1.05M e
 
 - ``orjson parse``: the bare parse of the file's bytes with the cyclic GC paused, the floor
   any reader built on a JSON parse pays;
-- ``import``: ``load_any`` on the file (read, parse, every check, redaction), then
+- ``import``: ``load_any`` on the file (read, parse, every check, redaction; a witty file
+  decoded with its edges' entity copies trimmed, graph/witty_decode.py), then
   ``store write``: ``Store.put`` of that graph, each with its ratio to the parse
   (target: import ≤ 1.5× the parse; the store write is counted on its own);
+- ``import whole`` (witty captures): the same with the trimmed decode off, the document
+  parsed whole by orjson, as a witty file the trimmed decode does not describe is read;
 - ``store read``: the whole graph back from the store (``Store.get``) beside the parse;
 - ``diagnose``: a fresh ``wp-mcp diagnose ID`` process on the stored snapshot (wall and CPU
   including interpreter start, peak RSS of that process alone), the report's tokens and its
@@ -77,6 +80,14 @@ elif step == "import":
     out["id"] = store.put(graph, label=path.name)
     out["store write"] = since(start)
     out["nodes"], out["edges"] = len(graph), graph.edge_count
+elif step == "import whole":
+    # the same reader on the whole parsed document, as for a witty file the trimmed decode
+    # does not describe (graph/witty_decode.py): the trimmed decode switched off
+    from wp_mcp.graph import formats, witty
+    witty.read_trimmed = lambda data, origin: None
+    start = clock()
+    formats.load_any(path)
+    out["import whole"] = since(start)
 elif step == "import steps":
     # CPU seconds of each step of load_any on a witty file: each named function wrapped
     # with a clock; "entities and edges" is the witty reader's own loop, "rest" what no
@@ -227,6 +238,8 @@ def graph_rows(label: str, path: Path, store: Path, repeat: int, with_diagnose: 
          + verdict(cpu_ok, "(cpu)"))  # fmt: skip
     line("", "store write", imported["store write"], parse)
     if with_diagnose:  # the witty captures
+        whole = best("import whole", path, store, repeat)["import whole"]
+        line("", "import whole", whole, parse, "(parsed whole: what the trimmed decode saves)")
         steps_line(path, store, repeat)
     read = best("store read", snapshot, store, repeat)
     line("", "store read", read["store read"] | {"peak_mb": read["peak_mb"]}, parse)

@@ -6,11 +6,13 @@ file's own list of nodes. A typed msgspec decode reads each copy into a small st
 type's key fields (``witty._IDENTITY_FIELDS``) and skips the rest without making a Python
 object of it: 0.14-0.18 s of CPU where orjson's parse of the whole document takes 0.36-0.41.
 
-What comes back is the document as orjson would parse it, except that each edge's
-``source_node`` and ``target_node`` hold only ``entity_type`` and the key fields; the witty
-reader (``witty.from_witty`` with ``copies_trimmed``) reads it as it reads any document, and
-asks for the full document (``witty.NeedsFullCopies``) when an end is an entity known only
-through its copy. Anything the typed decode does not describe exactly gets ``None``, and the
+What comes back is the document as orjson would parse it, except that each edge is a
+``TrimmedEdge`` struct: its own fields as parsed (``ABSENT`` where it has none), its ends as
+frozen key structs, which equal (and hash as) the identity keys of the entities read from
+the file's nodes. The witty reader (``witty.from_witty`` with ``copies_trimmed``) reads the
+nodes as it reads any document, finds every end in C by its key struct, and asks for the
+whole document (``witty.NeedsFullCopies``) when an end is an entity known only through its
+copy. Anything the typed decode does not describe exactly gets ``None``, and the
 caller parses the whole document instead, where every error is put in words:
 
 - a field of an edge, or of the document, that the witty format does not have (a struct
@@ -21,11 +23,11 @@ caller parses the whole document instead, where every error is put in words:
 - what is kept nested deeper than ``rawio.MAX_NESTING``, or an integer outside 64 bits
   (orjson parses one as a float, msgspec as an int that no later stage could write).
 
-Two differences from the whole parse, both in parts that are skipped: the skipped fields of
+Two differences from the whole parse, neither in a graph's values: the skipped fields of
 a copy are not held to ``MAX_NESTING`` (nothing of them is kept, and msgspec's own recursion
 limit, about 1,000 levels, sends deeper files to the whole parse, which refuses them), and
 an edge's fields come back in the order the format writes them (its key order in the file is
-not seen; the values are the same).
+not seen; the values are the same, and a file the format wrote has them in that order).
 """
 
 from __future__ import annotations

@@ -186,3 +186,18 @@ def test_what_is_skipped_of_a_copy_is_not_held_to_the_nesting_limit():
         read_whole(data)
     graph = read_trimmed(data)
     assert graph is not None and "details" not in graph.node("numa:0").attrs()
+
+
+def test_an_edge_whose_fields_come_in_another_order_holds_the_same_values():
+    """Its attributes come in the order the format writes them (the file's order is not seen)."""
+    flow = {"data_size": 30006, "start_time": 1, "end_time": 2}
+    socket = {"entity_type": "SocketEntity", "socket_type": "TCP", "socket_addr": "10.0.0.1",
+              "socket_port": 29500}  # fmt: skip
+    thread = {"entity_type": "ThreadEntity", "tid": 8, "process": _process(7)}
+    edge = {"data_flow": flow, "connection_type": "TCP", "edge_type": "SendToSocketEdge",
+            "target_node": socket, "source_node": thread}  # fmt: skip
+    data = _doc([_process(7), thread, socket], [edge])
+    (trimmed,) = read_trimmed(data).edges("sends_to")
+    (whole,) = read_whole(data).edges("sends_to")
+    assert trimmed == whole
+    assert list(trimmed.attrs()) == ["src", "dst", "kind", "connection_type", "data_flow"]
