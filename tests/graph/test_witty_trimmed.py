@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from wp_mcp.graph import formats, native, witty
+from wp_mcp.graph import formats, native, witty, witty_decode
 from wp_mcp.graph.errors import FormatError
 from wp_mcp.graph.rawio import parse_json
 from wp_synthetic import scaled_capture, witty_document
@@ -20,12 +20,14 @@ def read_whole(data: bytes):
 
 
 def read_trimmed(data: bytes):
-    return witty.read_trimmed(data, ORIGIN)
+    return witty.read_trimmed(data, ORIGIN, min_bytes=0)
 
 
 @pytest.fixture
-def load_file(tmp_path):
-    """``load_any`` of a file holding ``data``, named ORIGIN as the readers above name it."""
+def load_file(tmp_path, monkeypatch):
+    """``load_any`` of a file holding ``data``, named ORIGIN as the readers above name it,
+    trimmed whatever its size."""
+    monkeypatch.setattr(witty, "TRIMMED_MIN_BYTES", 0)
 
     def load(data: bytes):
         path = tmp_path / ORIGIN
@@ -80,11 +82,17 @@ def test_a_copy_without_its_ppid_finds_the_process_whose_ppid_is_null():
     assert_read_alike(orjson.dumps(doc))
 
 
-def test_load_any_reads_the_capture_trimmed(monkeypatch):
+def test_load_any_reads_a_large_capture_trimmed(monkeypatch, tmp_path):
+    path = tmp_path / ORIGIN
+    path.write_bytes(orjson.dumps(scaled_capture(small_capture(), target_mb=2.5)))
     whole_parses = []
     monkeypatch.setattr(formats, "parse_json", lambda *a: whole_parses.append(a))
-    assert len(formats.load_any(WITTY_GRAPH)) == 129
+    assert len(formats.load_any(path)) > 129
     assert whole_parses == []
+
+
+def test_a_small_file_is_parsed_whole_where_importing_the_decoder_would_cost_more():
+    assert witty.read_trimmed(WITTY_GRAPH.read_bytes(), ORIGIN) is None
 
 
 # ---------------------------------------------------------------- read whole instead
@@ -201,3 +209,16 @@ def test_an_edge_whose_fields_come_in_another_order_holds_the_same_values():
     (whole,) = read_whole(data).edges("sends_to")
     assert trimmed == whole
     assert list(trimmed.attrs()) == ["src", "dst", "kind", "connection_type", "data_flow"]
+
+
+def test_the_bad_files_above_reach_the_trimmed_decode(load_file, monkeypatch):
+    """Else the comparison above would hold the whole reader to itself."""
+    decoded = []
+    decode = witty_decode.decode_trimmed
+    monkeypatch.setattr(
+        witty_decode, "decode_trimmed", lambda data: decoded.append(1) or decode(data)
+    )
+    for data in REFUSED.values():
+        with pytest.raises(FormatError):
+            load_file(data)
+    assert len(decoded) == len(REFUSED)
