@@ -427,17 +427,17 @@ class _Importer:
     def trimmed_edges(self, edges: list[Any]) -> list[Doc]:
         """``edge`` for every edge of a trimmed document, in order: each end found in C by
         its key struct, which equals the one a copy of an entity read before decodes to."""
-        from .witty_decode import ABSENT, OWN_FIELDS, astuple, key_struct, own_values
+        from .witty_decode import ABSENT, OWN_FIELDS, key_struct, own_values
 
         read = {key_struct(entity_type, key): node_id
                 for (entity_type, key), node_id in self.node_ids.items()}  # fmt: skip
-        srcs = list(map(read.get, map(_SOURCE_NODE, edges)))
-        dsts = list(map(read.get, map(_TARGET_NODE, edges)))
+        # None where an end is not an entity read (refused just below)
+        srcs: list[Any] = list(map(read.get, map(_SOURCE_NODE, edges)))
+        dsts: list[Any] = list(map(read.get, map(_TARGET_NODE, edges)))
         if None in srcs or None in dsts:
             raise NeedsFullCopies("an end known only through its copy")
         records = []
-        own = map(own_values, map(astuple, edges))
-        for edge, src, dst, values in zip(edges, srcs, dsts, own, strict=True):
+        for edge, src, dst, values in zip(edges, srcs, dsts, own_values(edges), strict=True):
             kind = self.edge_kind(edge.edge_type, src)
             record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
             if kind is None:

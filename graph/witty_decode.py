@@ -32,6 +32,7 @@ not seen; the values are the same, and a file the format wrote has them in that 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Union
@@ -99,7 +100,12 @@ class TrimmedEdge(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 OWN_FIELDS = TrimmedEdge.__struct_fields__[1:-2]  # those an edge's record keeps as they are
-own_values = itemgetter(slice(1, 1 + len(OWN_FIELDS)))  # of ``msgspec.structs.astuple``
+_OWN_SLICE = itemgetter(slice(1, 1 + len(OWN_FIELDS)))  # of ``msgspec.structs.astuple``
+
+
+def own_values(edges: list[TrimmedEdge]) -> Iterator[tuple[Any, ...]]:
+    """Each edge's values of ``OWN_FIELDS`` (``ABSENT`` where it has none), in C."""
+    return map(_OWN_SLICE, map(astuple, edges))
 
 
 class _Graph(Struct, forbid_unknown_fields=True):
@@ -140,7 +146,7 @@ def decode_trimmed(data: bytes | bytearray | memoryview) -> dict[str, Any] | Non
         document = graph = {"nodes": decoded.nodes, "edges": decoded.edges}
     else:
         return None  # a bare document with other keys (kept as they are by the whole parse)
-    kept = [graph["nodes"], list(map(own_values, map(astuple, graph["edges"])))]
+    kept = [graph["nodes"], list(own_values(graph["edges"]))]
     return document if _writable(kept if graph is document else [kept]) else None
 
 
