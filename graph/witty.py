@@ -31,7 +31,16 @@ from .cpulist import parse_cpulist
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .graph import Graph
-from .model import Edge, ElementsError, Meta, Node, validate_edges, validate_nodes
+from .model import (
+    EDGE_CLASSES,
+    Edge,
+    ElementsError,
+    Meta,
+    Node,
+    validate_edges,
+    validate_nodes,
+    wrap_trusted,
+)
 from .outfile import write_output
 from .rawio import parse_json, read_bytes
 from .safetext import excerpt
@@ -218,6 +227,7 @@ def from_witty(doc: Any, origin: str = "<witty>", copies_trimmed: bool = False) 
             importer.entity(entity, f"nodes[{position}]")
         if copies_trimmed:
             records = importer.trimmed_edges(doc["edges"])
+            importer.valid_edges = len(records) if _trimmed_edges_valid_as_built() else 0
         else:
             records = list(map(importer.edge, doc["edges"], range(len(doc["edges"]))))
         importer.add_edges(records, list(range(len(records))))
@@ -244,6 +254,9 @@ class _Importer:
         # import (the message names its kind)
         self.edge_where: list[int | None] = []
         self.edge_idents: set[tuple[Any, ...]] = set()
+        # how many of the first edges validation could neither refuse nor change (a trimmed
+        # document's: ``_trimmed_edges_valid_as_built``); the rest are validated
+        self.valid_edges = 0
         self.node_ids: dict[tuple[Any, ...], str] = {}  # identity key -> our id
         self.raw: dict[
             str, dict[str, Any]
@@ -485,14 +498,17 @@ class _Importer:
             raise self.fail(
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
             ) from None
+        valid = self.valid_edges
         try:
-            edges = validate_edges(self.edges)
+            edges = wrap_trusted(self.edges[:valid], EDGE_CLASSES, Edge)
+            edges += validate_edges(self.edges[valid:])
         except ElementsError as exc:
-            position = self.edge_where[exc.position]
+            at = valid + exc.position
+            position = self.edge_where[at]
             where = (
                 f"edges[{position}]"
                 if position is not None
-                else f"derived {self.edges[exc.position]['kind']}"
+                else f"derived {self.edges[at]['kind']}"
             )
             raise self.fail(
                 where, f"{exc.field.lstrip('.') or 'value'}: {exc}, got {exc.found!r:.60}"
@@ -503,6 +519,17 @@ class _Importer:
         check_graph(graph, self.origin)
         graph.checked = True
         return graph
+
+
+def _trimmed_edges_valid_as_built() -> bool:
+    """Whether validation can neither refuse nor change an edge ``trimmed_edges`` builds:
+    its ``src``, ``dst`` and ``kind`` are ours (strings, the kind choosing the class), a twin's
+    ``key`` a string (``add_edge``), and its other fields are those of ``TrimmedEdge`` (which
+    refuses any other), none declared by any edge class: extras, kept as they are."""
+    from .witty_decode import OWN_FIELDS
+
+    kept = {"edge_type", *OWN_FIELDS}
+    return all(kept.isdisjoint(cls.FIELDS) for cls in (Edge, *EDGE_CLASSES.values()))
 
 
 _IDENTITY_FIELDS = {

@@ -222,3 +222,25 @@ def test_the_bad_files_above_reach_the_trimmed_decode(load_file, monkeypatch):
         with pytest.raises(FormatError):
             load_file(data)
     assert len(decoded) == len(REFUSED)
+
+
+# ---------------------------------------------------------------- validated once
+
+
+def test_no_edge_class_declares_a_field_a_trimmed_edge_keeps():
+    """So validation could neither refuse nor change an edge read trimmed: it is not run."""
+    assert witty._trimmed_edges_valid_as_built()
+
+
+def test_the_trimmed_read_validates_only_the_edges_import_derives(monkeypatch):
+    validated = []
+    validate = witty.validate_edges
+
+    def recording(edges):
+        validated.extend(edges)
+        return validate(edges)
+
+    monkeypatch.setattr(witty, "validate_edges", recording)
+    graph = read_trimmed(WITTY_GRAPH.read_bytes())
+    derived = [e for e in graph.edges() if e.get("derived") == witty.DERIVED_MARK]
+    assert derived and [record["kind"] for record in validated] == [e.kind for e in derived]
