@@ -41,23 +41,26 @@ _JSON_STARTS = frozenset(b'{["-0123456789tfn')
 
 def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes | bytearray:
     """The file's content, decompressed when gzip, refusing anything over ``max_bytes``,
-    binary data and gzip bombs while reading (never holding more than ``max_bytes``)."""
-    content = bytearray()
-    for chunk in iter_chunks(path, max_bytes):
-        content += chunk
-    return content
+    binary data and gzip bombs while reading (never holding more than ``max_bytes``).
+    A plain file comes in one read into a buffer of its size (a bytearray grown chunk by
+    chunk cost 40 ms on 50 MB, a tenth of parsing it)."""
+    chunks = list(iter_chunks(path, max_bytes, whole=True))
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def iter_chunks(path: str | Path, max_bytes: int | None = None) -> Iterator[bytes]:
+def iter_chunks(
+    path: str | Path, max_bytes: int | None = None, whole: bool = False
+) -> Iterator[bytes]:
     """The file's content in chunks of about a MiB, decompressed when gzip, with the limits of
     :func:`read_bytes` checked as they arrive: for readers that stream a file too large to
-    hold whole (training traces)."""
+    hold whole (training traces). ``whole``: a plain file's first chunk is all of it, as
+    large as it was when opened (within the limit; what it grew by since follows)."""
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     path = Path(path)
     try:
         _check_regular_file(path, limit)
         with path.open("rb") as handle:
-            yield from _limited_chunks(handle, limit, str(path))
+            yield from _limited_chunks(handle, limit, str(path), whole)
     except FileNotFoundError:
         raise FormatError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -80,25 +83,40 @@ def _check_regular_file(path: Path, limit: int) -> None:
         )
 
 
-def _limited_chunks(handle: IO[bytes], limit: int, origin: str) -> Iterator[bytes]:
-    first = handle.read(CHUNK_BYTES)
+def _limited_chunks(
+    handle: IO[bytes], limit: int, origin: str, whole: bool = False
+) -> Iterator[bytes]:
+    first_size = CHUNK_BYTES
+    if whole:
+        head = os.pread(handle.fileno(), CHUNK_BYTES, 0)
+        if head[:2] != GZIP_MAGIC:  # (gzip is inflated in bounded steps)
+            # binary data is refused from its first MiB, as when read in chunks; past it, once
+            # read (a file read whole is held whole anyway, within the limit)
+            _check_chunk(head, 0, limit, origin)
+            first_size = max(min(os.fstat(handle.fileno()).st_size, limit), CHUNK_BYTES)
+    first = handle.read(first_size)
     if first[:2] == GZIP_MAGIC:
         chunks = _gunzip_chunks(first, handle, limit, origin)
     else:
         chunks = _plain_chunks(first, handle)
     size = 0
     for chunk in chunks:
-        if not size:
-            sniff_json(chunk, origin)
-        nul = chunk.find(b"\0")
-        if nul >= 0:  # JSON text never holds a raw NUL: binary data, refused where it starts
-            raise FormatError(
-                f"{origin}: not valid JSON: binary data (a NUL byte at byte {size + nul})"
-            )
-        if size + len(chunk) > limit:
-            raise FormatError(f"{origin}: {_over_limit(limit)}")
+        _check_chunk(chunk, size, limit, origin)
         size += len(chunk)
         yield chunk
+
+
+def _check_chunk(chunk: bytes, size: int, limit: int, origin: str) -> None:
+    """Refuse what the chunk read after ``size`` bytes shows: not JSON text, or over the limit."""
+    if not size:
+        sniff_json(chunk, origin)
+    nul = chunk.find(b"\0")
+    if nul >= 0:  # JSON text never holds a raw NUL: binary data, refused where it starts
+        raise FormatError(
+            f"{origin}: not valid JSON: binary data (a NUL byte at byte {size + nul})"
+        )
+    if size + len(chunk) > limit:
+        raise FormatError(f"{origin}: {_over_limit(limit)}")
 
 
 def _plain_chunks(first: bytes, handle: IO[bytes]) -> Iterator[bytes]:

@@ -1,0 +1,46 @@
+"""A graph file read whole (``rawio.read_bytes``) comes in one read of its size, with the
+limits that reading it in chunks keeps."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from wp_mcp.graph import rawio
+from wp_mcp.graph.errors import FormatError
+
+MIB = 2**20
+
+
+def test_a_plain_file_is_one_chunk_of_its_whole_content(tmp_path):
+    content = b"[" + b"1," * (3 * MIB // 2) + b"1]"
+    path = tmp_path / "graph.json"
+    path.write_bytes(content)
+    assert list(rawio.iter_chunks(path, whole=True)) == [content]
+    assert rawio.read_bytes(path) == content
+
+
+def test_a_gzip_file_is_still_inflated_in_bounded_steps(tmp_path):
+    content = b"[%s]" % b",".join(b"%d" % n for n in range(600_000))  # 4 MB, 3:1 in gzip
+    path = tmp_path / "graph.json.gz"
+    path.write_bytes(gzip.compress(content))
+    chunks = list(rawio.iter_chunks(path, whole=True))
+    assert len(chunks) > 1 and max(map(len, chunks)) <= rawio.CHUNK_BYTES
+    assert rawio.read_bytes(path) == content
+
+
+def test_binary_data_in_the_first_mib_is_refused_before_the_rest_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "graph.json"
+    path.write_bytes(b'{"nodes": [\0' + b" " * (3 * MIB))
+    reads = []
+    monkeypatch.setattr(rawio, "_plain_chunks", lambda *args: reads.append(args) or iter(()))
+    with pytest.raises(FormatError, match=r"binary data \(a NUL byte at byte 11\)"):
+        rawio.read_bytes(path)
+    assert reads == []
+
+
+def test_binary_data_past_the_first_mib_is_refused_where_it_starts(tmp_path):
+    path = tmp_path / "graph.json"
+    path.write_bytes(b"[" + b" " * (2 * MIB) + b"\0]")
+    with pytest.raises(FormatError, match=rf"a NUL byte at byte {2 * MIB + 1}\)"):
+        rawio.read_bytes(path)
