@@ -15,10 +15,11 @@ attributes are listed per type, so export writes back exactly what was read.
 
 from __future__ import annotations
 
-import hashlib
+from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
@@ -226,11 +227,12 @@ def from_witty(doc: Any, origin: str = "<witty>", copies_trimmed: bool = False) 
         for position, entity in enumerate(doc["nodes"]):
             importer.entity(entity, f"nodes[{position}]")
         if copies_trimmed:
-            records = importer.trimmed_edges(doc["edges"])
+            records, idents = importer.trimmed_edges(doc["edges"])
             importer.valid_edges = len(records) if _trimmed_edges_valid_as_built() else 0
         else:
             records = list(map(importer.edge, doc["edges"], range(len(doc["edges"]))))
-        importer.add_edges(records, list(range(len(records))))
+            idents = None
+        importer.add_edges(records, list(range(len(records))), idents)
         graph = importer.finish()
     graph.meta.origin = f"witty-profiler import: {Path(origin).name}"
     if env is not None:
@@ -418,7 +420,7 @@ class _Importer:
             raise self.fail(f"edges[{position}]", f"{edge_type} has no 'target_node' entity")
         src = self.known(source) or self.entity(source, f"edges[{position}].source_node")
         dst = self.known(target) or self.entity(target, f"edges[{position}].target_node")
-        kind = self.edge_kind(edge_type, src)
+        kind = _edge_kind(edge_type, self.nodes[src]["kind"])
         record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
         if kind is None:
             record["edge_type"] = edge_type
@@ -429,17 +431,10 @@ class _Importer:
         record["src"], record["dst"], record["kind"] = src, dst, kind or GENERIC_EDGE_KIND
         return record
 
-    def edge_kind(self, edge_type: str, src: str) -> str | None:
-        """Our kind of a witty edge type; None: kept generic with its type (unknown, or one
-        of the two types sharing a kind whose source export could not tell apart)."""
-        expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
-        if expected_src and self.nodes[src]["kind"] != expected_src:
-            return None
-        return EDGE_KINDS.get(edge_type)
-
-    def trimmed_edges(self, edges: list[Any]) -> list[Doc]:
-        """``edge`` for every edge of a trimmed document, in order: each end found in C by
-        its key struct, which equals the one a copy of an entity read before decodes to."""
+    def trimmed_edges(self, edges: list[Any]) -> tuple[list[Doc], list[tuple[Any, ...]]]:
+        """``edge`` for every edge of a trimmed document, in order, and their identities
+        (``add_edges``): each end found in C by its key struct, which equals the one a copy of
+        an entity read before decodes to; each kind decided once per edge type and source kind."""
         from .witty_decode import ABSENT, OWN_FIELDS, key_struct, own_values
 
         read = {key_struct(entity_type, key): node_id
@@ -449,22 +444,34 @@ class _Importer:
         dsts: list[Any] = list(map(read.get, map(_TARGET_NODE, edges)))
         if None in srcs or None in dsts:
             raise NeedsFullCopies("an end known only through its copy")
+        edge_types = list(map(_EDGE_TYPE, edges))
+        typed = list(zip(edge_types, map(_KIND, map(self.nodes.__getitem__, srcs)), strict=True))
+        kind_of = {pair: _edge_kind(*pair) or GENERIC_EDGE_KIND for pair in set(typed)}
+        kinds = list(map(kind_of.__getitem__, typed))
         records = []
-        for edge, src, dst, values in zip(edges, srcs, dsts, own_values(edges), strict=True):
-            kind = self.edge_kind(edge.edge_type, src)
-            record = {"src": src, "dst": dst, "kind": kind or GENERIC_EDGE_KIND}
-            if kind is None:
-                record["edge_type"] = edge.edge_type
+        for src, dst, kind, edge_type, values in zip(
+            srcs, dsts, kinds, edge_types, own_values(edges), strict=True
+        ):
+            record = {"src": src, "dst": dst, "kind": kind}
+            if kind == GENERIC_EDGE_KIND:
+                record["edge_type"] = edge_type
             for name, value in zip(OWN_FIELDS, values, strict=True):
                 if value is not ABSENT:
                     record[name] = value
             records.append(record)
-        return records
+        return records, list(zip(srcs, kinds, dsts, repeat(None)))  # (no edge has a key)
 
-    def add_edges(self, records: list[Doc], wheres: list[int | None]) -> None:
-        """``add_edge`` for many: in C where no two (and none already added) are twins."""
-        idents = list(zip(map(_SRC, records), map(_KIND, records), map(_DST, records),
-                          map(_KEY, records), strict=True))  # fmt: skip
+    def add_edges(
+        self,
+        records: list[Doc],
+        wheres: list[int | None],
+        idents: list[tuple[Any, ...]] | None = None,
+    ) -> None:
+        """``add_edge`` for many: in C where no two (and none already added) are twins;
+        ``idents``: their identities where the caller has them."""
+        if idents is None:
+            idents = list(zip(map(_SRC, records), map(_KIND, records), map(_DST, records),
+                              map(_KEY, records), strict=True))  # fmt: skip
         fresh = set(idents)
         if len(fresh) == len(idents) and self.edge_idents.isdisjoint(fresh):
             self.edge_idents |= fresh
@@ -521,6 +528,15 @@ class _Importer:
         return graph
 
 
+def _edge_kind(edge_type: str, src_kind: str) -> str | None:
+    """Our kind of a witty edge type; None: kept generic with its type (unknown, or one of
+    the two types sharing a kind whose source export could not tell apart)."""
+    expected_src = _AMBIGUOUS_SOURCES.get(edge_type)
+    if expected_src and src_kind != expected_src:
+        return None
+    return EDGE_KINDS.get(edge_type)
+
+
 def _trimmed_edges_valid_as_built() -> bool:
     """Whether validation can neither refuse nor change an edge ``trimmed_edges`` builds:
     its ``src``, ``dst`` and ``kind`` are ours (strings, the kind choosing the class), a twin's
@@ -529,7 +545,8 @@ def _trimmed_edges_valid_as_built() -> bool:
     from .witty_decode import OWN_FIELDS
 
     kept = {"edge_type", *OWN_FIELDS}
-    return all(kept.isdisjoint(cls.FIELDS) for cls in (Edge, *EDGE_CLASSES.values()))
+    classes: list[type[Edge]] = [Edge, *EDGE_CLASSES.values()]
+    return all(kept.isdisjoint(cls.FIELDS) for cls in classes)
 
 
 _IDENTITY_FIELDS = {
@@ -543,6 +560,7 @@ _IDENTITY_FIELDS = {
 }
 _IDENTITY_GETTERS = {kind: itemgetter(*fields) for kind, fields in _IDENTITY_FIELDS.items()}
 _SOURCE_NODE, _TARGET_NODE = attrgetter("source_node"), attrgetter("target_node")
+_EDGE_TYPE = attrgetter("edge_type")
 _SRC, _DST, _KIND, _KEY = (
     itemgetter("src"),
     itemgetter("dst"),
@@ -836,9 +854,7 @@ def _kb_to_bytes(text: Any) -> int | None:
 
 
 def _digest(data: dict[str, Any]) -> str:
-    return hashlib.blake2b(
-        orjson.dumps(data, option=orjson.OPT_SORT_KEYS), digest_size=8
-    ).hexdigest()
+    return blake2b(orjson.dumps(data, option=orjson.OPT_SORT_KEYS), digest_size=8).hexdigest()
 
 
 def _hashable(value: Any) -> Any:

@@ -82,6 +82,26 @@ def test_a_copy_without_its_ppid_finds_the_process_whose_ppid_is_null():
     assert_read_alike(orjson.dumps(doc))
 
 
+def test_edges_kept_generic_read_alike():
+    """An unknown edge type, and an access type from the other kind of source (whose type
+    export could not tell), keep their witty type."""
+    doc = small_capture()
+    thread_access = next(e for e in doc["edges"] if e["edge_type"] == "AccessWithProcStatusEdge")
+    process_access = next(e for e in doc["edges"] if e["edge_type"] == "NumaAccessEdge")
+    doc["edges"] += [
+        {**thread_access, "edge_type": "NumaAccessEdge"},
+        {**process_access, "edge_type": "AccessWithProcStatusEdge"},
+        {**process_access, "edge_type": "MigratedToEdge"},
+    ]
+    assert_read_alike(orjson.dumps(doc))
+    generic = read_trimmed(orjson.dumps(doc)).edges(witty.GENERIC_EDGE_KIND)
+    assert [e.get("edge_type") for e in generic][-3:] == [
+        "NumaAccessEdge",
+        "AccessWithProcStatusEdge",
+        "MigratedToEdge",
+    ]
+
+
 def test_load_any_reads_a_large_capture_trimmed(monkeypatch, tmp_path):
     path = tmp_path / ORIGIN
     path.write_bytes(orjson.dumps(scaled_capture(small_capture(), target_mb=2.5)))
