@@ -8,8 +8,8 @@ one gets one line saying what is accepted.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import re
+from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +61,7 @@ class Filters:
 
     @property
     def digest(self) -> str:
-        return hashlib.blake2b(repr(self.items).encode(), digest_size=6).hexdigest()
+        return blake2b(repr(self.items).encode(), digest_size=6).hexdigest()
 
     def describe(self) -> str:
         return " ".join(

@@ -6,8 +6,8 @@ grows. Paging then only slices a list and renders the lines it shows.
 
 from __future__ import annotations
 
-import hashlib
 import threading
+from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -107,7 +107,7 @@ def _fingerprint(graph: Graph) -> str:
     if whole is not None:
         return str(whole)
     meta: Any = graph.meta
-    digest = hashlib.blake2b(digest_size=6)
+    digest = blake2b(digest_size=6)
     digest.update(repr((meta.origin, meta.started_at, meta.hosts, _shape(graph))).encode())
     node_ids = list(graph.nodes)
     step = max(1, len(node_ids) // 64)

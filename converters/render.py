@@ -8,8 +8,8 @@ at line ends ever costs more than the parts (it practically never does).
 
 from __future__ import annotations
 
-import hashlib
 import math
+from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -169,7 +169,7 @@ def _paged(
     items = index.filtered((view, entity, depth, parsed.items), all_items, parsed.predicate(graph))
     scope = parsed.digest
     if view == "entity":  # the entity id can be long: the cursor keeps only a digest
-        scope = hashlib.blake2b(f"{scope}\0{entity}\0{depth}".encode(), digest_size=6).hexdigest()
+        scope = blake2b(f"{scope}\0{entity}\0{depth}".encode(), digest_size=6).hexdigest()
     offset, page_no = 0, 1
     if cursor:
         state = cursors.decode(cursor)

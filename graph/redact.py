@@ -121,13 +121,18 @@ class TextRule:
     """A pattern redacted wherever it occurs in a string. Its regex names the secret
     ``value`` group and, where the secret depends on a name, a ``key`` group that must pass
     ``secret_name_kind``. ``hints``: lowercase substrings one of which must occur before the
-    (costlier) regex runs."""
+    (costlier) regex runs. The regex is compiled when a text first holds a hint: compiling
+    all of them costs a fresh process several milliseconds, and most graphs need few."""
 
     name: str
     covers: str
     hints: tuple[str, ...]
-    pattern: re.Pattern[str]
+    regex: str
     bare_quote: str = ""  # quotes an unquoted value replaced (JSON stays JSON)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.regex)
 
     def apply(self, text: str) -> str:
         return self.pattern.sub(self._replace, text)
@@ -148,7 +153,7 @@ class TextRule:
 
 def _token(name: str, covers: str, hints: tuple[str, ...], shape: str) -> TextRule:
     """A credential recognisable by its shape alone, wherever it appears."""
-    return TextRule(name, covers, hints, re.compile(rf"(?<![\w-])(?P<value>{shape})(?![\w-])"))
+    return TextRule(name, covers, hints, rf"(?<![\w-])(?P<value>{shape})(?![\w-])")
 
 
 # a quoted string, or a bare value up to a separator (never an object or a list)
@@ -159,7 +164,7 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "url-credentials",
         "scheme://user:pw@host: postgres://, mongodb+srv://, redis://:pw@, amqp://, https://",
         ("://",),
-        re.compile(
+        (
             r"(?i)\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]{0,256}:(?P<value>[^\s/]{1,1024}?)"
             r"(?=@[^@\s/]{0,256}(?:[/?#\s'\"]|$))"
         ),
@@ -168,7 +173,7 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "bare-credentials",
         "user:pw@host[:port] without a scheme, starting an argument or a value: admin:pw@mq:5672",
         ("@",),
-        re.compile(
+        (
             r"(?:^|(?<=[=\s'\"]))[\w.+-]{1,256}:(?!//)(?P<value>[^\s@/:]{1,1024})"
             r"(?=@(?!sha\d+:)[A-Za-z0-9.-]{1,256}(?::\d{1,5})?(?:[/\s'\"]|$))"
         ),
@@ -177,7 +182,7 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "header-or-yaml-field",
         "Authorization: Bearer X (the scheme stays), X-Auth-Token: X, password: X, api_key:X",
         (":",),
-        re.compile(
+        (
             r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,127}):\s{0,64}(?:(?i:bearer|basic|token|digest)\s{1,64})?"
             + _VALUE
         ),
@@ -186,32 +191,26 @@ TEXT_RULES: tuple[TextRule, ...] = (
         "json-field",
         """{"password": "X"}, {'api_key': 'X'}, "token": 123""",
         ('":', "':", '" :', "' :"),
-        re.compile(
-            r"""(?P<q>["'])(?P<key>[A-Za-z_][\w.-]{0,127})(?P=q)\s{0,64}:\s{0,64}""" + _VALUE
-        ),
+        r"""(?P<q>["'])(?P<key>[A-Za-z_][\w.-]{0,127})(?P=q)\s{0,64}:\s{0,64}""" + _VALUE,
         bare_quote='"',
     ),
     TextRule(
         "bearer-token",
         "Bearer X on its own (the word stays)",
         ("bearer",),
-        re.compile(r"(?i)\bbearer\s{1,64}(?P<value>[^\s\"',;}]{1,4096})"),
+        r"(?i)\bbearer\s{1,64}(?P<value>[^\s\"',;}]{1,4096})",
     ),
     TextRule(
         "sql-identified-by",
         "IDENTIFIED BY 'X' in SQL passed with -e / -c",
         ("identified",),
-        re.compile(
-            r"(?i)\bidentified\s{1,64}by\s{1,64}(?P<value>'[^']{0,4096}'|\"[^\"]{0,4096}\"|[^\s;]{1,4096})"
-        ),
+        r"(?i)\bidentified\s{1,64}by\s{1,64}(?P<value>'[^']{0,4096}'|\"[^\"]{0,4096}\"|[^\s;]{1,4096})",
     ),
     TextRule(
         "private-key-block",
         "-----BEGIN … PRIVATE KEY----- … (the body, up to its END line or the end)",
         ("private key-----",),
-        re.compile(
-            r"-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----(?P<value>[\s\S]+?)(?=-----END [A-Z ]{0,32}PRIVATE KEY|$)"
-        ),
+        r"-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----(?P<value>[\s\S]+?)(?=-----END [A-Z ]{0,32}PRIVATE KEY|$)",
     ),
     _token(
         "github-token",
@@ -246,7 +245,10 @@ def set_user_patterns(patterns: list[str]) -> None:
     """Also redact these regexes (their ``value`` group, else the whole match) from now on,
     in place of any set before."""
     regexes = [p if "(?P<value>" in p else f"(?P<value>{p})" for p in patterns]
-    _USER_RULES[:] = [TextRule("user", "redaction.patterns", (), re.compile(r)) for r in regexes]
+    rules = [TextRule("user", "redaction.patterns", (), regex) for regex in regexes]
+    for rule in rules:
+        rule.pattern  # noqa: B018 - compiled now: a pattern that is no regex is refused here
+    _USER_RULES[:] = rules
 
 
 def redact_text(text: str) -> str:

@@ -19,7 +19,6 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import median
 from typing import Any, ClassVar
 
 import orjson
@@ -414,6 +413,14 @@ def looks_like_trace(path: str | Path) -> bool:
 
 
 # --------------------------------------------------------------------------- derived facts
+
+
+def median(values: Iterable[float]) -> float:
+    """``statistics.median``, whose module (with fractions, decimal and random) loads when a
+    trace's facts are derived, not with every graph file's import."""
+    from statistics import median as statistics_median
+
+    return statistics_median(values)
 
 
 def _union(pairs: list[tuple[float, float]]) -> float:

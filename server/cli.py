@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
-    if not getattr(args, "configures_logging", False):  # else the handler does, if it logs
+    if args.verbose or not getattr(args, "configures_logging", False):  # else before it logs
         configure_logging(args.verbose)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)

@@ -109,10 +109,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if answer is not None:
         _emit(answer.text + "\n", args.out)
         if stored is None and args.view == "entity" and "tiktoken" in sys.modules:
-            configure_logging(args.verbose)
             _store_entity_pages(args)
         return 0
-    configure_logging(args.verbose)  # what follows reads, renders and stores: it may log
     from wp_mcp.converters import render_view, search
     from wp_mcp.converters.formats import PICTURE_FORMATS
 
@@ -121,6 +119,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     apply_process_wide(args)  # a graph file is imported: the config's redaction patterns
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))
     if args.fmt in PICTURE_FORMATS or (args.picture and args.fmt in ("mermaid", "dot")):
+        configure_logging(args.verbose)  # the skills that mark the picture's findings may log
         return _show_picture(graph, args.fmt, args.out, args.max_tokens)
     if args.picture:
         raise UserError("--picture draws mermaid or dot (html and svg are always pictures)")
@@ -146,6 +145,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _store_for_next_time(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:
     """After the answer is out: store what answers the next such call without the graph."""
+    configure_logging(args.verbose)  # storing may warn
     if args.search is not None or args.view == "entity":
         from wp_mcp.graph.store import Store
 
@@ -166,6 +166,7 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
 
     if not args.out:
         sys.stdout.flush()  # the caller has its answer while the pages are stored
+    configure_logging(args.verbose)  # storing may warn
     try:
         store = Store(getattr(args, "store", None))
         snapshot_id = store.resolve(args.source)
