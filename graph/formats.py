@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import native, trace, witty
+from . import native, witty
 from .errors import FormatError
 from .gcpause import kept_out_of_collections
 from .graph import Graph
-from .rawio import parse_json, read_bytes
+from .rawio import looks_like_trace, parse_json, read_bytes
 from .redact import redact_graph
 
 FORMATS = ("wp-graph", "witty")
@@ -34,7 +34,9 @@ def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True
     its command lines and metadata are redacted, as a collection would have (``redact``)."""
     origin = str(path)
     with kept_out_of_collections(_elements_hint(path)):
-        if trace.looks_like_trace(path):  # streamed: a trace may be a GB of events
+        if looks_like_trace(path):  # streamed: a trace may be a GB of events
+            from . import trace  # its code loads for a trace only
+
             graph = trace.load_traces([path], max_bytes)
         else:
             data = read_bytes(path, max_bytes)

@@ -27,7 +27,7 @@ from . import ids, native
 from .errors import FormatError, UserError
 from .graph import Graph
 from .model import CollectorStatus, Meta
-from .rawio import iter_chunks
+from .rawio import TRACE_EVENTS_KEY, iter_chunks, looks_like_trace
 from .safetext import excerpt
 
 # Events are parsed this many bytes at a time: large enough that orjson's per-call cost
@@ -46,7 +46,6 @@ MAX_STEPS_KEPT = 64
 SOURCE = "trace"
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _LEADING = re.compile(rb"\s*,?\s*")
 # Kernel categories of Kineto's GPU activity, and the names NCCL gives its kernels
@@ -78,7 +77,7 @@ def read_events(path: str | Path, on_batch: Any, max_bytes: int | None = None) -
     for chunk in iter_chunks(path, max_bytes):
         buf += chunk
         if prefix is None:
-            found = _EVENTS_KEY.search(buf)
+            found = TRACE_EVENTS_KEY.search(buf)
             if found is None:
                 if len(buf) > MAX_HEADER_BYTES:
                     raise FormatError(f"{origin}: not a PyTorch profiler trace (no traceEvents)")
@@ -397,19 +396,6 @@ def trace_files(paths: Iterable[str | Path]) -> list[Path]:
         else:
             found.append(path)
     return found
-
-
-def looks_like_trace(path: str | Path) -> bool:
-    """Whether a file (or folder) is a profiler trace rather than a graph: a folder, or a file
-    whose first MiB names ``traceEvents`` as a key."""
-    path = Path(path)
-    if path.is_dir():
-        return True
-    try:
-        first = next(iter_chunks(path), b"")
-    except FormatError:
-        return False
-    return _EVENTS_KEY.search(first) is not None
 
 
 # --------------------------------------------------------------------------- derived facts
