@@ -94,7 +94,7 @@ def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
 
 
 def check_request(view: str, fmt: str) -> None:
-    if view not in SPECIAL and view not in _registry():
+    if view not in SPECIAL and _view(view) is None:
         from .views import names
 
         raise ViewError(
@@ -132,15 +132,23 @@ def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> l
         from .entity import entity_items
 
         return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
-    return index.items(view, _registry()[view].build)
+    return index.items(view, _registered(view).build)
 
 
-def _registry() -> dict[str, View]:
-    """The views' registry, which imports every view's module: a page of the entity view
-    (its own module, and the only one many fresh processes show) never loads them."""
-    from .views import REGISTRY
+def _view(name: str) -> View | None:
+    """The view ``name`` (its module alone imported: a page of the entity view, its own
+    module and the only one many fresh processes show, loads none of them)."""
+    from .views import view_named
 
-    return REGISTRY
+    return view_named(name)
+
+
+def _registered(name: str) -> View:
+    """The view ``name``, which ``check_request`` found."""
+    found = _view(name)
+    if found is None:
+        raise ViewError(f"unknown view {escape(str(name), 40)}")
+    return found
 
 
 def paged(graph: Graph, view: str, **options: Any) -> Page:
@@ -179,7 +187,7 @@ def _paged(
         offset, page_no = state.offset, state.page
     form = FORMAT_CLASSES[fmt]()
     snap = snapshot_label(index, snapshot_id)
-    legend = legend or _registry()[view].legend
+    legend = legend or _registered(view).legend
     scope_text = parsed.describe()
     if view == "entity":
         scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
@@ -370,7 +378,7 @@ def _closing(
         return f"#end (empty: {why}; the summary shows coverage)"
     if not remaining:
         return "#end"
-    hint = ENTITY_NARROW if view == "entity" else _registry()[view].narrow
+    hint = ENTITY_NARROW if view == "entity" else _registered(view).narrow
     return (
         f"#more {remaining} items (~{max(pages_left, 1)} pages) not shown: pass cursor="
         f"{next_cursor} for the next page, or narrow with filters {hint}"

@@ -5,6 +5,9 @@ decorated with ``@view(...)``, which records what the rest of the code needs to 
 it: the ``#legend`` line (its compact grammar), the filters its ``#more`` line suggests and,
 for the seven layers, what the summary's top line is about. Adding a view is one new module
 here (named as the view) plus its name in ``catalog.VIEWS`` (CONTRIBUTING.md shows one).
+
+A page of one view imports that view's module alone (:func:`view_named`); what lists the
+views (:func:`names`, :func:`layers`: the summary) imports every listed one first.
 """
 
 from __future__ import annotations
@@ -55,24 +58,43 @@ def view(
 
 
 def layers() -> list[View]:
-    """The layers, in registration order (the summary's order)."""
+    """The layers, in the catalog's order (the summary's order)."""
+    load_listed()
     return [v for v in REGISTRY.values() if v.is_layer]
 
 
 def names() -> tuple[str, ...]:
-    """``summary``, every registered view, ``entity``: read at each call, so a view
-    registered after import (a plug-in, a test) is listed too."""
+    """``summary``, every listed and registered view, ``entity``: read at each call, so a
+    view registered after import (a plug-in, a test) is listed too."""
+    load_listed()
     return (SPECIAL[0], *REGISTRY, SPECIAL[1])
 
 
+def view_named(name: str) -> View | None:
+    """The view ``name``, its module imported if ``catalog.VIEWS`` lists it and it is not
+    registered yet; None for a name no view has."""
+    if name not in REGISTRY and name in catalog.VIEWS and name not in SPECIAL:
+        _load(name)
+    return REGISTRY.get(name)
+
+
 def load_listed() -> None:
-    """Import the module of each view that ``catalog.VIEWS`` names (its registration line);
-    each must register the view it is named after."""
-    for name in catalog.VIEWS:
-        if name not in SPECIAL and name not in REGISTRY:
-            importlib.import_module(f".{name}", __name__)
-            if name not in REGISTRY:
-                raise ImportError(f"converters/views/{name}.py registers no view named {name!r}")
+    """Import the module of each view that ``catalog.VIEWS`` names (its registration line),
+    and keep the registry in the catalog's order, whichever was loaded first (a registered
+    view that the catalog does not list, a test's, follows them)."""
+    listed = [name for name in catalog.VIEWS if name not in SPECIAL]
+    for name in listed:
+        if name not in REGISTRY:
+            _load(name)
+    if list(REGISTRY)[: len(listed)] != listed:
+        ordered = {name: REGISTRY[name] for name in listed}
+        ordered.update(REGISTRY)
+        REGISTRY.clear()
+        REGISTRY.update(ordered)
 
 
-load_listed()
+def _load(name: str) -> None:
+    """Import the module of view ``name``, which must register it."""
+    importlib.import_module(f".{name}", __name__)
+    if name not in REGISTRY:
+        raise ImportError(f"converters/views/{name}.py registers no view named {name!r}")
