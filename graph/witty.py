@@ -19,8 +19,8 @@ from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would lo
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import compress, groupby
+from operator import and_, attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ Add = Callable[[Doc], None]  # add a derived edge's record: {src, dst, kind, ...
 Between = Callable[[str, tuple[str, ...], tuple[str, ...]], list[Doc]]
 
 DERIVED_MARK = "witty"
+_NOT_YET = object()  # a node's id or kind before ``_Importer.entity`` knows it
 _NUMBER = (int, float)  # isinstance with a tuple: ``int | float`` builds a union per call
 # Linux numbers at most 1,024 NUMA nodes (NODES_SHIFT is 10 at most): a NUMA-set list
 # naming more is not expanded
@@ -155,6 +156,10 @@ _EXPORT_EDGE_TYPES: dict[tuple[str, str | None], str] = {
     **{(kind, None): witty for witty, kind in EDGE_KINDS.items() if kind != "numa_access"},
 }
 _AMBIGUOUS_SOURCES = {"AccessWithProcStatusEdge": "thread", "NumaAccessEdge": "process"}
+# the kinds no source decides
+_KIND_OF_TYPE = {
+    edge_type: kind for edge_type, kind in EDGE_KINDS.items() if edge_type not in _AMBIGUOUS_SOURCES
+}
 
 
 # ============================================================================ import
@@ -304,7 +309,12 @@ class _Importer:
             kind = "gpu"
             index: Any = attrs.get("index")
             node_id = ids.gpu(index)
-        self.nodes[node_id] = {"id": node_id, "kind": kind, **attrs}
+        # an entity's own "id" or "kind" field is kept where it came (as in a merge)
+        if attrs["id"] is _NOT_YET:
+            attrs["id"] = node_id
+        if attrs["kind"] is _NOT_YET:
+            attrs["kind"] = kind
+        self.nodes[node_id] = attrs
         self.where[node_id] = where
         self.node_ids[key] = node_id
         self.raw[node_id] = data
@@ -347,13 +357,15 @@ class _Importer:
     def attributes(
         self, spec: EntitySpec | None, data: dict[str, Any], where: str
     ) -> dict[str, Any]:
-        # every field in its place (renamed where our model has it under its own name),
-        # then what a default says is left out; a copy in C where nothing is renamed
+        # the node's own id and kind first (set by ``entity``), then every field in its place
+        # (renamed where our model has it under its own name), then what a default says is
+        # left out; copied in C
         renames = spec.renames if spec else {}
+        attrs = {"id": _NOT_YET, "kind": _NOT_YET}
         if renames.keys().isdisjoint(data):
-            attrs = dict(data)
+            attrs.update(data)
         else:
-            attrs = {renames.get(name, name): value for name, value in data.items()}
+            attrs.update(zip(map(renames.get, data, data), data.values(), strict=True))
         if spec is not None:
             del attrs["entity_type"]
         if "entity_namespace" in attrs and attrs["entity_namespace"] == NAMESPACE_DEFAULT:
@@ -434,7 +446,7 @@ class _Importer:
     def trimmed_edges(self, edges: list[Any]) -> tuple[list[Doc], list[tuple[Any, ...]]]:
         """``edge`` for every edge of a trimmed document, in order, and their identities
         (``add_edges``): each end found in C by its key struct, which equals the one a copy of
-        an entity read before decodes to; each kind decided once per edge type and source kind."""
+        an entity read before decodes to."""
         from .witty_decode import ABSENT, OWN_FIELDS, key_struct, own_values
 
         read = {key_struct(entity_type, key): node_id
@@ -444,14 +456,16 @@ class _Importer:
         dsts: list[Any] = list(map(read.get, map(_TARGET_NODE, edges)))
         if None in srcs or None in dsts:
             raise NeedsFullCopies("an end known only through its copy")
-        edge_types = list(map(_EDGE_TYPE, edges))
-        typed = list(zip(edge_types, map(_KIND, map(self.nodes.__getitem__, srcs)), strict=True))
-        kind_of = {pair: _edge_kind(*pair) or GENERIC_EDGE_KIND for pair in set(typed)}
-        kinds = list(map(kind_of.__getitem__, typed))
-        records = []
-        for src, dst, kind, edge_type, values in zip(
-            srcs, dsts, kinds, edge_types, own_values(edges), strict=True
+        nodes = self.nodes
+        records, idents = [], []
+        for src, dst, edge_type, values in zip(
+            srcs, dsts, map(_EDGE_TYPE, edges), own_values(edges), strict=True
         ):
+            kind = (
+                _KIND_OF_TYPE.get(edge_type)  # the source's kind read only where it decides
+                or _edge_kind(edge_type, nodes[src]["kind"])
+                or GENERIC_EDGE_KIND
+            )
             record = {"src": src, "dst": dst, "kind": kind}
             if kind == GENERIC_EDGE_KIND:
                 record["edge_type"] = edge_type
@@ -459,7 +473,8 @@ class _Importer:
                 if value is not ABSENT:
                     record[name] = value
             records.append(record)
-        return records, list(zip(srcs, kinds, dsts, repeat(None)))  # (no edge has a key)
+            idents.append((src, kind, dst, None))  # (no edge read has a key)
+        return records, idents
 
     def add_edges(
         self,
@@ -576,16 +591,16 @@ _SRC, _DST, _KIND, _KEY = (
 def _derive(imp: _Importer) -> None:
     """Compute the typed attributes and semantic edges our layers and rules read."""
     nodes = imp.nodes
-    by_kind: dict[str, list[Doc]] = defaultdict(list)
-    for edge in imp.edges:
-        by_kind[edge["kind"]].append(edge)
+    # each kind's edges in file order (a stable sort), and each node's kind: read in C
+    by_kind = {kind: list(run) for kind, run in groupby(sorted(imp.edges, key=_KIND), _KIND)}
+    kind_of = dict(zip(nodes, map(_KIND, nodes.values()), strict=True))
 
     def between(kind: str, src_kinds: tuple[str, ...], dst_kinds: tuple[str, ...]) -> list[Doc]:
         """Edges of one kind whose ends are of the expected kinds (odd files link anything)."""
-        return [
-            e for e in by_kind.get(kind, ())
-            if nodes[e["src"]]["kind"] in src_kinds and nodes[e["dst"]]["kind"] in dst_kinds
-        ]  # fmt: skip
+        run = by_kind.get(kind, [])
+        src_fits = map(src_kinds.__contains__, map(kind_of.__getitem__, map(_SRC, run)))
+        dst_fits = map(dst_kinds.__contains__, map(kind_of.__getitem__, map(_DST, run)))
+        return list(compress(run, map(and_, src_fits, dst_fits)))
 
     # derived edges' records, written out where they are made (src, dst, kind, attributes,
     # then the mark; a helper taking keywords cost 0.5 us more per edge, 40k edges here)
