@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 from wp_mcp.graph.errors import UserError
@@ -21,8 +21,7 @@ class ViewError(UserError):
     """A view request that cannot be served; the message says what to call instead."""
 
 
-@dataclass(frozen=True, slots=True)
-class CursorState:
+class CursorState(NamedTuple):  # a NamedTuple: a dataclass costs a fresh process ~0.5 ms
     view: str
     fmt: str
     scope: str  # digest of the filters, entity and depth

@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 from wp_mcp.graph.errors import UserError
@@ -30,8 +29,7 @@ JSON_STRING_LIMIT = 400
 _JSON_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
 
 
-@dataclass(slots=True)
-class Frame:
+class Frame(NamedTuple):  # a NamedTuple: a dataclass costs a fresh process ~0.5 ms
     """Everything around the items of one page, already rendered."""
 
     header: str
@@ -145,18 +143,20 @@ def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- diagrams
 
-_UNSAFE_LABEL = re.compile(r"[^A-Za-z0-9 _.:/@()=%,+\-×→{}\[\]]")
-_UNSAFE_KEY = re.compile(r"[^A-Za-z0-9]")
+# The diagrams' patterns, compiled by re (and kept in its cache) when a diagram is first drawn:
+# a text or JSON page, most of what a fresh process shows, needs none of them.
+_UNSAFE_LABEL = r"[^A-Za-z0-9 _.:/@()=%,+\-×→{}\[\]]"
+_UNSAFE_KEY = r"[^A-Za-z0-9]"
 
 
 def diagram_key(node_id: str) -> str:
     """A diagram-safe, collision-free node key: readable part plus a short checksum."""
-    readable = _UNSAFE_KEY.sub("_", node_id)[:40]
+    readable = re.sub(_UNSAFE_KEY, "_", node_id)[:40]
     return f"n{readable}_{zlib.crc32(node_id.encode('utf-8', 'surrogatepass')) & 0xFFFF:04x}"
 
 
 def label(text: str, limit: int = 80) -> str:
-    text = _UNSAFE_LABEL.sub("_", text.strip())
+    text = re.sub(_UNSAFE_LABEL, "_", text.strip())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -341,7 +341,7 @@ def picture_svg(picture: Picture) -> str:
 # hosts as single boxes.
 _MERMAID_LEVELS = ("full", "no-link-labels", "key-processes", "hosts")
 MERMAID_MARK_LINES = 20  # findings' titles as comments; the report has every one
-_MERMAID_SAFE = re.compile(r"[^A-Za-z0-9 _.:/@()=%,+\-×→·…\[\]]")
+_MERMAID_SAFE = r"[^A-Za-z0-9 _.:/@()=%,+\-×→·…\[\]]"  # compiled when first drawn (above)
 
 
 def picture_mermaid(picture: Picture, max_tokens: int) -> str:
@@ -414,4 +414,4 @@ def _mermaid_text(text: str, limit: int = 100) -> str:
     """A host string in a Mermaid label: anything but plain characters as an entity code
     (``#34;`` for a quote), so a name shows as it is and cannot end the label."""
     text = escape(text, limit, "line")
-    return _MERMAID_SAFE.sub(lambda m: f"#{ord(m.group())};", text)
+    return re.sub(_MERMAID_SAFE, lambda m: f"#{ord(m.group())};", text)

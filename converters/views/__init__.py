@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import catalog
 from ..catalog import SPECIAL
@@ -25,8 +25,7 @@ Builder = Callable[[Facts], list[Item]]
 DEFAULT_NARROW = "kind=… pid=… name=…"
 
 
-@dataclass(frozen=True, slots=True)
-class View:
+class View(NamedTuple):  # a NamedTuple: a dataclass costs a fresh process ~0.5 ms
     name: str
     build: Builder  # the items, most significant first
     legend: str  # the #legend line: what each field of its lines means
