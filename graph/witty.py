@@ -714,13 +714,14 @@ def _derive_socket_flows(nodes: dict[str, Doc], between: Between, add: Add) -> N
         flow = edge.get("data_flow")
         flow = flow if isinstance(flow, dict) else {}
         size = flow.get("data_size")
+        size = int(size) if isinstance(size, _NUMBER) else None  # (text counts no bytes)
         socket = nodes[edge["dst"]]
-        if isinstance(size, _NUMBER):
-            socket["bytes_sent"] = int(size)
+        if size is not None:
+            socket["bytes_sent"] = size
         if sender is None or sender not in nodes or receiver is None or sender == receiver:
             continue
         total = flows[(sender, receiver)]
-        total["bytes"] += int(size or 0)
+        total["bytes"] += size or 0
         total["flows"] += 1
         total["transport"] = str(edge.get("connection_type") or socket.get("proto") or "").lower()
         start, end = flow.get("start_time"), flow.get("end_time")

@@ -143,6 +143,16 @@ def test_socket_flows_become_a_process_link(graph):
     )
 
 
+def test_a_flow_size_that_is_no_number_counts_no_bytes():
+    """A file's odd value is kept as it came, and counts for nothing (it raised ValueError)."""
+    doc = orjson.loads(WITTY_GRAPH.read_bytes())
+    flows = [e["data_flow"] for e in doc["edges"] if e["edge_type"] == "SendToSocketEdge"]
+    flows[0]["data_size"] = "lots"
+    (link,) = witty.from_witty(doc).edges("talks_to")
+    assert link.flows == 44
+    assert link.bytes == sum(flow["data_size"] for flow in flows[1:])
+
+
 def test_export_gives_back_every_field():
     original = orjson.loads(WITTY_GRAPH.read_bytes())
     exported = witty.to_witty(witty.load_witty(WITTY_GRAPH))
