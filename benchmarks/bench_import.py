@@ -121,6 +121,7 @@ elif step == "import steps":
     witty._derive = clocked("derive (shares, trees, flows)", witty._derive)
     witty.validate_nodes = clocked("validate nodes", witty.validate_nodes)
     witty.validate_edges = clocked("validate edges", witty.validate_edges)
+    witty.wrap_trusted = clocked("wrap edges read trimmed", witty.wrap_trusted)
     Graph.from_trusted = classmethod(clocked("index", Graph.from_trusted.__func__))
     witty.check_graph = clocked("whole-graph checks", witty.check_graph)
     formats.redact_graph = clocked("redaction", formats.redact_graph)
@@ -128,8 +129,8 @@ elif step == "import steps":
     started = time.process_time()
     formats.load_any(path)
     total = time.process_time() - started
-    inner = ("derive (shares, trees, flows)", "validate nodes", "validate edges", "index",
-             "whole-graph checks")
+    inner = ("derive (shares, trees, flows)", "validate nodes", "validate edges",
+             "wrap edges read trimmed", "index", "whole-graph checks")
     spent["entities and edges"] = spent.pop("witty reader") - sum(spent.get(k, 0) for k in inner)
     spent["rest"] = total - sum(spent.values())
     out["import steps"] = spent
