@@ -82,7 +82,7 @@ def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
 def cmd_snapshots(args: argparse.Namespace) -> int:
     infos = open_store(args).list(limit=args.limit)
     if args.json or args.format == "json":
-        sys.stdout.buffer.write(orjson.dumps([info.__dict__ for info in infos]) + b"\n")
+        sys.stdout.buffer.write(orjson.dumps([info._asdict() for info in infos]) + b"\n")
         return 0
     if not infos:
         print("no snapshots yet: `wp-mcp import FILE` or `wp-mcp collect`", file=sys.stderr)
