@@ -359,13 +359,15 @@ class _Importer:
     ) -> dict[str, Any]:
         # the node's own id and kind first (set by ``entity``), then every field in its place
         # (renamed where our model has it under its own name), then what a default says is
-        # left out; copied in C
+        # left out; copied in C where nothing is renamed (a loop renames in half the time
+        # of a comprehension or C-level passes over 8 fields)
         renames = spec.renames if spec else {}
         attrs = {"id": _NOT_YET, "kind": _NOT_YET}
         if renames.keys().isdisjoint(data):
             attrs.update(data)
         else:
-            attrs.update(zip(map(renames.get, data, data), data.values(), strict=True))
+            for name, value in data.items():
+                attrs[renames.get(name, name)] = value
         if spec is not None:
             del attrs["entity_type"]
         if "entity_namespace" in attrs and attrs["entity_namespace"] == NAMESPACE_DEFAULT:
@@ -469,9 +471,10 @@ class _Importer:
             record = {"src": src, "dst": dst, "kind": kind}
             if kind == GENERIC_EDGE_KIND:
                 record["edge_type"] = edge_type
-            for name, value in zip(OWN_FIELDS, values, strict=True):
+            # (by position: a zip with the names per edge took twice the time)
+            for position, value in enumerate(values):
                 if value is not ABSENT:
-                    record[name] = value
+                    record[OWN_FIELDS[position]] = value
             records.append(record)
             idents.append((src, kind, dst, None))  # (no edge read has a key)
         return records, idents
