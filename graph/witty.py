@@ -848,11 +848,18 @@ def _edge_of(graph: Graph, edge: Edge, entities: dict[str, Doc]) -> dict[str, An
 
 
 def _per_node(values: Any) -> dict[str, float]:
+    """Each NUMA node's non-zero number (a list by node, or a dict); loops, not
+    comprehensions: on 8 nodes a comprehension's own call is a third of the cost."""
+    per_node: dict[str, float] = {}
     if isinstance(values, list):
-        return {str(i): float(v) for i, v in enumerate(values) if v and isinstance(v, _NUMBER)}
-    if isinstance(values, dict):
-        return {str(k): float(v) for k, v in values.items() if v and isinstance(v, _NUMBER)}
-    return {}
+        for node, value in enumerate(values):
+            if value and isinstance(value, _NUMBER):
+                per_node[str(node)] = float(value)
+    elif isinstance(values, dict):
+        for node, value in values.items():
+            if value and isinstance(value, _NUMBER):
+                per_node[str(node)] = float(value)
+    return per_node
 
 
 def _normalise(values: dict[str, float]) -> dict[str, float]:
