@@ -12,6 +12,8 @@ shows, not the graph), which the first one answered from the graph stores.
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -102,6 +104,10 @@ def load_source(source: str, store_path: str | None) -> tuple[Graph, str | None]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    # The process ends once the page is out: the cyclic collector's last passes at exit, over
+    # every object start-up and the answer made, would free nothing the exit does not (frozen,
+    # they are skipped: ~6 % of a small file's show)
+    atexit.register(gc.freeze)
     if args.out:
         check_target(args.out)  # before any slow work
     stored = _stored_page(args)
