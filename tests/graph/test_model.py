@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import orjson
@@ -9,10 +10,14 @@ import pytest
 from pydantic import ValidationError
 from wp_mcp.graph import Graph, native
 from wp_mcp.graph.model import (
+    EDGE_CLASSES,
+    NODE_CLASSES,
     CpuOn,
+    Edge,
     ElementsError,
     Node,
     ProcessNode,
+    _declared_hints,
     make_edge,
     make_node,
     validate_edges,
@@ -189,3 +194,11 @@ def test_edges_a_large_import_builds_take_the_plain_path_and_keep_their_key_orde
     assert edges[0].__dict__ is items[0]  # wrapped, not rebuilt
     with pytest.raises(ElementsError):
         validate_edges([{"src": "a", "dst": "b", "kind": "has_thread", "key": 2}])
+
+
+def test_the_plain_checks_read_each_classs_declared_types_as_typing_does():
+    """Each distinct annotation is evaluated once per module for the plain checks; what they
+    read is exactly what ``typing.get_type_hints`` gives, for every element class."""
+    classes = [Node, Edge, *NODE_CLASSES.values(), *EDGE_CLASSES.values()]
+    for cls in classes:
+        assert _declared_hints(cls) == typing.get_type_hints(cls, include_extras=True), cls

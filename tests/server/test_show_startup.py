@@ -26,6 +26,17 @@ SHOW = (
     "sys.exit(code)\n"
 )
 HEAVY = {"pydantic", "tiktoken", "wp_mcp.graph.model", "wp_mcp.converters.render"}
+# What a page read from its row needs none of: orjson (which loads dataclasses, uuid and
+# datetime; the row is read with json), dataclasses, logging (it logs nothing), hashlib.
+NOT_FOR_A_STORED_PAGE = {"orjson", "dataclasses", "logging", "hashlib", "_hashlib"}
+# What a small witty file's page needs none of: logging, a trace's code and statistics, OpenSSL
+# (blake2b is hashlib's own _blake2), msgspec (a file under 2 MiB is parsed whole), the other
+# views' modules, the diagrams' and the skills' code.
+NOT_FOR_A_SMALL_FILE = {
+    "logging", "statistics", "hashlib", "_hashlib", "msgspec", "wp_mcp.graph.trace",
+    "wp_mcp.converters.views.memory", "wp_mcp.converters.views.network",
+    "wp_mcp.converters.cluster", "wp_mcp.converters.picture", "wp_mcp.skills",
+}  # fmt: skip
 
 
 def show(*args: str) -> tuple[str, set[str]]:
@@ -50,6 +61,7 @@ def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder
         out, loaded = show(snapshot_id, *args)
         assert out == page.text + "\n"
         assert not HEAVY & loaded, sorted(HEAVY & loaded)
+        assert not NOT_FOR_A_STORED_PAGE & loaded, sorted(NOT_FOR_A_STORED_PAGE & loaded)
 
 
 def test_the_first_show_of_a_view_renders_it_and_stores_its_pages_for_the_next(store_dir):
@@ -151,11 +163,12 @@ def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_ne
     assert other is None  # another entity's pages are its own
 
 
-def test_a_witty_file_shown_on_the_fly_loads_neither_pydantic_nor_the_encoder(
+def test_a_witty_file_shown_on_the_fly_loads_only_what_its_page_needs(
     store_dir, tmp_path, monkeypatch
 ):
-    """Its elements pass the plain checks as they are (no pydantic call), no config file sets
-    redaction patterns (no config model), and its page fits its budget by bytes."""
+    """Neither pydantic nor the encoder: its elements pass the plain checks as they are (no
+    pydantic call), no config file sets redaction patterns (no config model), and its page
+    fits its budget by bytes; nor what another kind of file, view or command needs."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
     monkeypatch.delenv("WP_MCP_CONFIG", raising=False)
     if Path("/etc/wp-mcp/config.toml").exists():
@@ -164,3 +177,4 @@ def test_a_witty_file_shown_on_the_fly_loads_neither_pydantic_nor_the_encoder(
     out, loaded = show(str(WITTY_GRAPH), "--view", "compute")
     assert out == expected.text + "\n"
     assert not {"pydantic", "tiktoken"} & loaded, sorted({"pydantic", "tiktoken"} & loaded)
+    assert not NOT_FOR_A_SMALL_FILE & loaded, sorted(NOT_FOR_A_SMALL_FILE & loaded)
