@@ -19,7 +19,6 @@ from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would lo
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import groupby
 from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
@@ -594,15 +593,15 @@ _SRC, _DST, _KIND, _KEY = (
 def _derive(imp: _Importer) -> None:
     """Compute the typed attributes and semantic edges our layers and rules read."""
     nodes = imp.nodes
-    # each kind's edges in file order (a stable sort), and each node's kind, read in C
-    by_kind = {kind: list(run) for kind, run in groupby(sorted(imp.edges, key=_KIND), _KIND)}
-    kind_of = dict(zip(nodes, map(_KIND, nodes.values()), strict=True))
+    by_kind: dict[str, list[Doc]] = defaultdict(list)
+    for edge in imp.edges:
+        by_kind[edge["kind"]].append(edge)
 
     def between(kind: str, src_kinds: tuple[str, ...], dst_kinds: tuple[str, ...]) -> list[Doc]:
         """Edges of one kind whose ends are of the expected kinds (odd files link anything)."""
         return [
             e for e in by_kind.get(kind, ())
-            if kind_of[e["src"]] in src_kinds and kind_of[e["dst"]] in dst_kinds
+            if nodes[e["src"]]["kind"] in src_kinds and nodes[e["dst"]]["kind"] in dst_kinds
         ]  # fmt: skip
 
     # derived edges' records, written out where they are made (src, dst, kind, attributes,
