@@ -19,7 +19,8 @@ from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would lo
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -486,9 +487,10 @@ class _Importer:
     ) -> None:
         """``add_edge`` for many: in C where no two (and none already added) are twins;
         ``idents``: their identities where the caller has them."""
-        if idents is None:
+        if idents is None:  # (dict.get: a methodcaller looks the method up per record)
+            keys = map(dict.get, records, repeat("key"))
             idents = list(zip(map(_SRC, records), map(_KIND, records), map(_DST, records),
-                              map(_KEY, records), strict=True))  # fmt: skip
+                              keys, strict=True))  # fmt: skip
         fresh = set(idents)
         if len(fresh) == len(idents) and self.edge_idents.isdisjoint(fresh):
             self.edge_idents |= fresh
@@ -578,12 +580,7 @@ _IDENTITY_FIELDS = {
 _IDENTITY_GETTERS = {kind: itemgetter(*fields) for kind, fields in _IDENTITY_FIELDS.items()}
 _SOURCE_NODE, _TARGET_NODE = attrgetter("source_node"), attrgetter("target_node")
 _EDGE_TYPE = attrgetter("edge_type")
-_SRC, _DST, _KIND, _KEY = (
-    itemgetter("src"),
-    itemgetter("dst"),
-    itemgetter("kind"),
-    methodcaller("get", "key"),
-)
+_SRC, _DST, _KIND = itemgetter("src"), itemgetter("dst"), itemgetter("kind")
 
 
 # ============================================================================ derivation
