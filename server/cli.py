@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from wp_mcp.graph.safetext import error_line
 
@@ -34,6 +35,35 @@ COMMAND_MODULES = {
     "wp_mcp.server.cli_monitor": ("monitor", "baseline", "config"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--store", "--config")
+_UNMEASURED_WIDTH = 80  # a formatter's width until it writes help (then the terminal's)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, which measures the terminal only when it writes help: argparse
+    makes one for each argument it adds (to check its metavar), and measuring imports shutil
+    (with bz2 and lzma), ~2 ms of every command's start-up."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:  # fmt: skip
+        self._asked = (indent_increment, max_help_position, width)
+        super().__init__(prog, indent_increment, max_help_position, width or _UNMEASURED_WIDTH)
+
+    def format_help(self) -> str:
+        indent_increment, max_help_position, width = self._asked
+        if width is None:  # argparse's own measure, as a formatter given no width makes it
+            measured = argparse.HelpFormatter(self._prog, indent_increment, max_help_position)
+            self._width, self._max_help_position = measured._width, measured._max_help_position
+        return super().format_help()
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with :class:`HelpFormatter`, for the subcommands' parsers too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -51,7 +81,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only the module that registers it is imported."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="wp-mcp",
         description="Collect, show and diagnose the topology graph of an AI training/inference host.",
     )
@@ -68,7 +98,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "/etc/wp-mcp/config.toml; see `wp-mcp config show`)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # prog given: argparse would work it out by writing a usage line (measuring the terminal)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=parser.prog)
     modules = [name for name, commands in COMMAND_MODULES.items() if command in commands]
     for name in modules or COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -27,13 +27,14 @@ SHOW = (
 )
 HEAVY = {"pydantic", "tiktoken", "wp_mcp.graph.model", "wp_mcp.converters.render"}
 # What a page read from its row needs none of: orjson (which loads dataclasses, uuid and
-# datetime; the row is read with json), dataclasses, logging (it logs nothing), hashlib.
-NOT_FOR_A_STORED_PAGE = {"orjson", "dataclasses", "logging", "hashlib", "_hashlib"}
+# datetime; the row is read with json), dataclasses, logging (it logs nothing), hashlib,
+# shutil (argparse measures the terminal only to write help).
+NOT_FOR_A_STORED_PAGE = {"orjson", "dataclasses", "logging", "hashlib", "_hashlib", "shutil"}
 # What a small witty file's page needs none of: logging, a trace's code and statistics, OpenSSL
-# (blake2b is hashlib's own _blake2), msgspec (a file under 2 MiB is parsed whole), the other
-# views' modules, the diagrams' and the skills' code.
+# (blake2b is hashlib's own _blake2), shutil, msgspec (a file under 2 MiB is parsed whole),
+# the other views' modules, the diagrams' and the skills' code.
 NOT_FOR_A_SMALL_FILE = {
-    "logging", "statistics", "hashlib", "_hashlib", "msgspec", "wp_mcp.graph.trace",
+    "logging", "statistics", "hashlib", "_hashlib", "shutil", "msgspec", "wp_mcp.graph.trace",
     "wp_mcp.converters.views.memory", "wp_mcp.converters.views.network",
     "wp_mcp.converters.cluster", "wp_mcp.converters.picture", "wp_mcp.skills",
 }  # fmt: skip
