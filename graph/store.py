@@ -15,13 +15,13 @@ error".
 
 from __future__ import annotations
 
+import _thread  # threading's own locals and locks; importing threading costs ~1 ms
 import builtins  # Store.list shadows the builtin in the class body's annotations
 import contextlib
 import json
 import os
 import sqlite3
 import stat
-import threading
 import time
 import zlib
 from collections import OrderedDict
@@ -226,10 +226,10 @@ class Store:
         self.keep = keep if keep is not None else int(os.environ.get("WP_MCP_KEEP", DEFAULT_KEEP))
         self.db_path = self.path / DB_NAME
         self.read_only = not _prepare_files(self.path, self.db_path)
-        self._local = threading.local()
+        self._local = _thread._local()
         self._cache: OrderedDict[str, tuple[Graph, int]] = OrderedDict()
         self._cache_bytes = 0
-        self._cache_lock = threading.Lock()
+        self._cache_lock = _thread.allocate_lock()
         self._pages_table: bool | None = None
         self._node_set_columns: set[str] | None = None
         db = self._connect()  # an unusable store is said now, not at the first read
