@@ -117,7 +117,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if stored is None and args.view == "entity" and "tiktoken" in sys.modules:
             _store_entity_pages(args)
         return 0
-    from wp_mcp.converters import render_view, search
+    from wp_mcp.converters import render_view
     from wp_mcp.converters.formats import PICTURE_FORMATS
 
     from .config_file import apply_process_wide
@@ -130,6 +130,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.picture:
         raise UserError("--picture draws mermaid or dot (html and svg are always pictures)")
     if args.search is not None:
+        from wp_mcp.converters import search
+
         page = search(graph, args.search, max_tokens=args.max_tokens, snapshot_id=snapshot_id)
     else:
         page = render_view(
