@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from operator import attrgetter, methodcaller
+from itertools import repeat
+from operator import attrgetter
 
 from .cpulist import MAX_CPUS, CpuListError, CpuListTooLarge, parse_cpulist
 from .errors import FormatError
@@ -57,7 +58,8 @@ def _check_cpulists(graph: Graph, origin: str) -> None:
     bound = cpu_bound(graph, origin)
     attributes = list(map(_ATTRIBUTES, graph.nodes.values()))
     for name in CPULIST_ATTRIBUTES:
-        for text in _distinct_strings(map(methodcaller("get", name), attributes)):
+        # dict.get over the attributes in C (a methodcaller looks the method up per node)
+        for text in _distinct_strings(map(dict.get, attributes, repeat(name))):
             try:
                 parse_cpulist(text, bound)
             except CpuListTooLarge as exc:
