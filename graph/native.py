@@ -12,7 +12,6 @@ one line saying which file, where, and what was expected.
 
 from __future__ import annotations
 
-import gzip
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +84,8 @@ def dump(graph: Graph, path: str | Path) -> Path:
     """Write through the one safe writer: atomic, 0600, regular files only."""
     data = dumps(graph)
     if Path(path).suffix == ".gz":
+        import gzip  # here: reading a graph (the common case) needs none of it
+
         data = gzip.compress(data, compresslevel=5)
     return write_output(path, data)
 
