@@ -100,14 +100,16 @@ def _name_kind(name: str) -> str | None:
 
 # A bare key name's value that is a path, a number or a lowercase word is configuration
 # (`--key /etc/tls/key.pem`, `--key 3`, `--sort-key timestamp`), not a credential.
-_CONFIG_LIKE = re.compile(r"[./~].*|.*/.*|[+-]?\d+(\.\d+)?|[a-z][a-z_.-]*")
+# (compiled by re, and kept in its cache, when a bare key's value is first read: most graphs
+# have none, and the patterns compiled at import cost every fresh process)
+_CONFIG_LIKE = r"[./~].*|.*/.*|[+-]?\d+(\.\d+)?|[a-z][a-z_.-]*"
 
 
 def redact_value(kind: str | None, value: str) -> str:
     """The value of a name of ``kind``, redacted if it holds a secret."""
     if kind is None or value == REDACTED or value == "":
         return value
-    if kind == KEY and _CONFIG_LIKE.fullmatch(value):
+    if kind == KEY and re.fullmatch(_CONFIG_LIKE, value):
         return value
     return REDACTED
 
@@ -353,7 +355,7 @@ def _basename(arg: str) -> str:
 
 _ASSIGNMENT = re.compile(r"(?P<name>-{0,2}[A-Za-z_][\w.-]*)[=:]")  # matched at an offset
 _FLAG = re.compile(r"^-{1,2}[A-Za-z][\w.-]*$")
-_BARE_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
+_BARE_NAME = r"^[A-Za-z_][\w.-]*$"  # compiled when a configuration verb is first met
 
 Redactor = Callable[[str], str]
 
@@ -418,7 +420,7 @@ def _redact_arg(arg: str, state: _ArgvState) -> str:
         return arg
     if arg.lower() in CONFIG_VERBS:
         state.verb_seen = True
-    elif state.verb_seen and _BARE_NAME.match(arg) and secret_name_kind(arg) == ALWAYS:
+    elif state.verb_seen and re.match(_BARE_NAME, arg) and secret_name_kind(arg) == ALWAYS:
         state.pending = lambda value: redact_value(ALWAYS, value)
     return arg
 
