@@ -980,10 +980,11 @@ def _plain_checks(cls: type[Element]) -> tuple[_PlainCheck, ...] | None:
     plain."""
     if cls in _PLAIN_CHECKS:
         return _PLAIN_CHECKS[cls]
-    hints = _declared_hints(cls)
+    literal_kind = _class_kind(cls) is not None  # its Literal annotation is never read
     checks: list[_PlainCheck] = []
     for name in cls.FIELDS:
-        check = _plain_check(name, hints[name], name in cls.REQUIRED or name == "kind", cls)
+        hint = None if name == "kind" and literal_kind else _declared_hint(cls, name)
+        check = _plain_check(name, hint, name in cls.REQUIRED or name == "kind", cls)
         if check is None:
             _PLAIN_CHECKS[cls] = None
             return None
@@ -992,16 +993,19 @@ def _plain_checks(cls: type[Element]) -> tuple[_PlainCheck, ...] | None:
     return result
 
 
-def _declared_hints(cls: type) -> dict[str, Any]:
-    """``typing.get_type_hints(cls, include_extras=True)``, each distinct annotation evaluated
-    once per module: the element classes repeat 44 annotations 278 times, and evaluating
+def _declared_hint(cls: type, name: str) -> Any:
+    """``typing.get_type_hints(cls, include_extras=True)[name]``, each distinct annotation
+    evaluated once per module, and only those read: the element classes repeat 44
+    annotations 278 times (26 of them a ClassVar or a class's Literal kind), and evaluating
     every one took several milliseconds of a fresh process's first import."""
-    hints: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        for name, annotation in vars(klass).get("__annotations__", {}).items():
-            evaluated = isinstance(annotation, str)
-            hints[name] = _annotation(annotation, klass.__module__) if evaluated else annotation
-    return hints
+    for klass in cls.__mro__:  # the most derived declaration, as get_type_hints keeps
+        annotations = vars(klass).get("__annotations__", {})
+        if name in annotations:
+            annotation = annotations[name]
+            if isinstance(annotation, str):
+                return _annotation(annotation, klass.__module__)
+            return annotation
+    raise KeyError(name)
 
 
 @cache
