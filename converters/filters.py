@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from wp_mcp.graph import ids
+from wp_mcp.graph.blake import blake2b
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.safetext import escape
 

@@ -7,11 +7,11 @@ grows. Paging then only slices a list and renders the lines it shows.
 from __future__ import annotations
 
 import _thread  # threading's own locks; importing threading costs ~1 ms
-from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from wp_mcp.graph.blake import blake2b
 from wp_mcp.graph.gcpause import kept_out_of_collections
 from wp_mcp.graph.graph import Graph
 

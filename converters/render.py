@@ -9,11 +9,11 @@ at line ends ever costs more than the parts (it practically never does).
 from __future__ import annotations
 
 import math
-from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wp_mcp.graph.blake import blake2b
 from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.safetext import escape

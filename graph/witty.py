@@ -15,7 +15,6 @@ attributes are listed per type, so export writes back exactly what was read.
 
 from __future__ import annotations
 
-from _blake2 import blake2b  # hashlib's own blake2b: importing hashlib would load OpenSSL
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from itertools import repeat
@@ -27,6 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from . import ids
+from .blake import blake2b
 from .check import check_graph
 from .cpulist import parse_cpulist
 from .errors import FormatError
