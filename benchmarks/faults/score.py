@@ -6,7 +6,9 @@ process: its subject, its evidence ids or its title name a pid of the expected r
 thread id counts for its process). Its *fix* is checked against this host. Every other
 P0/P1 finding is *false*, unless it is a true side effect the scenario lists as related, or
 it is about a process outside the job and the injector ("outside": on a shared machine,
-other people's work; job scoping would leave it out).
+other people's work; job scoping would leave it out), or about CPU time the hypervisor took
+(``L1.cpu-steal``: other tenants' work on a shared VM, which no scenario injects and the
+rule reports only when /proc/stat counted it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 SERIOUS = ("P0", "P1")
+OUTSIDE_RULES = frozenset({"L1.cpu-steal"})  # caused outside this machine's processes
 _ID = re.compile(r"\b(proc|thr):(\d+)\b")
 _NUMA_ADVICE = re.compile(r"\bnumactl\b|--cpunodebind|--membind|\bNUMA node\b", re.I)
 _WORKERS_TO = re.compile(r"num_workers\s*(?:=|to|of|at)?\s*(\d+)")
@@ -101,7 +104,8 @@ def score(report: dict, want: Expect | None, related: tuple[Expect, ...], roles:
             continue
         line = f"{finding['priority']} {finding['rule_id']} {finding.get('subject') or ''}"
         named = roles.processes_named(finding)
-        if named and not roles.about_host(finding) and not named & job_and_injector:
+        elsewhere = named and not roles.about_host(finding) and not named & job_and_injector
+        if elsewhere or finding.get("rule_id") in OUTSIDE_RULES:
             result.outside.append(line)
         else:
             result.false.append(line)

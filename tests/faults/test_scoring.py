@@ -83,3 +83,13 @@ def test_a_hog_is_found_only_when_blamed_for_the_job_not_when_it_waits_itself():
     blamed = finding("L6.cpu-hog-on-rank-cpus", subject=f"proc:{RANK0}")
     blamed["evidence"].append({"ids": [f"proc:{HOG}"]})
     assert score({"findings": [blamed]}, hog, (), ROLES, HOST).found
+
+
+def test_cpu_time_the_hypervisor_took_is_outside_not_false():
+    """Steal is other tenants' work on a shared VM: on a healthy run it is counted apart,
+    like other people's processes, while anything else about the host is still false."""
+    report = {"findings": [finding("L1.cpu-steal", subject="host"),
+                           finding("L1.cpu-saturation", subject="host")]}  # fmt: skip
+    result = score(report, None, (), ROLES, HOST)
+    assert result.outside == ["P0 L1.cpu-steal host"]
+    assert result.false == ["P0 L1.cpu-saturation host"]
