@@ -20,6 +20,8 @@ from __future__ import annotations
 import gzip
 import logging
 import socket
+import subprocess
+import sys
 import time
 import zlib
 from collections import Counter
@@ -36,11 +38,14 @@ from .merge import merge_hosts, unique_labels
 from .node import clock_offset, collect_node, netns_inode, own_netns_inode
 
 INSTALL_HINT = "Ray is not installed here: pip install 'wp-mcp[ray]'"
+AUTH_HINT = ("set RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN_PATH, "
+             "RAY_AUTH_TOKEN or ~/.ray/auth_token) where wp-mcp runs")  # fmt: skip
 START_LEAD_S = 2.0  # the shared window start: time enough for every task to be scheduled
 NODE_TIMEOUT_S = 60.0  # per node, past the window
 CANCEL_GRACE_S = 5.0  # a cancelled task may close its collectors before it is killed
 POLL_S = 0.2
 CONNECT_TIMEOUT_S = 5.0
+TOKEN_PROBE_TIMEOUT_S = 30.0  # importing Ray in a child takes 0.6 s idle, more under load
 CHUNK_BYTES = 4 << 20  # per object in Ray's object store
 CLOCK_SAMPLES = 3
 CLOCK_TIMEOUT_S = 5.0  # one reading; a node that cannot answer gets no clock entry
@@ -96,9 +101,15 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
     logging.getLogger("ray").setLevel(logging.ERROR)
     if address:
         _check_reachable(address)
+        _check_token(address)
+    # Ray >= 2.52 refuses a driver without the cluster's token (token authentication)
+    refused = getattr(ray.exceptions, "AuthenticationError", ())
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)  # fmt: skip
+    except refused:
+        raise UserError(f"the Ray cluster at {excerpt(address or 'auto')} refused this "
+                        f"driver's token: {AUTH_HINT}") from None  # fmt: skip
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UserError(f"cannot reach the Ray cluster at {excerpt(address or 'auto')}: "
                         f"{excerpt(exc)}") from None  # fmt: skip
@@ -116,6 +127,34 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
     if ctx.cancel.is_set():
         merged.meta.cancelled = True  # type: ignore[attr-defined]
     return merged
+
+
+# exit 3: the cluster refused us for want of its token; anything else is for ray.init to say
+TOKEN_PROBE = """
+import sys
+from ray._raylet import GcsClient
+from ray.exceptions import AuthenticationError
+try:
+    GcsClient(address=sys.argv[1])
+except AuthenticationError:
+    sys.exit(3)
+except Exception:
+    pass
+"""
+
+
+def _check_token(address: str) -> None:
+    """A driver without the cluster's token is refused only after ~20 s of retries, each
+    logged by Ray's C++ client on this process's stderr; one client in a child process says
+    it in about a second, and its log stays there."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", TOKEN_PROBE, address], capture_output=True,
+                               stdin=subprocess.DEVNULL, timeout=TOKEN_PROBE_TIMEOUT_S)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return  # ray.init will say what is wrong, if anything
+    if probe.returncode == 3:
+        raise UserError(f"the Ray cluster at {excerpt(address)} refused this driver's token: "
+                        f"{AUTH_HINT}")  # fmt: skip
 
 
 def _check_reachable(address: str) -> None:

@@ -16,9 +16,11 @@ stops every Ray node of the machine) is never called.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,6 +34,7 @@ from pathlib import Path
 import pytest
 from coll_helpers import needs_root
 from wp_mcp.collectors.cluster.node import netns_pids
+from wp_mcp.collectors.cluster.on_ray import AUTH_HINT
 from wp_mcp.graph import ids, native
 from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_require import unavailable
@@ -103,8 +106,14 @@ class Cluster:
         self.groups: dict[str, subprocess.Popen] = {}
         self.temp = tempfile.mkdtemp(prefix="wpray")  # short: Ray's socket paths live here
         # no usage reports; no OOM killer: Ray kills tasks when the *machine* nears full
-        # memory, and on a shared machine a neighbour's spike would fail the test
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+        # memory, and on a shared machine a neighbour's spike would fail the test. Token
+        # authentication, as Ray >= 2.52 sets up for a local cluster, with a token of this
+        # test's own: HOME is ours, so no ~/.ray/auth_token of the machine's is read (a head
+        # that finds one turns authentication on, and workers joining it do not) or written
+        self.token = secrets.token_hex(16)
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+                    "HOME": self.temp, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
+                    "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
                     "RAY_memory_monitor_refresh_ms": "0"}  # fmt: skip
 
     def wire(self) -> None:
@@ -194,11 +203,13 @@ def ray_cluster() -> Iterator[Cluster]:
         cluster.close()
 
 
-def collect_cluster(cluster: Cluster, out: Path, *options: str) -> subprocess.CompletedProcess:
+def collect_cluster(cluster: Cluster, out: Path, *options: str, env: dict | None = None
+                    ) -> subprocess.CompletedProcess:  # fmt: skip
     command = ["ip", "netns", "exec", cluster.ns["head"], WP_MCP, "--store", str(out.parent),
                "collect", "--cluster", f"ray:{HEAD_IP}:{GCS_PORT}", "--ebpf", "off",
                "--out", str(out), *options]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=cluster.env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env=env or cluster.env)  # fmt: skip
 
 
 def labels_by_node(graph) -> dict[str, str]:
@@ -217,6 +228,10 @@ def test_the_cluster_graph_holds_every_rank_and_the_joined_lossy_flows(ray_clust
     graph = native.load(tmp_path / "cluster.json.gz")
     labels = labels_by_node(graph)
     assert len(graph.meta.hosts) == 3 and set(labels) == set(NODES)
+    # the cluster's token, in every Ray process's environment, never reaches the graph
+    assert ray_cluster.token.encode() not in gzip.decompress(
+        (tmp_path / "cluster.json.gz").read_bytes()
+    )
     assert {ids.split_host(node_id)[0] for node_id in graph.nodes} == set(graph.meta.hosts)
     assert graph.meta.cluster["missing"] == {}
     # each node collected itself (its own namespace's processes only): every rank on its node
@@ -244,6 +259,16 @@ def test_the_cluster_graph_holds_every_rank_and_the_joined_lossy_flows(ray_clust
     # the cluster rule names the node whose packets are dropped (worker 1's, on arrival)
     outcomes = {o.rule.id: o.result for o in evaluate(graph)}
     assert [f.subject for f in outcomes["L4.cluster-lossy-host"]] == [f"host:{labels['w1']}"]
+
+
+def test_a_driver_without_the_clusters_token_gets_one_line(ray_cluster, tmp_path):
+    tokenless = {k: v for k, v in ray_cluster.env.items() if not k.startswith("RAY_AUTH_")}
+    done = collect_cluster(ray_cluster, tmp_path / "cluster.json.gz", "--duration", "1",
+                           env=tokenless)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == (f"wp-mcp: error: the Ray cluster at '{HEAD_IP}:{GCS_PORT}' refused "
+                           f"this driver's token: {AUTH_HINT}\n")  # fmt: skip
+    assert not (tmp_path / "cluster.json.gz").exists()
 
 
 MCP_CALL = """
