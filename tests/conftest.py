@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from wp_testdata import WITTY_GRAPH
+
+# No test reads or writes the machine's own wp-mcp files or settings: the default store
+# ($XDG_DATA_HOME/wp-mcp) and config ($XDG_CONFIG_HOME/wp-mcp) resolve under a directory
+# this run makes and removes, and no WP_MCP_* variable of the shell that started the run
+# applies, in this process and every process a test starts. (A test that ran `serve`
+# without --store wrote the user's store; a user's config or limits would change answers.)
+_OWN_HOME = Path(tempfile.mkdtemp(prefix="wp-mcp-tests-"))
+os.environ["XDG_DATA_HOME"] = str(_OWN_HOME / "data")
+os.environ["XDG_CONFIG_HOME"] = str(_OWN_HOME / "config")
+for _name in [name for name in os.environ if name.startswith("WP_MCP_")]:
+    del os.environ[_name]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_OWN_HOME, ignore_errors=True)
 
 
 @pytest.fixture
