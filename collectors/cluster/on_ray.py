@@ -149,7 +149,7 @@ def _check_token(address: str) -> None:
     logged by Ray's C++ client on this process's stderr; one client in a child process says
     it in about a second, and its log stays there."""
     try:
-        # the child's client gives up on a port that is not a GCS in 5 s, not Ray's 30
+        # 5 s a try: the child gives up on a port that is not a GCS in ~15 s, not 30 s a try
         env = {**os.environ, "RAY_py_gcs_connect_timeout_s": "5"}
         probe = subprocess.run([sys.executable, "-c", TOKEN_PROBE, address], capture_output=True,
                                stdin=subprocess.DEVNULL, env=env, timeout=TOKEN_PROBE_TIMEOUT_S)  # fmt: skip
