@@ -109,8 +109,7 @@ def collect_ray(address: str | None, ctx: Context, node_timeout_s: float = NODE_
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)  # fmt: skip
     except refused:
-        raise UserError(f"the Ray cluster at {excerpt(address or 'auto')} refused this "
-                        f"driver's token: {AUTH_HINT}") from None  # fmt: skip
+        raise _token_refused(address or "auto") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UserError(f"cannot reach the Ray cluster at {excerpt(address or 'auto')}: "
                         f"{excerpt(exc)}") from None  # fmt: skip
@@ -156,8 +155,12 @@ def _check_token(address: str) -> None:
     except (OSError, subprocess.TimeoutExpired):
         return  # ray.init will say what is wrong, if anything
     if probe.returncode == 3:
-        raise UserError(f"the Ray cluster at {excerpt(address)} refused this driver's token: "
-                        f"{AUTH_HINT}")  # fmt: skip
+        raise _token_refused(address)
+
+
+def _token_refused(address: str) -> UserError:
+    return UserError(f"the Ray cluster at {excerpt(address)} refused this driver's token: "
+                     f"{AUTH_HINT}")  # fmt: skip
 
 
 def _check_reachable(address: str) -> None:
