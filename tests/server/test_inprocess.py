@@ -68,6 +68,16 @@ def test_server_budget_constants_match_the_converters() -> None:
     assert tools.MIN_MAX_TOKENS == converters.tokens.MIN_MAX_TOKENS
 
 
+def test_a_tool_name_registered_twice_is_refused() -> None:
+    (taken, *_) = tools.load_tools()
+    register = tools.tool(
+        name=taken.name, title="again", description="again", annotations=tools.READ_ONLY
+    )
+    with pytest.raises(ValueError, match=taken.name):
+        register(lambda state: tools.result("again"))
+    assert tools.TOOLS[taken.name] is taken  # the first one stays
+
+
 async def test_empty_store_answers_with_a_hint(server) -> None:
     async with Client(server) as client:
         listing = await client.call_tool("wp_snapshots", {})
