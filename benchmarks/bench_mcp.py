@@ -89,7 +89,8 @@ def bench_cold_start(store: Path, runs: int) -> tuple[list[float], list[float]]:
         client.handshake()
         answer = client.request("tools/list")
         walls.append(time.perf_counter() - started)
-        assert len(answer["result"]["tools"]) == 11
+        listed = {tool["name"] for tool in answer["result"]["tools"]}
+        assert "wp_layer" in listed, answer  # the tool the latency figures call
         client.close()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)

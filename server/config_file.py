@@ -1,6 +1,6 @@
-"""Where the config file is, and what every command takes from it, without loading the
-config's model: validating a file needs pydantic (``config.py``), a command that finds no
-file pays nothing for it (a stored page is served in tens of milliseconds).
+"""Where the config file is, found without loading the config's model: validating a file
+needs pydantic (``config.py``), a command that finds no file pays nothing for it (a stored
+page is served in tens of milliseconds).
 
 The search order is the one ``config.py`` documents: ``--config FILE``, ``$WP_MCP_CONFIG``,
 ``$XDG_CONFIG_HOME/wp-mcp/config.toml`` (default ``~/.config/wp-mcp/config.toml``), then
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import shown
@@ -33,17 +32,3 @@ def find_config(explicit: str | None) -> Path | None:
                 raise UserError(f"{origin}: no config file {shown(path)}")
             return path
     return next((path for path in search_path() if path.is_file()), None)
-
-
-def apply_process_wide(args: Any) -> None:
-    """What the config sets for every command of this process: its redaction patterns,
-    added to the built-in rules before anything is collected or imported. Only the file
-    sets them (no flag or variable does), so without one the built-in rules apply alone."""
-    from wp_mcp.graph.redact import set_user_patterns
-
-    if find_config(getattr(args, "config", None)) is None:
-        set_user_patterns([])
-        return
-    from .config import from_args
-
-    set_user_patterns(from_args(args).config.redaction.patterns)

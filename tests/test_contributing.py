@@ -93,7 +93,7 @@ def test_every_kind_has_a_worked_example_and_at_most_one_registration_line():
         "converters/views/threads.py",
         "skills/bottleneck-identification/preempted.py",
         "skills/process-census/engine.py",
-        "server/mcp_server.py",
+        "server/mcp/tools/kinds.py",
     }
     assert all(code.count("\n") == 1 for code in REGISTRATIONS.values()), REGISTRATIONS
     for example in EXAMPLES.values():
@@ -104,8 +104,8 @@ async def test_the_example_view_is_served_by_wp_layer(
     monkeypatch, witty, store_dir, add_to_package
 ):
     from wp_mcp.converters import catalog, views
-    from wp_mcp.server.mcp_server import build_server
-    from wp_mcp.server.mcp_state import ServerState
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
 
     name = add_to_package(views, "converters/views/threads.py")
     listed = ast.literal_eval(REGISTRATIONS["converters/catalog.py"].strip().rstrip(","))
@@ -152,19 +152,18 @@ def test_the_example_rule_is_in_the_diagnosis(witty, add_to_package):
     assert "proc:1895087 (python3) was preempted 3,364,780 times" in report.to_markdown()
 
 
-async def test_the_example_tool_is_listed_and_answers(monkeypatch, witty, store_dir):
-    from wp_mcp.server import mcp_server
-    from wp_mcp.server.mcp_state import ServerState
+async def test_the_example_tool_is_listed_and_answers(witty, store_dir, add_to_package):
+    from wp_mcp.server.mcp import tools
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
 
-    monkeypatch.setattr(mcp_server, "TOOLS", list(mcp_server.TOOLS))  # dropped afterwards
-    namespace = dict(vars(mcp_server))  # the function as written into mcp_server.py
-    exec(EXAMPLES["server/mcp_server.py"], namespace)
-
+    assert add_to_package(tools, "server/mcp/tools/kinds.py") == "kinds"
     snapshot = Store(store_dir).put(witty, label="witty")
-    async with Client(mcp_server.build_server(ServerState(store_path=store_dir))) as client:
-        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-        answer = await client.call_tool("wp_kinds", {"snapshot": snapshot})
-        wrong = await client.call_tool("wp_kinds", {"snapshot": "nope"})
+    with restored(tools.TOOLS):  # the server finds the new module itself: nothing lists it
+        async with Client(build_server(ServerState(store_path=store_dir))) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            answer = await client.call_tool("wp_kinds", {"snapshot": snapshot})
+            wrong = await client.call_tool("wp_kinds", {"snapshot": "nope"})
     assert set(listed["wp_kinds"].input_schema["properties"]) == {"snapshot"}
     assert listed["wp_kinds"].annotations.read_only_hint
     assert answer.content[0].text.startswith("socket 44, thread 41, ")

@@ -14,9 +14,9 @@ import pytest
 from mcp import Client
 from wp_mcp.graph.store import Store
 from wp_mcp.graph.witty import load_witty
-from wp_mcp.server.mcp_app import PICTURE_APP_URI
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.app import PICTURE_APP_URI
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 
 HOST_PAGE = """<!DOCTYPE html><html><body>
 <iframe id="app" src="app.html" style="width:1500px;height:950px"></iframe>

@@ -16,8 +16,8 @@ from mcp import Client
 from wp_mcp.collectors.cluster.on_ray import GraphStream
 from wp_mcp.graph import Graph, UserError, ids, native
 from wp_mcp.server import cli
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 
 
 @pytest.fixture

@@ -274,8 +274,8 @@ def test_a_driver_without_the_clusters_token_gets_one_line(ray_cluster, tmp_path
 MCP_CALL = """
 import json, sys, anyio
 from mcp import Client
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 
 async def main():
     server = build_server(ServerState(store_path=sys.argv[1]))

@@ -12,8 +12,8 @@ TAUGHT = [
     *ROOT.glob("docs/*.md"),
     *ROOT.glob("skills/*/SKILL.md"),
     *ROOT.glob("skills/*/references/*.md"),
-    ROOT / "server" / "mcp_server.py",
-    ROOT / "server" / "mcp_text.py",
+    *ROOT.glob("server/mcp/tools/*.py"),  # the tools' descriptions
+    ROOT / "server" / "mcp" / "text.py",
 ]
 
 

@@ -329,8 +329,8 @@ HOSTILE_FILES = {
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_wp_open_refuses_each_hostile_file_and_stores_nothing(tmp_path, anyio_backend):
     from mcp import Client
-    from wp_mcp.server.mcp_server import build_server
-    from wp_mcp.server.mcp_state import ServerState
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
 
     folder = tmp_path / "files"
     folder.mkdir()

@@ -339,8 +339,8 @@ def test_several_files_mixing_a_graph_and_a_trace_are_refused(tmp_path, capsys):
 def test_wp_open_imports_a_rank_trace_alone_or_joined_to_a_snapshot(tmp_path):
     import anyio
     from mcp import Client
-    from wp_mcp.server.mcp_server import build_server
-    from wp_mcp.server.mcp_state import ServerState
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
 
     allowed = tmp_path / "allowed"
     allowed.mkdir()

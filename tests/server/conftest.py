@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from wp_mcp.graph.store import Store
 from wp_mcp.graph.witty import load_witty
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 from wp_testdata import WITTY_GRAPH as WITTY
 
 

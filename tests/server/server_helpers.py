@@ -23,6 +23,13 @@ def serve_command(store_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "wp_mcp.server.cli", "--store", str(store_dir), "serve", *extra]
 
 
+def registered_tools() -> set[str]:
+    """The tools this checkout's MCP server registers: a served catalogue lists each one."""
+    from wp_mcp.server.mcp.tools import load_tools
+
+    return {spec.name for spec in load_tools()}
+
+
 def server_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("WP_MCP_STORE", None)  # the command line names the store

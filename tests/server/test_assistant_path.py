@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from wp_mcp.converters import count_tokens
 from wp_mcp.graph import native
 from wp_mcp.graph.witty import load_witty
-from wp_mcp.server.mcp_text import INSTRUCTIONS
+from wp_mcp.server.mcp.text import INSTRUCTIONS
 from wp_mcp.skills.analysis import Analysis
 from wp_mcp.skills.bottleneck_identification.plan import applied
 from wp_testdata import WITTY_GRAPH

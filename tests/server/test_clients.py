@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from server_helpers import CLIENTS, node_tool, serve_command, server_env
+from server_helpers import CLIENTS, node_tool, registered_tools, serve_command, server_env
 from wp_mcp.converters import count_tokens
 
 pytestmark = pytest.mark.slow  # each inspector call spawns node and the server (~3 s)
@@ -54,7 +54,7 @@ def test_mcp_inspector_cli(store_dir: Path, allowed: Path, witty_id: str) -> Non
         store_dir, allowed, "--method", "prompts/get", "--prompt-name", "diagnose",
         "--prompt-args", f"snapshot={witty_id}",
     )  # fmt: skip
-    assert len(listed["tools"]) == 12
+    assert {tool["name"] for tool in listed["tools"]} == registered_tools()
     assert all("annotations" in tool for tool in listed["tools"])
     assert not opened.get("isError") and opened["structuredContent"]["snapshot_id"]
     assert not layer.get("isError") and "npu" in first_text(layer)

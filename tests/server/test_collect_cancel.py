@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from server_helpers import serve_command, server_env
 from wp_mcp.collectors.ebpf import probe_ebpf
-from wp_mcp.server.mcp_state import PAGE_BUILDER
+from wp_mcp.server.mcp.state import PAGE_BUILDER
 
 pytestmark = pytest.mark.anyio
 

@@ -146,7 +146,7 @@ def test_init_writes_a_commented_default_that_loads_back(tmp_path: Path, capsys)
 
 def serve_args(*argv: str):
     from wp_mcp.server.cli import build_parser
-    from wp_mcp.server.cli_serve import apply_config
+    from wp_mcp.server.cli.serve import apply_config
 
     args = build_parser("serve").parse_args([*argv])
     apply_config(args)

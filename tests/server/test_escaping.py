@@ -17,8 +17,8 @@ from wp_mcp.graph import native
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import CollectorStatus
 from wp_mcp.server.cli import main
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 from wp_mcp.skills import SKILL_NAMES
 
 FORGED = "FORGED"  # every hostile string tries to start a line with this

@@ -85,8 +85,8 @@ def test_memory_stays_bounded_through_the_whole_corpus(driven) -> None:
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_wp_open_refuses_each_hostile_file_without_storing_it(corpus, tmp_path) -> None:
-    from wp_mcp.server.mcp_server import build_server
-    from wp_mcp.server.mcp_state import ServerState
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
 
     folder, entries = corpus
     store_path = tmp_path / "store"

@@ -16,7 +16,7 @@ import pytest
 from mcp.types import LATEST_PROTOCOL_VERSION
 from server_helpers import free_port, serve_command, server_env, wait_listening
 from wp_mcp.graph.errors import UserError
-from wp_mcp.server.cli_serve import BearerAuth, read_token
+from wp_mcp.server.cli.serve import BearerAuth, read_token
 
 TOKEN = "hardening-token-9d2e"
 INITIALIZE = {

@@ -3,24 +3,23 @@ prompts, budgets and error results."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 from mcp import Client
 from wp_mcp.converters import count_tokens
-from wp_mcp.server import mcp_server
-from wp_mcp.server.mcp_text import INSTRUCTIONS
+from wp_mcp.server.mcp import server as mcp_server
+from wp_mcp.server.mcp import tools
+from wp_mcp.server.mcp.text import INSTRUCTIONS
 
 from wp_mcp import converters, skills
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {
-    "wp_collect", "wp_open", "wp_snapshots", "wp_summary", "wp_layer", "wp_entity",
-    "wp_search", "wp_run_skill", "wp_report", "wp_diff", "wp_skill_docs", "wp_events",
-}  # fmt: skip
-WRITERS = {"wp_collect", "wp_open", "wp_run_skill"}
+WRITERS = ("wp_collect", "wp_open", "wp_run_skill")  # the tools here that store something
+READERS = ("wp_snapshots", "wp_summary", "wp_layer", "wp_entity", "wp_report", "wp_diff")
 LAYERS = ("compute", "memory", "interconnect", "network", "storage", "control", "data")
 
 
@@ -34,13 +33,28 @@ def assert_small_structured(result) -> None:
         assert len(json.dumps(result.structured_content)) < 600, result.structured_content
 
 
-async def test_catalog_lists_every_tool_with_annotations_within_budget(server) -> None:
+async def test_catalog_lists_every_registered_tool_with_its_schema_within_budget(
+    server,
+) -> None:
     async with Client(server) as client:
         listed = await client.list_tools()
-    assert {tool.name for tool in listed.tools} == TOOLS
-    for tool in listed.tools:
-        assert tool.description and tool.annotations is not None, tool.name
-        assert tool.annotations.read_only_hint is (tool.name not in WRITERS), tool.name
+    served = {tool.name: tool for tool in listed.tools}
+    registered = tools.load_tools()
+    assert registered and {spec.name for spec in registered} <= set(served)
+    for spec in registered:
+        tool = served[spec.name]
+        assert (tool.title, tool.description) == (spec.title, spec.description), spec.name
+        assert tool.annotations == spec.annotations, spec.name
+        # its arguments are the handler's parameters after the state (ctx is the SDK's)
+        parameters = list(inspect.signature(spec.handler).parameters.values())[1:]
+        arguments = {p.name for p in parameters if p.name != "ctx"}
+        required = {p.name for p in parameters if p.name != "ctx" and p.default is p.empty}
+        assert set(tool.input_schema.get("properties", {})) == arguments, spec.name
+        assert set(tool.input_schema.get("required", [])) == required, spec.name
+    for name in WRITERS:
+        assert served[name].annotations.read_only_hint is False, name
+    for name in READERS:
+        assert served[name].annotations.read_only_hint is True, name
     catalog = json.dumps(
         [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
     )
@@ -49,10 +63,19 @@ async def test_catalog_lists_every_tool_with_annotations_within_budget(server) -
 
 
 def test_server_budget_constants_match_the_converters() -> None:
-    assert mcp_server.DEFAULT_MAX_TOKENS == converters.DEFAULT_MAX_TOKENS
-    assert mcp_server.HARD_MAX_TOKENS == converters.HARD_MAX_TOKENS
-    assert mcp_server.MIN_MAX_TOKENS == converters.tokens.MIN_MAX_TOKENS
-    assert tuple(mcp_server.SKILLS) == tuple(skills.SKILL_NAMES)
+    assert tools.DEFAULT_MAX_TOKENS == converters.DEFAULT_MAX_TOKENS
+    assert tools.HARD_MAX_TOKENS == converters.HARD_MAX_TOKENS
+    assert tools.MIN_MAX_TOKENS == converters.tokens.MIN_MAX_TOKENS
+
+
+def test_a_tool_name_registered_twice_is_refused() -> None:
+    (taken, *_) = tools.load_tools()
+    register = tools.tool(
+        name=taken.name, title="again", description="again", annotations=tools.READ_ONLY
+    )
+    with pytest.raises(ValueError, match=taken.name):
+        register(lambda state: tools.result("again"))
+    assert tools.TOOLS[taken.name] is taken  # the first one stays
 
 
 async def test_empty_store_answers_with_a_hint(server) -> None:
@@ -218,7 +241,7 @@ async def test_errors_say_what_to_do(server, witty_id, tool, arguments, says) ->
 async def test_open_refuses_paths_outside_roots_links_and_big_files(
     store_dir: Path, allowed: Path, tmp_path: Path
 ) -> None:
-    from wp_mcp.server.mcp_state import ServerState
+    from wp_mcp.server.mcp.state import ServerState
 
     outside = tmp_path / "outside.json"
     outside.write_text((allowed / "graph.json").read_text())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from wp_mcp.converters import render_view
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import StoredPage
-from wp_mcp.server.mcp_state import ServerState, _Lru, answer_weight
+from wp_mcp.server.mcp.state import ServerState, _Lru, answer_weight
 from wp_testdata import WITTY_GRAPH
 
 
@@ -74,13 +74,13 @@ def test_entities_and_searches_are_read_from_the_node_index_the_warm_build_store
 
 
 def test_the_open_answer_never_waits_for_a_big_graphs_summary(store_dir, monkeypatch):
-    from wp_mcp.server import mcp_server
+    from wp_mcp.server.mcp.tools import snapshots
 
     graph = witty.load_witty(WITTY_GRAPH)
     state = ServerState(store_path=store_dir)
     snapshot_id = state.store.put(graph)  # stored, no pages yet
-    monkeypatch.setattr(mcp_server, "OVERVIEW_RENDER_ELEMENTS", 100)  # the fixture is "big"
-    assert "wp_summary" in mcp_server._overview_summary(state, snapshot_id, graph)
+    monkeypatch.setattr(snapshots, "OVERVIEW_RENDER_ELEMENTS", 100)  # the fixture is "big"
+    assert "wp_summary" in snapshots._overview_summary(state, snapshot_id, graph)
     state.warm(snapshot_id, graph).join(timeout=120)
     expected = render_view(graph, "summary", snapshot_id=snapshot_id).text
-    assert mcp_server._overview_summary(state, snapshot_id, graph) == expected
+    assert snapshots._overview_summary(state, snapshot_id, graph) == expected

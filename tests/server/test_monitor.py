@@ -15,13 +15,13 @@ from wp_mcp.graph import native
 from wp_mcp.graph.store import Store, thinned
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.server import config_file
-from wp_mcp.server import monitor as monitor_module
 from wp_mcp.server.cli import main
 from wp_mcp.server.config import Config
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
-from wp_mcp.server.mcp_watch import LATEST_URI
-from wp_mcp.server.monitor import (
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
+from wp_mcp.server.mcp.watch import LATEST_URI
+from wp_mcp.server.monitoring import monitor as monitor_module
+from wp_mcp.server.monitoring.monitor import (
     FAMILIES,
     LABEL,
     Metric,

@@ -32,8 +32,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from server_helpers import free_port, serve_command, server_env
 from wp_mcp.graph.store import Store
-from wp_mcp.server.mcp_watch import FINDINGS_URI, LATEST_URI
-from wp_mcp.server.monitor import LABEL
+from wp_mcp.server.mcp.watch import FINDINGS_URI, LATEST_URI
+from wp_mcp.server.monitoring.monitor import LABEL
 from wp_require import unavailable
 
 pytestmark = [

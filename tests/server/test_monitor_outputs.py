@@ -19,10 +19,10 @@ from server_helpers import free_port
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.store import Store
 from wp_mcp.graph.witty import load_witty
-from wp_mcp.server import monitor as monitor_module
 from wp_mcp.server.config import Config, EventsFileConfig, WebhooksConfig
-from wp_mcp.server.monitor import Monitor
-from wp_mcp.server.monitor_outputs import EventsFile, Outputs, Webhook
+from wp_mcp.server.monitoring import monitor as monitor_module
+from wp_mcp.server.monitoring.monitor import Monitor
+from wp_mcp.server.monitoring.outputs import EventsFile, Outputs, Webhook
 from wp_testdata import WITTY_GRAPH
 
 WAIT_S = 60.0

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from server_helpers import serve_command, server_env
 from test_collect_cancel import _server_pid, bpf_program_fds, text
-from wp_mcp.server.mcp_state import PAGE_BUILDER
+from wp_mcp.server.mcp.state import PAGE_BUILDER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.ebpf]
 

@@ -8,8 +8,8 @@ import io
 import pytest
 from wp_mcp.collectors import Context
 from wp_mcp.graph import Graph
-from wp_mcp.server.cli_collect import _run
-from wp_mcp.server.progress import BAR_WIDTH, ERASE_LINE, ProgressLine
+from wp_mcp.server.cli.collect import _run
+from wp_mcp.server.cli.progress import BAR_WIDTH, ERASE_LINE, ProgressLine
 
 
 def drawn_lines(output: str) -> list[str]:

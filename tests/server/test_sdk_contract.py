@@ -1,8 +1,8 @@
 """The MCP SDK internals the server relies on, checked on the installed SDK.
 
-The server reaches past the SDK's public API in a few places (server/mcp_server.py rejects
+The server reaches past the SDK's public API in a few places (server/mcp/server.py rejects
 unknown tool arguments and prompts through ``_tool_manager`` and ``_prompt_manager``;
-server/mcp_watch.py publishes store changes on ``_subscriptions`` and wraps the low-level
+server/mcp/watch.py publishes store changes on ``_subscriptions`` and wraps the low-level
 server's ``subscriptions/listen`` handler, found through ``_lowlevel_server``). An SDK upgrade that renames or reshapes any of
 them must fail here, by name, rather than surface as an AttributeError in a user's session.
 """

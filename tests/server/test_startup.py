@@ -11,8 +11,8 @@ HEAVY = ("torch", "bcc", "networkx", "pyroute2", "pynvml", "numpy")
 STARTUP = """
 import json, sys
 from wp_mcp.server import cli
-from wp_mcp.server.mcp_server import build_server
-from wp_mcp.server.mcp_state import ServerState
+from wp_mcp.server.mcp.server import build_server
+from wp_mcp.server.mcp.state import ServerState
 cli.build_parser("serve")  # what `wp-mcp serve` imports before serving
 build_server(ServerState())
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from server_helpers import serve_command, server_env
+from server_helpers import registered_tools, serve_command, server_env
 from wp_mcp.converters import count_tokens
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ async def test_python_sdk_client_over_stdio(store_dir: Path, allowed: Path) -> N
         bad = await client.call_tool("wp_layer", {"view": "nope", "snapshot": sid})
         resource = await client.read_resource(f"wp://snapshots/{sid}/summary")
         prompt = await client.get_prompt("bottleneck-identification", {"snapshot": sid})
-    assert len(tools.tools) == 12
+    assert {tool.name for tool in tools.tools} == registered_tools()
     assert not opened.is_error and not layer.is_error and not entity.is_error
     assert count_tokens(text(layer)) <= 4000 and "npu:0" in text(entity)
     assert bad.is_error and "compute" in text(bad)

@@ -30,7 +30,7 @@ from wp_mcp.graph.store import Store
 from wp_mcp.skills import Report, diagnose
 from wp_mcp.skills.analysis import Analysis
 
-from .config import Config
+from ..config import Config
 
 log = logging.getLogger(__name__)
 

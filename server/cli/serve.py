@@ -13,7 +13,7 @@ from typing import Any
 
 from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, error_line, excerpt
 
-from .errors import UserError
+from ..errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ DEFAULT_SESSION_IDLE_S = 600.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from .mcp_state import DEFAULT_MAX_FILE_MB
+    from ..mcp.state import DEFAULT_MAX_FILE_MB
 
     p = sub.add_parser(
         "serve",
@@ -88,8 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .mcp_server import build_server
-    from .mcp_state import ServerState
+    from ..mcp.server import build_server
+    from ..mcp.state import ServerState
 
     apply_config(args)
     if args.max_file_mb <= 0:
@@ -114,7 +114,7 @@ def serve(args: argparse.Namespace) -> int:
 def apply_config(args: argparse.Namespace) -> None:
     """The config file's serve.* and store.path where no flag set them (docs/monitoring.md:
     flags > environment > file > defaults); its allowed folders are added to --allow-dir."""
-    from .config import from_args
+    from ..config import from_args
 
     loaded = from_args(args)
     serve = loaded.config.serve
@@ -237,7 +237,7 @@ def add_picture_route(server: Any, state: Any, allowed_hosts: set[str]) -> None:
     from starlette.responses import HTMLResponse, PlainTextResponse
     from wp_mcp.converters.html import CSP, render_html
 
-    from .cli_show import picture_of
+    from .show import picture_of
 
     def page(ref: str) -> str:
         snapshot_id = state.resolve_snapshot(ref)

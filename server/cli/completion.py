@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from .cli import build_parser
+    from . import build_parser
 
     script = bash_script(build_parser())
     if args.shell == "zsh":

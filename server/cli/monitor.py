@@ -18,8 +18,8 @@ from wp_mcp.graph.outfile import check_target, shown, write_output
 from wp_mcp.graph.safetext import escape
 from wp_mcp.graph.store import Store
 
-from . import config as config_module
-from . import config_file
+from .. import config as config_module
+from .. import config_file
 
 UNIT = """\
 [Unit]
@@ -91,8 +91,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     if args.print_unit:
         sys.stdout.write(unit_text(args))
         return 0
-    from .monitor import Monitor
-    from .monitor_outputs import Outputs
+    from ..monitoring.monitor import Monitor
+    from ..monitoring.outputs import Outputs
 
     loaded = load_config(args)
     store = open_configured_store(loaded)

@@ -27,10 +27,10 @@ from wp_mcp.skills import (
 )
 from wp_mcp.skills.job_scope import scope_to_job, without_process
 
-from .cli_collect import MAX_DURATION_S
-from .cli_collect import _run as collect_live
-from .cli_graph import open_store
-from .cli_report import FAIL_ON_STATUS, add_fail_on, failed
+from .collect import MAX_DURATION_S
+from .collect import _run as collect_live
+from .graph import open_store
+from .report import FAIL_ON_STATUS, add_fail_on, failed
 
 DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
 

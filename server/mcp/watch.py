@@ -1,5 +1,5 @@
-"""MCP for monitoring: subscriptions to `wp://snapshots/latest` and `wp://findings`, and the
-`wp_events` tool.
+"""MCP for monitoring: subscriptions to `wp://snapshots/latest` and `wp://findings` (the
+`wp_events` tool is in ``tools/events.py``).
 
 `wp-mcp serve` attached to the store a `wp-mcp monitor` writes learns of each new cycle by
 watching the store (one thread, a cheap query every second, started by the first
@@ -15,23 +15,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from mcp import types
 from mcp.shared.subscriptions import ResourceUpdated
-from pydantic import Field
 from wp_mcp.graph.safetext import escape
+
+from .errors import resource_errors
+from .text import page_text
+from .tools import DEFAULT_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
 LATEST_URI = "wp://snapshots/latest"
 FINDINGS_URI = "wp://findings"
 WATCH_INTERVAL_S = 1.0
-MAX_EVENTS_PER_CALL = 200
-EVENTS_TOKENS = 3900  # a wp_events answer stays within the 4,000-token page budget
 _FINDING_EVENTS = ("finding.appeared", "finding.resolved", "finding.escalated")
 
 
@@ -122,7 +123,7 @@ class StoreWatch:
 
 
 def register_monitoring(server: Any, state: Any) -> None:
-    """The subscription handlers, the two watched resources and the wp_events tool."""
+    """The subscription handlers and the two watched resources."""
     watch = StoreWatch(server, state)
     lowlevel = server._lowlevel_server
     listen = lowlevel.get_request_handler("subscriptions/listen")
@@ -140,26 +141,20 @@ def register_monitoring(server: Any, state: Any) -> None:
         "resources/unsubscribe", types.UnsubscribeRequestParams, watch.unsubscribe
     )
     _register_resources(server, state)
-    _register_events_tool(server, state)
 
 
 def _register_resources(server: Any, state: Any) -> None:
-    from .mcp_server import _render, _resource_errors
-
     @server.resource(LATEST_URI, name="latest-snapshot", mime_type="text/plain",
                      description="Summary of the newest snapshot; subscribe to hear of new ones")  # fmt: skip
-    @_resource_errors
+    @resource_errors
     def latest() -> str:
         snapshot_id = state.store.resolve("latest")
-        return f"snapshot {snapshot_id}\n" + _render(state, snapshot_id, "summary")[0].text
+        return f"snapshot {snapshot_id}\n" + state.render(snapshot_id, "summary")[0].text
 
     @server.resource(FINDINGS_URI, name="findings", mime_type="text/plain",
                      description="Findings of the newest report; subscribe to hear of changes")  # fmt: skip
-    @_resource_errors
+    @resource_errors
     def findings() -> str:
-        from .mcp_server import DEFAULT_MAX_TOKENS
-        from .mcp_text import page_text
-
         text = findings_text(state.store)
         return page_text(text, max_tokens=DEFAULT_MAX_TOKENS, cursor=None,
                          again="wp_report report=latest").text  # fmt: skip
@@ -174,49 +169,6 @@ def findings_text(store: Any) -> str:
         subject = f" on {f['subject']}" if f.get("subject") else ""
         lines.append(escape(f"{f['priority']} {f['rule_id']}{subject}: {f['title']}", 300, "line"))
     return "\n".join(lines)
-
-
-def event_text(event: dict[str, Any]) -> str:
-    """One event as one line: seq, kind, then its fields (host strings escaped)."""
-    fields = " ".join(
-        f"{key}={event[key]}"
-        for key in ("priority", "rule", "subject", "metric", "value", "baseline", "snapshot")
-        if event.get(key) is not None
-    )
-    title = f" — {event['title']}" if event.get("title") else ""
-    stamp = time.strftime("%H:%M:%S", time.gmtime(event.get("time", 0)))
-    return escape(f"#{event['seq']} {stamp} {event['kind']} {fields}{title}", 400, "line")
-
-
-def _register_events_tool(server: Any, state: Any) -> None:
-    from .mcp_server import READ_ONLY, _result, _user_errors
-
-    @server.tool(
-        annotations=READ_ONLY,
-        description="Monitor events since a cursor (findings appeared/resolved/escalated, "
-        "metric regressions vs the baseline), oldest first; pass next_cursor to continue.",
-    )
-    @_user_errors
-    def wp_events(
-        cursor: Annotated[int, Field(ge=0, description="seq of the last event seen; 0: all")] = 0,
-        limit: Annotated[int, Field(ge=1, le=MAX_EVENTS_PER_CALL)] = 50,
-    ) -> Any:
-        from wp_mcp.converters.tokens import take_lines
-
-        events = state.store.events_since(cursor, limit)
-        lines = take_lines([event_text(event) for event in events], 0, EVENTS_TOKENS)
-        shown = events[: len(lines)]  # what the budget let in: the next call resumes after it
-        next_cursor = shown[-1]["seq"] if shown else cursor
-        if not events:
-            text = f"no events after #{cursor} (`wp-mcp monitor` writes them)"
-        else:
-            more = (
-                f"\n(more: call wp_events with cursor={next_cursor})"
-                if len(shown) < len(events)
-                else ""
-            )
-            text = "\n".join(lines) + more
-        return _result(text, count=len(shown), next_cursor=next_cursor)
 
 
 def _nothing() -> None:

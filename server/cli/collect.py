@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.outfile import check_target
 
-from .cli_graph import open_store
+from .graph import open_store
 from .progress import ProgressLine
 
 if TYPE_CHECKING:  # the collectors load when a command collects: `diagnose ID` never does

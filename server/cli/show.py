@@ -23,8 +23,8 @@ from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.graph.safetext import error_line, excerpt
 
-from .cli_logging import configure_logging
-from .errors import UserError
+from ..errors import UserError
+from .log_setup import configure_logging
 
 if TYPE_CHECKING:
     from wp_mcp.converters.picture import Picture
@@ -120,7 +120,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from wp_mcp.converters import render_view
     from wp_mcp.converters.formats import PICTURE_FORMATS
 
-    from .config_file import apply_process_wide
+    from .redaction import apply_process_wide
 
     apply_process_wide(args)  # a graph file is imported: the config's redaction patterns
     graph, snapshot_id = load_source(args.source, getattr(args, "store", None))

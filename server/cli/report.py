@@ -15,8 +15,8 @@ import orjson
 from wp_mcp.graph import UserError
 from wp_mcp.graph.safetext import escape
 
-from .cli_graph import open_store
-from .cli_show import load_source
+from .graph import open_store
+from .show import load_source
 
 # The exit status when --fail-on finds what it was told to fail on; 2 is a usage error.
 FAIL_ON_STATUS = 3

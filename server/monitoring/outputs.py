@@ -30,7 +30,7 @@ from typing import IO, Any
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
 
-from .config import Config, EventsFileConfig, WebhooksConfig, parse_bind
+from ..config import Config, EventsFileConfig, WebhooksConfig, parse_bind
 from .monitor import FAMILIES
 
 log = logging.getLogger(__name__)

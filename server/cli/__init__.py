@@ -1,9 +1,9 @@
-"""The `wp-mcp` command line.
+"""The `wp-mcp` command line: the parser and :func:`main` (the console script).
 
-Each group of commands lives in its own module with a ``register(subparsers)`` function that
-adds its subcommands; a subcommand's handler takes the parsed arguments and returns an exit
-code. Handlers raise ``UserError`` for anything the user can fix: it is printed as one line
-on stderr with exit code 2, never as a traceback.
+Each group of commands lives in its own module of this package, with a
+``register(subparsers)`` function that adds its subcommands; a subcommand's handler takes the
+parsed arguments and returns an exit code. Handlers raise ``UserError`` for anything the user
+can fix: it is printed as one line on stderr with exit code 2, never as a traceback.
 """
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ from wp_mcp.graph.safetext import error_line
 
 from wp_mcp import __version__
 
-from .cli_logging import configure_logging
-from .errors import UserError
+from ..errors import UserError
+from .log_setup import configure_logging
 
 # Modules that contribute subcommands, in the order they appear in --help, with the commands
 # each registers: running one command imports only its module (`serve` starts faster
 # without the collectors, converters and skills it loads lazily).
 COMMAND_MODULES = {
-    "wp_mcp.server.cli_graph": ("import", "snapshots", "export", "delete"),
-    "wp_mcp.server.cli_show": ("show",),
-    "wp_mcp.server.cli_collect": ("collect",),
-    "wp_mcp.server.cli_serve": ("serve",),
-    "wp_mcp.server.cli_skills": ("diagnose", "skill", "skills"),
-    "wp_mcp.server.cli_report": ("report", "diff"),
-    "wp_mcp.server.cli_completion": ("completion",),
-    "wp_mcp.server.cli_monitor": ("monitor", "baseline", "config"),
+    "wp_mcp.server.cli.graph": ("import", "snapshots", "export", "delete"),
+    "wp_mcp.server.cli.show": ("show",),
+    "wp_mcp.server.cli.collect": ("collect",),
+    "wp_mcp.server.cli.serve": ("serve",),
+    "wp_mcp.server.cli.skills": ("diagnose", "skill", "skills"),
+    "wp_mcp.server.cli.report": ("report", "diff"),
+    "wp_mcp.server.cli.completion": ("completion",),
+    "wp_mcp.server.cli.monitor": ("monitor", "baseline", "config"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--store", "--config")
 _UNMEASURED_WIDTH = 80  # a formatter's width until it writes help (then the terminal's)
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if not getattr(args, "applies_config", False):  # else the handler does, if it must
-            from .config_file import apply_process_wide
+            from .redaction import apply_process_wide
 
             apply_process_wide(args)  # the config file's redaction patterns, for every command
         return int(args.handler(args) or 0)
@@ -129,7 +129,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,24 +9,21 @@ the same text as before: nothing is added to the answers themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from mcp.server.apps import APP_MIME_TYPE
 from mcp.server.mcpserver.resources import TextResource
 
-from .mcp_state import ServerState
+from .errors import resource_errors
+from .state import ServerState
 
 PICTURE_APP_URI = "ui://wp-mcp/picture.html"
 PICTURE_APP_META: dict[str, Any] = {"ui": {"resourceUri": PICTURE_APP_URI}}
 PICTURE_RESOURCE = "wp://snapshots/{id}/picture"
 
 
-def register_picture_app(
-    server: Any, state: ServerState, resource_errors: Callable[[Callable], Callable]
-) -> None:
-    """The ``ui://`` page (the self-contained page without data) and the picture resource;
-    ``resource_errors`` turns a caller's error into the server's resource error."""
+def register_picture_app(server: Any, state: ServerState) -> None:
+    """The ``ui://`` page (the self-contained page without data) and the picture resource."""
     from wp_mcp.converters.html import render_html
 
     server.add_resource(
@@ -46,7 +43,7 @@ def register_picture_app(
     def picture(id: str) -> str:
         import orjson
 
-        from .cli_show import picture_of
+        from ..cli.show import picture_of
 
         snapshot_id = state.resolve_snapshot(id)
         return state.cached(
