@@ -237,7 +237,7 @@ def add_picture_route(server: Any, state: Any, allowed_hosts: set[str]) -> None:
     from starlette.responses import HTMLResponse, PlainTextResponse
     from wp_mcp.converters.html import CSP, render_html
 
-    from .show import picture_of
+    from ..pictures import picture_of
 
     def page(ref: str) -> str:
         snapshot_id = state.resolve_snapshot(ref)

@@ -27,7 +27,6 @@ from ..errors import UserError
 from .log_setup import configure_logging
 
 if TYPE_CHECKING:
-    from wp_mcp.converters.picture import Picture
     from wp_mcp.converters.render import Page
     from wp_mcp.graph.graph import Graph
     from wp_mcp.graph.store import StoredPage
@@ -253,6 +252,8 @@ def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> i
     from wp_mcp.converters.formats import picture_dot, picture_mermaid, picture_svg
     from wp_mcp.converters.html import render_html
 
+    from ..pictures import picture_of  # the skills load for a picture only
+
     picture = picture_of(graph)
     draw = {
         "html": render_html,
@@ -262,14 +263,6 @@ def _show_picture(graph: Graph, fmt: str, out: str | None, max_tokens: int) -> i
     }[fmt]
     _emit(draw(picture) + "\n", out)
     return 0
-
-
-def picture_of(graph: Graph) -> Picture:
-    """The picture of a graph with every skill's findings marked (CLI, served page, MCP App)."""
-    from wp_mcp.converters.picture import build_picture
-    from wp_mcp.skills import diagnose
-
-    return build_picture(graph, diagnose(graph).findings)
 
 
 def _emit(text: str, out: str | None) -> None:

@@ -43,7 +43,7 @@ def register_picture_app(server: Any, state: ServerState) -> None:
     def picture(id: str) -> str:
         import orjson
 
-        from ..cli.show import picture_of
+        from ..pictures import picture_of
 
         snapshot_id = state.resolve_snapshot(id)
         return state.cached(
