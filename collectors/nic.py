@@ -17,7 +17,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .pci import bus_id_of
-from .taskstat import parse_int, read_text
+from .taskstat import list_dir, parse_int, read_text
 from .window import WindowedCollector, rate, rounded
 
 if TYPE_CHECKING:
@@ -72,10 +72,7 @@ class NicCollector(WindowedCollector[dict[str, NicInfo]]):
 
     def sample(self, ctx: Context) -> dict[str, NicInfo]:
         base = ctx.sys_root / "class" / "net"
-        try:
-            folders = sorted(base.iterdir())
-        except OSError:
-            return {}
+        folders = sorted(Path(entry.path) for entry in list_dir(base))
         return {f.name: read_nic(f) for f in folders if f.is_dir()}
 
     def emit(

@@ -37,6 +37,7 @@ from wp_mcp.graph import ids
 from wp_mcp.graph.model import SocketNode
 
 from .base import Collector, Context, Outcome, add_typed_node
+from .taskstat import list_dir, namespace_inode, read_link
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -286,29 +287,18 @@ def diag_socket_in(ns_path: str) -> socket.socket:
 def network_namespaces(proc_root: Path, pids: set[int] | None) -> dict[int, str]:
     """Network namespace inode → a ``/proc/<pid>/ns/net`` path that enters it."""
     spaces: dict[int, str] = {}
-    try:
-        entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
-    except OSError:
-        return spaces
-    for name in entries:
-        if pids is not None and int(name) not in pids:
+    for entry in list_dir(proc_root):
+        if not entry.name.isdigit() or (pids is not None and int(entry.name) not in pids):
             continue
-        path = f"{proc_root}/{name}/ns/net"
-        try:
-            link = os.readlink(path)
-        except OSError:
-            continue
-        inode = int(link[link.index("[") + 1 : -1])
-        spaces.setdefault(inode, path)
+        path = f"{proc_root}/{entry.name}/ns/net"
+        inode = namespace_inode(read_link(path))
+        if inode is not None:
+            spaces.setdefault(inode, path)
     return spaces
 
 
 def own_namespace() -> int | None:
-    try:
-        link = os.readlink("/proc/thread-self/ns/net")
-    except OSError:
-        return None
-    return int(link[link.index("[") + 1 : -1])
+    return namespace_inode(read_link("/proc/thread-self/ns/net"))
 
 
 # --------------------------------------------------------------------------- pairing
