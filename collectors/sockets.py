@@ -6,15 +6,17 @@ namespace some process lives in (entering another namespace needs CAP_SYS_ADMIN;
 those sockets are missing and the status says so).
 
 What it adds: ``sock:<inode>`` nodes (procfs links them to their owners by the same inode)
-with addresses, state, queues and, for TCP, ``bytes_sent`` (``tcpi_bytes_acked``),
-``bytes_received``, RTT, min RTT, retransmits, segments sent (``segs_out``, and
-``data_segs_out`` without pure ACKs), lost segments and RTO; with a window, the
+with addresses, state, queues, the socket's memory and, for TCP, ``bytes_sent``
+(``tcpi_bytes_acked``), ``bytes_received``, RTT, min RTT, retransmits, segments sent
+(``segs_out``, and ``data_segs_out`` without pure ACKs), lost segments, RTO and the kernel's
+reasons the sender is slow (``tcpinfo.py`` lists them); with a window, the
 send/receive/retransmit rates over it, the counters' deltas (``window_bytes_sent``,
 ``window_retrans``, ``window_data_segs_out`` …: a connection opened inside the window counts
 from zero) and ``window_s``. ``peer`` edges join the two ends of
 a connection whose both ends are on this host (loopback pairs within one namespace; other
 addresses also across namespaces, as with veth pairs) and UNIX peers, from the connecting
-end to the accepting one.
+end to the accepting one. Each TCP/UDP socket whose local address an interface holds names
+it (``ifname``, and ``nic``: that interface's node id, see ``netlink.nic_id``).
 
 The netlink plumbing (dumps, attributes, entering a namespace) is in ``netlink.py``.
 """
