@@ -58,6 +58,17 @@ def dump(sock: socket.socket, msg_type: int, payload: bytes) -> Iterator[memoryv
             offset += (length + 3) & ~3
 
 
+def request(sock: socket.socket, msg_type: int, payload: bytes) -> memoryview:
+    """Send one (non-dump) request and return its reply's body."""
+    sock.send(_NLMSG.pack(_NLMSG.size + len(payload), msg_type, NLM_F_REQUEST, 1, 0) + payload)
+    data = memoryview(sock.recv(1 << 16))
+    length, reply_type, _flags, _seq, _pid = _NLMSG.unpack_from(data, 0)
+    if reply_type == NLMSG_ERROR:
+        errno = -struct.unpack_from("=i", data, _NLMSG.size)[0]
+        raise OSError(errno, f"netlink: {os.strerror(errno)}")
+    return data[_NLMSG.size : length]
+
+
 def attributes(body: memoryview, start: int) -> Iterator[tuple[int, memoryview]]:
     """``(type, payload)`` of each attribute from ``start`` on (nested ones: call again on
     the payload from 0). The nested flag bit is masked off the type."""

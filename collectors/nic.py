@@ -39,7 +39,7 @@ from .netlink import (
 )
 from .pci import bus_id_of
 from .qdisc import qdisc_summary, qdisc_window, read_qdiscs
-from .rtnetlink import dump_links
+from .rtnetlink import dump_links, namespace_id
 from .taskstat import list_dir, parse_int, read_text, scoped_pids
 from .window import WindowedCollector, rate, rounded
 
@@ -59,6 +59,9 @@ class NicInfo:
     counters: dict[str, int]
     attrs: dict[str, Any]
     qdiscs: list[dict[str, Any]] | None = None  # None: not read (a captured tree)
+    netns: int | None = None  # these three only where rtnetlink described the interface
+    ifindex: int | None = None
+    link: tuple[int | None, int] | None = None  # IFLA_LINK: (namespace inode, ifindex)
 
 
 @dataclass
@@ -114,24 +117,29 @@ class NicCollector(WindowedCollector[NicSample]):
         pids = set(scoped_pids(ctx.proc_root, ctx.pids)) if ctx.pids else None
         others = {n: p for n, p in network_namespaces(ctx.proc_root, pids).items() if n != home}
         names = namespace_names()
+        paths = dict(others)
+        if home is not None:
+            paths[home] = "/proc/self/ns/net"
+        described: dict[str, NicInfo] = {}
         for netns, path in [(home, None), *others.items()]:
             ctx.check_cancelled()
             try:
-                found = read_namespace(path, netns, home)
+                found = read_namespace(path, netns, home, paths)
             except OSError as exc:
                 sample.unreachable.append(f"net:[{netns}]: {exc.strerror or exc}")
                 continue
+            described.update(found)
             if path is None:  # our own: sysfs described the interfaces, netlink adds qdiscs
                 for node_id, info in sample.nics.items():
                     if node_id in found:
                         info.qdiscs = found[node_id].qdiscs
-                        if home is not None:
-                            info.attrs["netns"] = home
+                        info.attrs.update(_netlink_only(found[node_id].attrs))
                 continue
             for info in found.values():
                 if netns in names:
                     info.attrs["netns_name"] = names[netns]
             sample.nics.update(found)
+        _link_interfaces(described, sample.nics)
 
     def emit(
         self, graph: Graph, ctx: Context, first: NicSample, last: NicSample, window_s: float
@@ -163,12 +171,19 @@ class NicCollector(WindowedCollector[NicSample]):
         return Outcome(details=details)
 
 
-def read_namespace(path: str | None, netns: int | None, home: int | None) -> dict[str, NicInfo]:
+def read_namespace(
+    path: str | None, netns: int | None, home: int | None, paths: dict[int, str]
+) -> dict[str, NicInfo]:
     """Interfaces of one namespace over rtnetlink (``path`` enters it; None: our own), by
-    node id, with their counters and qdiscs. Raises ``OSError`` when it cannot be entered."""
+    node id, with their counters and qdiscs, and what each sits on (``paths``: the other
+    namespaces it may be in). Raises ``OSError`` when the namespace cannot be entered."""
     with socket_in_namespace(path, NETLINK_ROUTE) as sock:
         links = dump_links(sock)
         qdiscs = read_qdiscs(sock)
+        peers = {}
+        if any("link_nsid" in link for link in links):
+            peers = {namespace_id(sock, other): inode for inode, other in paths.items()
+                     if inode != netns}  # fmt: skip
     found = {}
     for link in links:
         attrs: dict[str, Any] = {"ifname": link["ifname"]}
@@ -179,6 +194,25 @@ def read_namespace(path: str | None, netns: int | None, home: int | None) -> dic
                 attrs[name] = link[name]
         if "link_kind" in link or link.get("loopback"):
             attrs["virtual"] = True
-        info = NicInfo(link["ifname"], link["counters"], attrs, qdiscs.get(link["ifindex"], []))
+        info = NicInfo(link["ifname"], link["counters"], attrs, qdiscs.get(link["ifindex"], []),
+                       netns, link["ifindex"])  # fmt: skip
+        if "link_ifindex" in link:
+            where = peers.get(link["link_nsid"]) if "link_nsid" in link else netns
+            info.link = (where, link["link_ifindex"])
         found[nic_id(link["ifname"], netns, home)] = info
     return found
+
+
+def _netlink_only(attrs: dict[str, Any]) -> dict[str, Any]:
+    """What rtnetlink adds to an interface sysfs described: its namespace and link kind."""
+    return {k: v for k, v in attrs.items() if k in ("netns", "link_kind")}
+
+
+def _link_interfaces(described: dict[str, NicInfo], nics: dict[str, NicInfo]) -> None:
+    """``link_nic``: the node of the interface each one sits on (a veth's other end, in
+    whichever namespace it is; a vlan's or macvlan's parent), where it was read too."""
+    by_index = {(info.netns, info.ifindex): node_id for node_id, info in described.items()}
+    for node_id, info in described.items():
+        other = by_index.get(info.link) if info.link is not None else None
+        if other is not None and node_id in nics:
+            nics[node_id].attrs["link_nic"] = other

@@ -3,7 +3,10 @@
 of the netlink socket they are given.
 
 - ``dump_links``: name, MTU, state, MAC, link kind (``veth``, ``bridge``…; none for a
-  physical NIC) and the counters of ``IFLA_STATS64`` under the names sysfs gives them;
+  physical NIC), the interface it sits on (``IFLA_LINK``: a veth's other end, a vlan's
+  parent; with ``IFLA_LINK_NETNSID`` when that is in another namespace, which
+  ``namespace_id`` names) and the counters of ``IFLA_STATS64`` under the names sysfs gives
+  them;
 - ``dump_addresses``: every local address and the interface that holds it;
 - ``dump_qdiscs``: each qdisc's kind, handle and parent, its statistics (``bytes``,
   ``packets``, ``drops``, ``overlimits``, ``requeues``, ``backlog_bytes``,
@@ -15,17 +18,19 @@ of the netlink socket they are given.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections.abc import Iterator
 from typing import Any
 
-from .netlink import attributes, dump
+from .netlink import attributes, dump, request
+from .taskstat import if_vanished
 
-RTM_GETLINK, RTM_GETADDR, RTM_GETQDISC, RTM_GETTCLASS = 18, 22, 38, 42
-IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_LINKINFO, IFLA_STATS64 = (
-    1, 3, 4, 16, 18, 23,
-)  # fmt: skip
+RTM_GETLINK, RTM_GETADDR, RTM_GETQDISC, RTM_GETTCLASS, RTM_GETNSID = 18, 22, 38, 42, 90
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_OPERSTATE, IFLA_LINKINFO = 1, 3, 4, 5, 16, 18
+IFLA_STATS64, IFLA_LINK_NETNSID = 23, 37
+NETNSA_NSID, NETNSA_FD = 1, 3
 IFLA_INFO_KIND = 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 TCA_KIND, TCA_OPTIONS, TCA_STATS, TCA_STATS2 = 1, 2, 3, 7
@@ -60,6 +65,10 @@ def dump_links(sock: socket.socket) -> list[dict[str, Any]]:
         for kind, value in attributes(body, _IFINFO.size):
             if kind == IFLA_IFNAME:
                 link["ifname"] = _c_string(value)
+            elif kind == IFLA_LINK:
+                link["link_ifindex"] = struct.unpack_from("=I", value)[0]
+            elif kind == IFLA_LINK_NETNSID:
+                link["link_nsid"] = struct.unpack_from("=i", value)[0]
             elif kind == IFLA_MTU:
                 link["mtu"] = struct.unpack_from("=I", value)[0]
             elif kind == IFLA_OPERSTATE:
@@ -80,6 +89,27 @@ def dump_links(sock: socket.socket) -> list[dict[str, Any]]:
         if "ifname" in link:
             links.append(link)
     return links
+
+
+@if_vanished(None)  # its last process exited since it was listed
+def namespace_id(sock: socket.socket, ns_path: str) -> int | None:
+    """The id the namespace of ``sock`` knows the namespace ``ns_path`` by (the
+    ``IFLA_LINK_NETNSID`` of a veth whose other end is there); None when it has none."""
+    fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        payload = struct.pack("=B3x", socket.AF_UNSPEC) + _u32_attribute(NETNSA_FD, fd)
+        reply = request(sock, RTM_GETNSID, payload)
+    finally:
+        os.close(fd)
+    for kind, value in attributes(reply, 4):
+        if kind == NETNSA_NSID:
+            nsid = struct.unpack_from("=i", value)[0]
+            return nsid if nsid >= 0 else None
+    return None
+
+
+def _u32_attribute(kind: int, value: int) -> bytes:
+    return struct.pack("=HHI", 8, kind, value)
 
 
 def dump_addresses(sock: socket.socket) -> dict[str, int]:

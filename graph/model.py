@@ -525,6 +525,7 @@ class NicNode(Node):
     netns: int | None = None
     netns_name: str | None = None
     link_kind: str | None = None  # veth, bridge, …; None for a physical NIC
+    link_nic: str | None = None  # the interface it sits on: a veth's other end, a vlan's parent
     qdiscs: list[dict[str, Any]] | None = None  # kind, handle, parent, rate/limit, counters
     qdisc: str | None = None  # the root qdisc's kind
     qdisc_rate_bytes_per_s: float | None = None  # the ceiling a shaper puts on the interface

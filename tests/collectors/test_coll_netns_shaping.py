@@ -85,6 +85,11 @@ def test_a_tbf_shaper_shows_its_queue_on_the_senders_interface():
     assert nic.qdisc_backlog_bytes > 0 or tbf["backlog_packets"] > 0
     # what left the interface is about what the shaper lets through, and not much more
     assert 0 < nic.tx_bytes_per_s < 1.5 * nic.qdisc_rate_bytes_per_s
+    # the veth's other end, in the receiver's namespace, is the node it links to, and back
+    receiver_end = graph.node(nic.link_nic)
+    assert receiver_end.ifname == link["ends"]["rx"] and receiver_end.link_nic == nic.id
+    receiver_netns = graph.node(ids.process(link["receiver"])).get("netns")
+    assert receiver_end.netns == receiver_netns != nic.netns and receiver_end.qdisc != "tbf"
     # the loopback of that namespace is its own node, apart from the host's
     assert ids.nic(f"lo@{nic.netns}") in graph
 
