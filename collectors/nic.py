@@ -112,7 +112,8 @@ class NicCollector(WindowedCollector[NicSample]):
         return sample
 
     def _sample_netlink(self, ctx: Context, sample: NicSample) -> None:
-        """Qdiscs of the own namespace; interfaces and qdiscs of the processes' others."""
+        """Qdiscs of the own namespace's interfaces; the interfaces and qdiscs of the
+        processes' other namespaces; and what each interface sits on (``link_nic``)."""
         home = own_namespace()
         pids = set(scoped_pids(ctx.proc_root, ctx.pids)) if ctx.pids else None
         others = {n: p for n, p in network_namespaces(ctx.proc_root, pids).items() if n != home}

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 READ_SIZE = 65536
 # a bound on what one file may cost: far above any procfs or sysfs file a collector reads
@@ -31,19 +31,20 @@ READ_SIZE = 65536
 MAX_READ_BYTES = 32 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+Params = ParamSpec("Params")
 Result = TypeVar("Result")
 
 
 def if_vanished(
     default: Any = None, *, factory: Callable[[], Any] | None = None
-) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
     """Decorate a function that reads one task's (or device's) kernel files: when the kernel
     answers with an ``OSError`` (see the module docstring for what that means) it returns
     ``default``, or a fresh ``factory()`` when the default is mutable."""
 
-    def decorate(func: Callable[..., Result]) -> Callable[..., Result]:
+    def decorate(func: Callable[Params, Result]) -> Callable[Params, Result]:
         @functools.wraps(func)
-        def tolerant(*args: Any, **kwargs: Any) -> Result:
+        def tolerant(*args: Params.args, **kwargs: Params.kwargs) -> Result:
             try:
                 return func(*args, **kwargs)
             except OSError:
