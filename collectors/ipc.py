@@ -31,6 +31,7 @@ from wp_mcp.graph import ids
 from wp_mcp.graph.query import socket_owners
 
 from .base import Collector, Context, Outcome
+from .taskstat import read_text
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Edge, Graph, Node
@@ -236,8 +237,6 @@ def _device_for(path: str, gpus: dict[int, str], npus: dict[int, str], ctx: Cont
         return npus.get(number, ids.npu(number))
     if match := _UVERBS.match(path):
         ibdev = ctx.sys_root / "class" / "infiniband_verbs" / f"uverbs{match.group(1)}" / "ibdev"
-        try:
-            return ids.rdma(ibdev.read_text().strip())
-        except OSError:
-            return None
+        name = read_text(ibdev)
+        return None if name is None else ids.rdma(name.strip())
     return None

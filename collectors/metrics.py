@@ -344,6 +344,10 @@ def _tcp_rates(first: dict, last: dict, window_s: float) -> dict[str, float | No
         "tcp_out_segs_per_s": per_s("Tcp", "OutSegs"),
         "tcp_listen_overflows_per_s": per_s("TcpExt", "ListenOverflows"),
         "tcp_listen_drops_per_s": per_s("TcpExt", "ListenDrops"),
+        # tail-loss probes (the kernel counts them per host only) and DSACKs received: the
+        # share of retransmissions that were probes or were not needed at all
+        "tcp_loss_probes_per_s": per_s("TcpExt", "TCPLossProbes"),
+        "tcp_dsack_recv_per_s": per_s("TcpExt", "TCPDSACKRecv"),
     }
     if out["tcp_retrans_per_s"] is not None and out["tcp_out_segs_per_s"]:
         out["tcp_retrans_pct"] = round(

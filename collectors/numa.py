@@ -30,7 +30,7 @@ from wp_mcp.graph import ids
 from .base import Context, Outcome
 from .cpulist import format_cpulist, parse_cpulist
 from .metrics import parse_key_values
-from .taskstat import list_tids, read_stat, read_text, scoped_pids
+from .taskstat import list_dir, list_tids, read_stat, read_text, scoped_pids
 from .window import WindowedCollector, rate
 
 if TYPE_CHECKING:
@@ -63,10 +63,7 @@ class NumaNodeInfo:
 def read_sysfs_nodes(sys_root: Path) -> dict[int, NumaNodeInfo]:
     """Every node under ``<sys>/devices/system/node``; {} on a kernel without NUMA."""
     base = sys_root / "devices" / "system" / "node"
-    try:
-        numbers = sorted(int(m.group(1)) for p in base.iterdir() if (m := _NODE_DIR.match(p.name)))
-    except OSError:
-        return {}
+    numbers = sorted(int(m.group(1)) for e in list_dir(base) if (m := _NODE_DIR.match(e.name)))
     nodes: dict[int, NumaNodeInfo] = {}
     for number in numbers:
         folder = base / f"node{number}"

@@ -46,6 +46,7 @@ from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp import __version__
 
 from .base import Cancelled, Collector, Context, Outcome
+from .taskstat import read_small, read_text
 
 log = logging.getLogger(__name__)
 
@@ -418,11 +419,7 @@ def probe_capabilities(ctx: Context) -> dict[str, object]:
 
 
 def _effective_capabilities(ctx: Context) -> int | None:
-    try:
-        text = (ctx.proc_root / "self" / "status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
+    for line in (read_small(ctx.proc_root / "self" / "status") or "").splitlines():
         if line.startswith("CapEff:"):
             return int(line.split()[1], 16)
     return None
@@ -431,18 +428,14 @@ def _effective_capabilities(ctx: Context) -> int | None:
 def _hypervisor(ctx: Context) -> str | None:
     """The hypervisor's name when this host is a virtual machine (rules lower their confidence
     there: steal, vNUMA and emulated PCI topology blur what we measure), else None."""
-    try:
-        with open(ctx.proc_root / "cpuinfo", encoding="ascii", errors="replace") as handle:
-            flags = next((line for line in handle if line.startswith("flags")), "")
-    except OSError:
+    cpuinfo = read_text(ctx.proc_root / "cpuinfo")
+    if cpuinfo is None:
         return None
+    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
     if " hypervisor" not in flags:
         return None
     for name in ("sys_vendor", "product_name"):
-        try:
-            vendor = (ctx.sys_root / "class/dmi/id" / name).read_text().strip()
-        except OSError:
-            continue
+        vendor = (read_text(ctx.sys_root / "class/dmi/id" / name) or "").strip()
         if vendor:
             return vendor
     return "unknown hypervisor"

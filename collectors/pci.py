@@ -33,7 +33,7 @@ from wp_mcp.graph import ids
 from .base import Collector, Context, Outcome
 from .cpulist import format_cpulist, parse_cpulist
 from .numa import read_sysfs_nodes
-from .taskstat import parse_int, read_text
+from .taskstat import if_vanished, list_dir, parse_int, read_text
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Edge, Graph
@@ -144,10 +144,7 @@ def _read_attributes(device: PciDevice, folder: Path) -> None:
 
 def read_pci_devices(sys_root: Path) -> dict[str, PciDevice]:
     folder = sys_root / "bus" / "pci" / "devices"
-    try:
-        names = sorted(entry.name.lower() for entry in os.scandir(folder))
-    except OSError:
-        return {}
+    names = sorted(entry.name.lower() for entry in list_dir(folder))
     devices = {}
     for name in names:
         device = read_pci_device(sys_root, name)
@@ -156,12 +153,10 @@ def read_pci_devices(sys_root: Path) -> dict[str, PciDevice]:
     return devices
 
 
+@if_vanished(None)
 def bus_id_of(path: Path) -> str | None:
     """The PCI address above a class device (``/sys/class/net/eth0/device`` → its BDF)."""
-    try:
-        parts = Path(os.path.realpath(path)).parts
-    except OSError:
-        return None
+    parts = Path(os.path.realpath(path)).parts
     bdfs = [p.lower() for p in parts if BDF.match(p)]
     return bdfs[-1] if bdfs else None
 

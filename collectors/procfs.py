@@ -44,7 +44,18 @@ from wp_mcp.graph.redact import redact_argv
 
 from .base import Collector, Context, Outcome, add_typed_node
 from .cpulist import format_cpulist
-from .taskstat import CLOCK_TICKS, list_tids, parse_int, parse_stat, scoped_pids
+from .taskstat import (
+    CLOCK_TICKS,
+    if_vanished,
+    list_tids,
+    namespace_inode,
+    parse_int,
+    parse_stat,
+    read_bytes,
+    read_link,
+    read_text,
+    scoped_pids,
+)
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -59,32 +70,6 @@ _HELD_CLASSES: dict[str, type[Node]] = {
 
 
 # --------------------------------------------------------------------------- small readers
-
-
-def _read_bytes(path: str) -> bytes | None:
-    """Whole file, or None when it vanished or may not be read.
-
-    Plain ``os`` calls: half the cost of ``open()`` per file, and a snapshot reads one file
-    per thread and several per process.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _read(path: str) -> str | None:
-    data = _read_bytes(path)
-    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _status_fields(text: str) -> dict[str, str]:
@@ -116,7 +101,7 @@ def _user_name(uid: int) -> str | None:
 
 def boot_time(proc_root: Path) -> float | None:
     """Epoch seconds of boot (``btime`` in /proc/stat), to turn start ticks into dates."""
-    text = _read(str(proc_root / "stat")) or ""
+    text = read_text(str(proc_root / "stat")) or ""
     for line in text.splitlines():
         if line.startswith("btime "):
             return float(line.split()[1])
@@ -134,20 +119,6 @@ def cgroup_path(text: str) -> str | None:
         for controller in controllers.split(","):
             by_controller.setdefault(controller, path)
     return by_controller.get("cpu") or by_controller.get("memory")
-
-
-def _namespace_inode(link: str | None) -> int | None:
-    """``net:[4026531840]`` → 4026531840."""
-    if not link or "[" not in link:
-        return None
-    return parse_int(link[link.index("[") + 1 : -1])
-
-
-def _readlink(path: str) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
 
 
 def _add_node(graph: Graph, cls: type[Node], node_id: str, attrs: dict[str, Any]) -> Node:
@@ -218,12 +189,10 @@ def _classify_fd(fd_dir: str, fd: int, target: str, held: dict[str, Held]) -> st
     return None
 
 
+@if_vanished(None)  # the fd was closed, or its process exited, since it was listed
 def _classify_path_fd(fd_dir: str, fd: int, target: str, held: dict[str, Held]) -> None:
     if target.startswith(("/dev/shm/", "/memfd:")):
-        try:
-            inode = os.stat(f"{fd_dir}/{fd}").st_ino
-        except OSError:
-            return
+        inode = os.stat(f"{fd_dir}/{fd}").st_ino
         found = shm_from_path(target, inode)
         if found:
             _hold(held, found[0], "shm", found[1]).fds.append(fd)
@@ -232,10 +201,7 @@ def _classify_path_fd(fd_dir: str, fd: int, target: str, held: dict[str, Held]) 
         name = target[1:]
         _hold(held, ids.mqueue(name), "mqueue", {"path": target}).fds.append(fd)
         return
-    try:
-        info = os.stat(f"{fd_dir}/{fd}")
-    except OSError:
-        return
+    info = os.stat(f"{fd_dir}/{fd}")
     if stat_mod.S_ISFIFO(info.st_mode):
         entry = _hold(held, ids.pipe(info.st_ino), "pipe", {"inode": info.st_ino, "path": target})
         entry.fds.append(fd)
@@ -252,7 +218,7 @@ def _is_mqueue_target(target: str) -> bool:
 
 def _fd_mode(fd_dir: str, fd: int) -> str:
     """``r``, ``w`` or ``rw`` from the fd's open flags (fdinfo is next to the fd dir)."""
-    text = _read(f"{fd_dir[:-2]}fdinfo/{fd}") or ""
+    text = read_text(f"{fd_dir[:-2]}fdinfo/{fd}") or ""
     for line in text.splitlines():
         if line.startswith("flags:"):
             return _ACCESS_MODES.get(int(line.split()[1], 8) & 3, "rw")
@@ -269,16 +235,13 @@ def _hold(held: dict[str, Held], node_id: str, kind: str, attrs: dict[str, Any])
 def scan_fds(proc_dir: str) -> tuple[dict[str, Held], list[str]] | None:
     """Objects held through fds, and device files; None when the fds may not be listed."""
     fd_dir = f"{proc_dir}/fd"
-    try:
-        fds = os.listdir(fd_dir)
-    except PermissionError:
+    fds = _fd_names(fd_dir)
+    if fds is None:
         return None
-    except OSError:
-        return {}, []
     held: dict[str, Held] = {}
     devices: set[str] = set()
     for name in fds:
-        target = _readlink(f"{fd_dir}/{name}")
+        target = read_link(f"{fd_dir}/{name}")
         if target is None:
             continue
         device = _classify_fd(fd_dir, int(name), target, held)
@@ -287,9 +250,17 @@ def scan_fds(proc_dir: str) -> tuple[dict[str, Held], list[str]] | None:
     return held, sorted(devices)
 
 
+@if_vanished(factory=list)  # exited: it holds nothing
+def _fd_names(fd_dir: str) -> list[str] | None:
+    try:
+        return os.listdir(fd_dir)
+    except PermissionError:
+        return None  # alive, and not ours to look into: the caller counts it as denied
+
+
 def scan_maps(proc_dir: str, held: dict[str, Held]) -> None:
     """Shared memory that is mapped (its fd may be closed long ago)."""
-    data = _read_bytes(f"{proc_dir}/maps")
+    data = read_bytes(f"{proc_dir}/maps")
     if data is None:
         return
     if b"/dev/shm/" not in data and b"/memfd:" not in data and b"/SYSV" not in data:
@@ -307,7 +278,7 @@ def scan_maps(proc_dir: str, held: dict[str, Held]) -> None:
 
 def read_sysv_shm(proc_root: Path) -> dict[int, dict[str, Any]]:
     """SysV segments by shmid: key, size, creator pid, attach count."""
-    text = _read(str(proc_root / "sysvipc" / "shm")) or ""
+    text = read_text(str(proc_root / "sysvipc" / "shm")) or ""
     segments: dict[int, dict[str, Any]] = {}
     lines = text.splitlines()
     if not lines:
@@ -378,8 +349,8 @@ class ProcfsCollector(Collector):
         self, graph: Graph, ctx: Context, pid: int, btime: float | None, counts: ScanCounts
     ) -> int | None:
         proc_dir = f"{ctx.proc_root}/{pid}"
-        stat_text = _read(f"{proc_dir}/stat")
-        status_text = _read(f"{proc_dir}/status")
+        stat_text = read_text(f"{proc_dir}/stat")
+        status_text = read_text(f"{proc_dir}/status")
         fields = parse_stat(stat_text) if stat_text else None
         if fields is None or status_text is None:
             counts.vanished += 1
@@ -423,7 +394,7 @@ class ProcfsCollector(Collector):
 
     def _user_space_attrs(self, proc_dir: str, ctx: Context, counts: ScanCounts) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
-        raw = _read(f"{proc_dir}/cmdline")
+        raw = read_text(f"{proc_dir}/cmdline")
         if raw:
             if len(raw) > 2 * MAX_CMDLINE_CHARS:
                 # redact whole arguments, only as many as can show in the text kept
@@ -433,13 +404,13 @@ class ProcfsCollector(Collector):
             if len(cmdline) > MAX_CMDLINE_CHARS:
                 cmdline = cmdline[:MAX_CMDLINE_CHARS] + "…"
             attrs["cmdline"] = cmdline
-        cgroup_text = _read(f"{proc_dir}/cgroup")
+        cgroup_text = read_text(f"{proc_dir}/cgroup")
         if cgroup_text:
             attrs["cgroup"] = cgroup_path(cgroup_text)
-        netns = _namespace_inode(_readlink(f"{proc_dir}/ns/net"))
+        netns = namespace_inode(read_link(f"{proc_dir}/ns/net"))
         if netns is not None:
             attrs["netns"] = netns
-        io_text = _read(f"{proc_dir}/io")
+        io_text = read_text(f"{proc_dir}/io")
         if io_text is None:
             counts.io_denied += 1
         else:
@@ -451,7 +422,7 @@ class ProcfsCollector(Collector):
     def _add_threads(self, graph: Graph, ctx: Context, pid: int, proc_id: str) -> int:
         added = 0
         for tid in list_tids(ctx.proc_root, pid):
-            text = _read(f"{ctx.proc_root}/{pid}/task/{tid}/stat")
+            text = read_text(f"{ctx.proc_root}/{pid}/task/{tid}/stat")
             fields = parse_stat(text) if text else None
             if fields is None:
                 continue
@@ -517,14 +488,12 @@ def _merge_modes(modes: set[str]) -> str:
     return next(iter(modes))
 
 
+@if_vanished(None)
 def _affinity(tid: int, ctx: Context) -> str | None:
     """Allowed CPUs of a live thread; only meaningful when reading the live /proc."""
     if str(ctx.proc_root) != "/proc":
         return None
-    try:
-        return _cpulist(frozenset(os.sched_getaffinity(tid)))
-    except OSError:
-        return None
+    return _cpulist(frozenset(os.sched_getaffinity(tid)))
 
 
 @lru_cache(maxsize=256)

@@ -10,7 +10,6 @@ structures, so a captured output lands in the graph through the same code.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from wp_mcp.graph import ids
 
 from .base import Context, Outcome
 from .pci import bus_id_of
-from .taskstat import parse_int, read_text
+from .taskstat import list_dir, parse_int, read_text
 from .window import WindowedCollector, rate
 
 if TYPE_CHECKING:
@@ -78,11 +77,7 @@ def parse_rate(text: str | None) -> float | None:
 
 def _counters(folder: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return out
-    for entry in entries:
+    for entry in list_dir(folder):
         value = parse_int(read_text(Path(entry.path)), 0)
         if value is not None:
             out[entry.name] = value
@@ -95,10 +90,7 @@ def _strip(text: str | None) -> str | None:
 
 def read_sysfs_rdma(sys_root: Path) -> dict[str, RdmaDevice]:
     base = sys_root / "class" / "infiniband"
-    try:
-        names = sorted(p.name for p in base.iterdir())
-    except OSError:
-        return {}
+    names = sorted(entry.name for entry in list_dir(base))
     devices = {}
     for name in names:
         folder = base / name

@@ -6,53 +6,63 @@ namespace some process lives in (entering another namespace needs CAP_SYS_ADMIN;
 those sockets are missing and the status says so).
 
 What it adds: ``sock:<inode>`` nodes (procfs links them to their owners by the same inode)
-with addresses, state, queues and, for TCP, ``bytes_sent`` (``tcpi_bytes_acked``),
-``bytes_received``, RTT, min RTT, retransmits, segments sent (``segs_out``, and
-``data_segs_out`` without pure ACKs), lost segments and RTO; with a window, the
+with addresses, state, queues, the socket's memory and, for TCP, ``bytes_sent``
+(``tcpi_bytes_acked``), ``bytes_received``, RTT, min RTT, retransmits, segments sent
+(``segs_out``, and ``data_segs_out`` without pure ACKs), lost segments, RTO and the kernel's
+reasons the sender is slow (``tcpinfo.py`` lists them); with a window, the
 send/receive/retransmit rates over it, the counters' deltas (``window_bytes_sent``,
 ``window_retrans``, ``window_data_segs_out`` …: a connection opened inside the window counts
 from zero) and ``window_s``. ``peer`` edges join the two ends of
 a connection whose both ends are on this host (loopback pairs within one namespace; other
 addresses also across namespaces, as with veth pairs) and UNIX peers, from the connecting
-end to the accepting one.
+end to the accepting one. Each TCP/UDP socket whose local address an interface holds names
+it (``ifname``, and ``nic``: that interface's node id, see ``netlink.nic_id``).
 
-Why not pyroute2: its pure-Python message decoding took ~1.5 s for 4,000 TCP sockets here,
-more than a whole snapshot may cost; the ``struct`` decoder below takes a few milliseconds.
+The netlink plumbing (dumps, attributes, entering a namespace) is in ``netlink.py``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import socket
 import struct
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph import ids
 from wp_mcp.graph.model import SocketNode
 
 from .base import Collector, Context, Outcome, add_typed_node
+from .netlink import (
+    NETLINK_ROUTE,
+    NETLINK_SOCK_DIAG,
+    attributes,
+    dump,
+    netlink_socket,
+    network_namespaces,
+    nic_id,
+    own_namespace,
+    socket_in_namespace,
+)
+from .rtnetlink import dump_addresses, dump_links
+from .tcpinfo import (
+    counters_of,
+    decode_skmeminfo,
+    decode_tcp_info,
+    memory_attrs,
+    tcp_attrs,
+    window_deltas,
+)
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
 
 NAME = "sockets"
 
-NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
-NLM_F_REQUEST = 0x1
-NLM_F_DUMP = 0x300
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-INET_DIAG_INFO = 2
+INET_DIAG_INFO, INET_DIAG_SKMEMINFO = 2, 7
 UNIX_DIAG_NAME, UNIX_DIAG_PEER, UNIX_DIAG_RQLEN = 0, 2, 4
 UDIAG_SHOW_NAME, UDIAG_SHOW_PEER, UDIAG_SHOW_RQLEN = 0x1, 0x4, 0x10
-CLONE_NEWNET = 0x40000000
 ALL_STATES = 0xFFFFFFFF
 
 TCP_STATES = {
@@ -63,55 +73,12 @@ TCP_STATES = {
 UNIX_TYPES = {1: "stream", 2: "dgram", 5: "seqpacket"}
 LISTEN = 10
 
-_NLMSG = struct.Struct("=IHHII")
 _INET_REQ = struct.Struct("=BBBBI48s")
 _INET_MSG_HEAD = struct.Struct("=BBBB")
 _INET_MSG_TAIL = struct.Struct("=IIIII")
 _UNIX_REQ = struct.Struct("=BBHIIIII")
 _UNIX_MSG = struct.Struct("=BBBBI")
-_RTA = struct.Struct("=HH")
-# struct tcp_info (linux/tcp.h) up to tcpi_bytes_retrans, decoded in one call
-_TCPI = struct.Struct("=8B24I4Q6I4Q2I2Q")
-_TCPI_INDEX = {
-    "rto": 8, "lost": 14, "retrans": 15, "rtt": 23, "total_retrans": 31, "bytes_acked": 34,
-    "bytes_received": 35, "segs_out": 36, "min_rtt": 39, "data_segs_out": 41, "bytes_sent": 48,
-}  # fmt: skip
-# the counters turned into deltas over the window, in this order
-COUNTERS = ("bytes_acked", "bytes_received", "total_retrans", "segs_out", "data_segs_out")
-
-
 # --------------------------------------------------------------------------- netlink
-
-
-def _dump(sock: socket.socket, payload: bytes) -> Iterator[memoryview]:
-    """Send one dump request and yield each reply's body."""
-    header = _NLMSG.pack(_NLMSG.size + len(payload), SOCK_DIAG_BY_FAMILY,
-                         NLM_F_REQUEST | NLM_F_DUMP, 1, 0)  # fmt: skip
-    sock.send(header + payload)
-    while True:
-        data = memoryview(sock.recv(1 << 20))
-        offset = 0
-        while offset + _NLMSG.size <= len(data):
-            length, msg_type, _flags, _seq, _pid = _NLMSG.unpack_from(data, offset)
-            if length < _NLMSG.size:
-                return
-            if msg_type == NLMSG_DONE:
-                return
-            if msg_type == NLMSG_ERROR:
-                errno = -struct.unpack_from("=i", data, offset + _NLMSG.size)[0]
-                raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
-            yield data[offset + _NLMSG.size : offset + length]
-            offset += (length + 3) & ~3
-
-
-def _attrs(body: memoryview, start: int) -> Iterator[tuple[int, memoryview]]:
-    offset = start
-    while offset + _RTA.size <= len(body):
-        length, kind = _RTA.unpack_from(body, offset)
-        if length < _RTA.size:
-            return
-        yield kind, body[offset + _RTA.size : offset + length]
-        offset += (length + 3) & ~3
 
 
 def _address(family: int, raw: bytes) -> str:
@@ -131,22 +98,18 @@ class RawSocket:
     inode: int
     attrs: dict[str, Any]
     peer_inode: int | None = None
-    counters: tuple[int, ...] | None = None  # tcp_info's COUNTERS, in that order
-
-
-def _decode_tcp_info(raw: memoryview) -> dict[str, int]:
-    data = raw if len(raw) >= _TCPI.size else bytes(raw).ljust(_TCPI.size, b"\0")
-    values = _TCPI.unpack_from(data, 0)
-    return {name: values[index] for name, index in _TCPI_INDEX.items()}
+    counters: dict[str, int] | None = None  # what window_deltas compares (TCP only)
 
 
 def dump_inet(sock: socket.socket, family: int, proto: int, netns: int | None) -> list[RawSocket]:
     """Every TCP or UDP socket of one address family in the namespace of ``sock``."""
-    ext = 1 << (INET_DIAG_INFO - 1) if proto == socket.IPPROTO_TCP else 0
+    ext = 1 << (INET_DIAG_SKMEMINFO - 1)
+    if proto == socket.IPPROTO_TCP:
+        ext |= 1 << (INET_DIAG_INFO - 1)
     request = _INET_REQ.pack(family, proto, ext, 0, ALL_STATES, b"\0" * 48)
     proto_name = "tcp" if proto == socket.IPPROTO_TCP else "udp"
     found: list[RawSocket] = []
-    for body in _dump(sock, request):
+    for body in dump(sock, SOCK_DIAG_BY_FAMILY, request):
         fam, state, _timer, _retrans = _INET_MSG_HEAD.unpack_from(body, 0)
         sport, dport = struct.unpack_from(">HH", body, 4)
         src, dst = bytes(body[8:24]), bytes(body[24:40])
@@ -170,9 +133,17 @@ def dump_inet(sock: socket.socket, family: int, proto: int, netns: int | None) -
         if netns is not None:
             attrs["netns"] = netns
         raw = RawSocket(inode, attrs)
-        for kind, value in _attrs(body, 72):
+        info, mem = None, None
+        for kind, value in attributes(body, 72):
             if kind == INET_DIAG_INFO and state != LISTEN:
-                _add_tcp_info(raw, _decode_tcp_info(value))
+                info = decode_tcp_info(value)
+            elif kind == INET_DIAG_SKMEMINFO:
+                mem = decode_skmeminfo(value)
+        if info is not None:
+            attrs.update(tcp_attrs(info))
+            raw.counters = counters_of(info, mem)
+        if mem is not None:
+            attrs.update(memory_attrs(mem))
         found.append(raw)
     return found
 
@@ -181,27 +152,12 @@ def _udp_state(state: int) -> str:
     return "ESTABLISHED" if state == 1 else "UNCONN"
 
 
-def _add_tcp_info(raw: RawSocket, info: dict[str, int]) -> None:
-    raw.attrs.update(
-        bytes_sent=info["bytes_acked"],
-        bytes_received=info["bytes_received"],
-        rtt_ms=info["rtt"] / 1000,
-        min_rtt_ms=info["min_rtt"] / 1000,
-        retrans_total=info["total_retrans"],
-        lost=info["lost"],
-        rto_ms=info["rto"] / 1000,
-        segs_out=info["segs_out"],
-        data_segs_out=info["data_segs_out"],
-    )
-    raw.counters = tuple(info[name] for name in COUNTERS)
-
-
 def dump_unix(sock: socket.socket, netns: int | None) -> list[RawSocket]:
     """Every UNIX socket in the namespace of ``sock``, with its name and peer."""
     show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN
     request = _UNIX_REQ.pack(socket.AF_UNIX, 0, 0, ALL_STATES, 0, show, 0, 0)
     found: list[RawSocket] = []
-    for body in _dump(sock, request):
+    for body in dump(sock, SOCK_DIAG_BY_FAMILY, request):
         _fam, sock_type, state, _pad, inode = _UNIX_MSG.unpack_from(body, 0)
         attrs: dict[str, Any] = {
             "proto": "unix",
@@ -213,7 +169,7 @@ def dump_unix(sock: socket.socket, netns: int | None) -> list[RawSocket]:
         if netns is not None:
             attrs["netns"] = netns
         raw = RawSocket(inode, attrs)
-        for kind, value in _attrs(body, 16):
+        for kind, value in attributes(body, 16):
             if kind == UNIX_DIAG_NAME:
                 name = bytes(value)
                 # abstract names start with a NUL byte; show them with "@" like ss does
@@ -240,75 +196,7 @@ def dump_namespace(netns: int | None, sock: socket.socket) -> list[RawSocket]:
 
 
 def diag_socket() -> socket.socket:
-    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                         NETLINK_SOCK_DIAG)  # fmt: skip
-
-
-def diag_socket_in(ns_path: str) -> socket.socket:
-    """A sock_diag socket bound to another network namespace.
-
-    A socket belongs to the namespace of the thread that created it, so a short-lived thread
-    enters the namespace, opens the socket and leaves; the caller's thread never moves.
-    """
-    result: dict[str, Any] = {}
-
-    def enter_and_open() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        try:
-            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            target = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            result["error"] = exc
-            return
-        try:
-            if libc.setns(target, CLONE_NEWNET) != 0:
-                errno = ctypes.get_errno()
-                result["error"] = OSError(errno, os.strerror(errno))
-                return
-            try:
-                result["sock"] = diag_socket()
-            finally:
-                if libc.setns(home, CLONE_NEWNET) != 0:
-                    # never leave a pool thread in a foreign namespace: this one dies anyway
-                    result.setdefault("error", OSError("could not return to own namespace"))
-        finally:
-            os.close(home)
-            os.close(target)
-
-    worker = threading.Thread(target=enter_and_open, name="wp-mcp-netns", daemon=True)
-    worker.start()
-    worker.join()
-    if "sock" in result:
-        return result["sock"]
-    raise result.get("error") or OSError("could not enter network namespace")
-
-
-def network_namespaces(proc_root: Path, pids: set[int] | None) -> dict[int, str]:
-    """Network namespace inode → a ``/proc/<pid>/ns/net`` path that enters it."""
-    spaces: dict[int, str] = {}
-    try:
-        entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
-    except OSError:
-        return spaces
-    for name in entries:
-        if pids is not None and int(name) not in pids:
-            continue
-        path = f"{proc_root}/{name}/ns/net"
-        try:
-            link = os.readlink(path)
-        except OSError:
-            continue
-        inode = int(link[link.index("[") + 1 : -1])
-        spaces.setdefault(inode, path)
-    return spaces
-
-
-def own_namespace() -> int | None:
-    try:
-        link = os.readlink("/proc/thread-self/ns/net")
-    except OSError:
-        return None
-    return int(link[link.index("[") + 1 : -1])
+    return netlink_socket(NETLINK_SOCK_DIAG)
 
 
 # --------------------------------------------------------------------------- pairing
@@ -373,7 +261,7 @@ class SocketsCollector(Collector):
     timeout_s = 15.0
 
     def __init__(self) -> None:
-        self._first: dict[int, tuple[int, ...]] = {}
+        self._first: dict[int, dict[str, int]] = {}
         self._first_at: float | None = None
 
     def probe(self, ctx: Context) -> str | None:
@@ -391,7 +279,7 @@ class SocketsCollector(Collector):
         self._first_at = time.monotonic()
 
     def collect(self, graph: Graph, ctx: Context) -> Outcome:
-        sockets, unreachable = self._dump_all(ctx)
+        sockets, unreachable = self._dump_all(ctx, interfaces=True)
         window = time.monotonic() - self._first_at if self._first_at is not None else None
         skipped_time_wait = 0
         kept: dict[int, RawSocket] = {}
@@ -423,32 +311,21 @@ class SocketsCollector(Collector):
     def _add_rates(self, raw: RawSocket, window: float) -> None:
         if raw.counters is None:
             return
-        # a connection the first dump did not see was opened during the window: its
-        # counters started at zero inside it
-        first = self._first.get(raw.inode, (0,) * len(COUNTERS))
-        sent, received, retrans, segs, data_segs = (
-            now - then for now, then in zip(raw.counters, first, strict=True)
-        )
-        if min(sent, received, retrans, segs, data_segs) < 0:
-            return  # the inode was reused by another connection: no delta to speak of
-        raw.attrs.update(
-            send_bytes_per_s=round(sent / window, 1),
-            recv_bytes_per_s=round(received / window, 1),
-            retrans_per_s=round(retrans / window, 3),
-            window_bytes_sent=sent,
-            window_bytes_received=received,
-            window_retrans=retrans,
-            window_segs_out=segs,
-            window_data_segs_out=data_segs,
-            window_s=round(window, 3),
-        )
+        deltas = window_deltas(raw.counters, self._first.get(raw.inode), window)
+        if deltas is not None:
+            raw.attrs.update(deltas)
 
-    def _dump_all(self, ctx: Context) -> tuple[list[RawSocket], list[str]]:
-        """Sockets of every namespace we can enter, and the reasons for those we cannot."""
+    def _dump_all(
+        self, ctx: Context, interfaces: bool = False
+    ) -> tuple[list[RawSocket], list[str]]:
+        """Sockets of every namespace we can enter, and the reasons for those we cannot;
+        with ``interfaces``, each socket's interface where its local address is one's."""
         home = own_namespace()
         sockets: list[RawSocket] = []
         with diag_socket() as sock:
             sockets += dump_namespace(home, sock)
+        if interfaces:
+            name_interfaces(sockets, home, home, None)
         unreachable: list[str] = []
         if str(ctx.proc_root) != "/proc":
             return sockets, unreachable
@@ -457,11 +334,38 @@ class SocketsCollector(Collector):
                 continue
             ctx.check_cancelled()
             try:
-                with diag_socket_in(path) as sock:
-                    sockets += dump_namespace(netns, sock)
+                with socket_in_namespace(path, NETLINK_SOCK_DIAG) as sock:
+                    found = dump_namespace(netns, sock)
+                if interfaces:
+                    name_interfaces(found, netns, home, path)
+                sockets += found
             except OSError as exc:
                 unreachable.append(f"net:[{netns}]: {exc.strerror or exc}")
         return sockets, unreachable
+
+
+def name_interfaces(
+    found: list[RawSocket], netns: int | None, home: int | None, path: str | None
+) -> None:
+    """Set ``ifname`` and ``nic`` (the nic node's id) on each TCP/UDP socket whose local
+    address an interface of its namespace holds (loopback addresses: ``lo``); ``path``
+    enters that namespace, None for the own one."""
+    try:
+        with socket_in_namespace(path, NETLINK_ROUTE) as sock:
+            names = {link["ifindex"]: link["ifname"] for link in dump_links(sock)}
+            addresses = dump_addresses(sock)
+    except OSError:  # no route netlink here: the sockets stay without their interface
+        return
+    loopback = next((i for i, link in names.items() if link == "lo"), None)
+    for raw in found:
+        local = raw.attrs.get("local_addr")
+        if raw.attrs["proto"] == "unix" or not local:
+            continue
+        index = addresses.get(local, loopback if is_loopback(local) else None)
+        ifname = names.get(index) if index is not None else None
+        if ifname:
+            raw.attrs["ifname"] = ifname
+            raw.attrs["nic"] = nic_id(ifname, netns, home)
 
 
 def _link_unix_peers(graph: Graph, kept: dict[int, RawSocket]) -> int:

@@ -1,24 +1,117 @@
-"""Small, race-tolerant readers of per-process and per-thread kernel counters.
+"""The one reader of kernel files every collector uses, and small race-tolerant parsers of
+per-process and per-thread counters.
 
-Shared by the windowed collectors (metrics, NUMA): CPU time and last CPU from
-``/proc/<pid>/task/<tid>/stat``, run-queue delay from ``…/schedstat``, context switches from
-``…/status``. A task that exits between listing and reading simply drops out (``None``),
-which is the normal state of a busy host, not an error.
+Reading: ``read_bytes`` (bounded: at most ``MAX_READ_BYTES``, or the limit a caller asks
+for), ``read_text`` and ``read_small`` over it, ``read_link`` and ``list_dir``. Each returns
+``None`` (or nothing) instead of raising when the file is not there to read, through one
+handler, ``if_vanished``: a process or thread that exits between being listed and being
+read (ENOENT, ESRCH), one that is not ours to read or whose pid was taken by another user's
+process meanwhile (EACCES, EPERM), and a sysfs attribute with nothing to say (EINVAL,
+ENODEV) all mean "no value", the normal state of a busy host, never an error. A collector
+decorates its own per-process or per-thread function with it where the kernel is asked about
+a task directly (``sched_getaffinity``, ``stat`` of an fd).
+
+Parsing: CPU time and last CPU from ``/proc/<pid>/task/<tid>/stat``, run-queue delay from
+``…/schedstat``, context switches from ``…/status``; shared by the windowed collectors
+(metrics, NUMA) and procfs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 READ_SIZE = 65536
+# a bound on what one file may cost: far above any procfs or sysfs file a collector reads
+# (the largest, ``maps`` and ``numa_maps`` of a process with many mappings, run to a few MiB)
+MAX_READ_BYTES = 32 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
-def read_text(path: Path | str) -> str | None:
-    """File contents, or None when it vanished or we may not read it."""
-    return _read(path, whole=True)
+
+def if_vanished(
+    default: Any = None, *, factory: Callable[[], Any] | None = None
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
+    """Decorate a function that reads one task's (or device's) kernel files: when the kernel
+    answers with an ``OSError`` (see the module docstring for what that means) it returns
+    ``default``, or a fresh ``factory()`` when the default is mutable."""
+
+    def decorate(func: Callable[Params, Result]) -> Callable[Params, Result]:
+        @functools.wraps(func)
+        def tolerant(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            try:
+                return func(*args, **kwargs)
+            except OSError:
+                return factory() if factory is not None else default
+
+        return tolerant
+
+    return decorate
+
+
+@if_vanished(None)
+def read_bytes(
+    path: Path | str, limit: int = MAX_READ_BYTES, *, one_read: bool = False
+) -> bytes | None:
+    """A file's first ``limit`` bytes (all of it, for any file a collector reads), or None.
+
+    ``one_read``: a single read() — all of a one-record procfs file (``stat``, ``status``,
+    ``schedstat``) and cheaper than reading to the end. Plain ``os`` calls: about half the
+    cost of ``open().read()`` on the thousands of tiny procfs files a big host has.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, min(READ_SIZE, limit))
+        if one_read or not data:
+            return data
+        chunks, size = [data], len(data)
+        while size < limit and (chunk := os.read(fd, min(READ_SIZE, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str, limit: int = MAX_READ_BYTES) -> str | None:
+    """File contents (bounded), or None when it vanished or we may not read it."""
+    data = read_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def read_small(path: Path | str) -> str | None:
+    """A one-record procfs file (``stat``, ``status``, ``schedstat``): one read() is all of it.
+
+    Large seq_files (``numa_maps``, ``maps``) return a page per read(); use ``read_text``.
+    """
+    data = read_bytes(path, one_read=True)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+@if_vanished(None)
+def read_link(path: Path | str) -> str | None:
+    """Where a symbolic link points (an fd, ``ns/net``), or None."""
+    return os.readlink(path)
+
+
+@if_vanished(factory=list)
+def list_dir(path: Path | str) -> list[os.DirEntry[str]]:
+    """The entries of a directory (in the kernel's order); empty when it is not there."""
+    with os.scandir(path) as entries:
+        return list(entries)
+
+
+def namespace_inode(link: str | None) -> int | None:
+    """``net:[4026531840]`` (a ``/proc/<pid>/ns/*`` link's target) → 4026531840."""
+    if not link or "[" not in link:
+        return None
+    return parse_int(link[link.index("[") + 1 : -1])
 
 
 def parse_int(text: str | None, base: int = 10) -> int | None:
@@ -29,47 +122,12 @@ def parse_int(text: str | None, base: int = 10) -> int | None:
         return None
 
 
-def read_small(path: Path | str) -> str | None:
-    """A one-record procfs file (``stat``, ``status``, ``schedstat``): one read() is all of it.
-
-    Large seq_files (``numa_maps``, ``maps``) return a page per read(); use ``read_text``.
-    """
-    return _read(path, whole=False)
-
-
-def _read(path: Path | str, whole: bool) -> str | None:
-    # os.open/os.read skip the buffered text layer: about twice as fast as open().read()
-    # on the thousands of tiny procfs files a big host has
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, READ_SIZE)
-        if whole and data:
-            chunks = [data]
-            while chunk := os.read(fd, READ_SIZE):
-                chunks.append(chunk)
-            data = b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace")
-
-
 def list_pids(proc_root: Path) -> list[int]:
-    try:
-        return sorted(int(e.name) for e in os.scandir(proc_root) if e.name.isdigit())
-    except OSError:
-        return []
+    return sorted(int(e.name) for e in list_dir(proc_root) if e.name.isdigit())
 
 
 def list_tids(proc_root: Path | str, pid: int) -> list[int]:
-    try:
-        return sorted(int(e.name) for e in os.scandir(f"{proc_root}/{pid}/task"))
-    except OSError:
-        return []
+    return sorted(int(e.name) for e in list_dir(f"{proc_root}/{pid}/task"))
 
 
 @dataclass(slots=True)

@@ -412,6 +412,30 @@ class SocketNode(Node):
     rto_ms: float | None = None
     rx_queue: int | None = None
     tx_queue: int | None = None
+    # the kernel's reasons a TCP sender is slow and the socket's memory (collectors/tcpinfo.py)
+    busy_time_ms: Seconds | None = None
+    rwnd_limited_ms: Seconds | None = None  # within busy_time_ms: waiting for the peer's window
+    sndbuf_limited_ms: Seconds | None = None  # within busy_time_ms: waiting for send buffer
+    rwnd_limited_pct: float | None = None  # shares of busy_time_ms
+    sndbuf_limited_pct: float | None = None
+    snd_cwnd: int | None = None  # segments
+    snd_mss_bytes: int | None = None
+    snd_wnd_bytes: int | None = None  # the peer's advertised receive window
+    rcv_wnd_bytes: int | None = None
+    rcv_space_bytes: int | None = None
+    notsent_bytes: int | None = None
+    delivery_rate_bytes_per_s: float | None = None
+    bytes_retrans: int | None = None
+    dsack_dups: int | None = None
+    reord_seen: int | None = None
+    rto_count: int | None = None
+    rmem_alloc_bytes: int | None = None
+    rcvbuf_bytes: int | None = None
+    wmem_queued_bytes: int | None = None
+    sndbuf_bytes: int | None = None
+    sk_drops: int | None = None
+    ifname: str | None = None  # the interface holding local_addr, in the socket's netns
+    nic: str | None = None  # that interface's node id
 
 
 class PipeNode(Node):
@@ -497,6 +521,19 @@ class NicNode(Node):
     tx_errors: int | None = None
     rx_dropped: int | None = None
     tx_dropped: int | None = None
+    # the namespace and queueing disciplines of the interface (collectors/nic.py, qdisc.py)
+    netns: int | None = None
+    netns_name: str | None = None
+    link_kind: str | None = None  # veth, bridge, …; None for a physical NIC
+    link_nic: str | None = None  # the interface it sits on: a veth's other end, a vlan's parent
+    qdiscs: list[dict[str, Any]] | None = None  # kind, handle, parent, rate/limit, counters
+    qdisc: str | None = None  # the root qdisc's kind
+    qdisc_rate_bytes_per_s: float | None = None  # the ceiling a shaper puts on the interface
+    qdisc_backlog_bytes: int | None = None
+    qdisc_backlog_packets: int | None = None
+    qdisc_drops: int | None = None
+    qdisc_overlimits: int | None = None
+    qdisc_requeues: int | None = None
 
 
 class RdmaDeviceNode(Node):

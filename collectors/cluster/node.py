@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from wp_mcp.graph import Graph
 
 from ..base import Context
 from ..orchestrator import SHARED_KINDS, collect_snapshot
+from ..taskstat import list_dir, namespace_inode, read_bytes, read_link
 
 SOURCE = "cluster-node"
 # environment variable -> (process attribute, type); launchers set different names
@@ -67,11 +67,7 @@ def collect_node(ctx: Context, start_at: float | None = None, netns: int | None 
 
 def netns_inode(ns_path: str) -> int | None:
     """The inode of the network namespace ``ns_path`` (``/proc/PID/ns/net``) names."""
-    try:
-        link = os.readlink(ns_path)
-    except OSError:  # exited, or a kernel thread we may not inspect
-        return None
-    return int(link[link.index("[") + 1 : -1])
+    return namespace_inode(read_link(ns_path))  # None: exited, or a kernel thread
 
 
 def own_netns_inode() -> int | None:
@@ -81,7 +77,7 @@ def own_netns_inode() -> int | None:
 def netns_pids(proc_root: Path, netns: int) -> set[int]:
     """Pids of the processes in network namespace ``netns`` (inode)."""
     found = set()
-    for entry in os.scandir(proc_root):
+    for entry in list_dir(proc_root):
         if entry.name.isdigit() and netns_inode(f"{proc_root}/{entry.name}/ns/net") == netns:
             found.add(int(entry.name))
     return found
@@ -124,10 +120,8 @@ def rank_environment(proc_root: Path, pid: int | None) -> dict[str, Any]:
     """The rank variables of one process (empty when it has none or cannot be read)."""
     if pid is None:
         return {}
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as handle:
-            data = handle.read(MAX_ENVIRON_BYTES)
-    except OSError:  # gone, or another user's process without CAP_SYS_PTRACE
+    data = read_bytes(f"{proc_root}/{pid}/environ", MAX_ENVIRON_BYTES)
+    if data is None:  # gone, or another user's process without CAP_SYS_PTRACE
         return {}
     found: dict[str, Any] = {}
     for entry in data.split(b"\0"):

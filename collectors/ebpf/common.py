@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from wp_mcp.graph import ids
 
+from ..taskstat import parse_int, read_small
 from .program import SOURCE
 
 if TYPE_CHECKING:
@@ -43,20 +44,15 @@ def ensure_thread(graph: Graph, tid: int, pid: int | None, comm: str = "") -> st
 
 def tgid_of(tid: int, proc_root: Path = Path("/proc")) -> int | None:
     """The process a thread belongs to (``/proc/<tid>`` resolves any thread id)."""
-    try:
-        for line in (proc_root / str(tid) / "status").read_text().splitlines():
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    for line in (read_small(proc_root / str(tid) / "status") or "").splitlines():
+        if line.startswith("Tgid:"):
+            return parse_int(line[5:])
     return None
 
 
 def _read_comm(proc_root: Path, pid: int) -> str | None:
-    try:
-        return (proc_root / str(pid) / "comm").read_text().strip()
-    except OSError:
-        return None
+    text = read_small(proc_root / str(pid) / "comm")
+    return None if text is None else text.strip()
 
 
 def format_addr(family: int, raw: bytes) -> str | None:

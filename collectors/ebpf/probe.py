@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..taskstat import parse_int, read_small
 from .bccmod import BccUnavailable, load_bcc
 from .btf import VMLINUX_BTF
 
@@ -75,10 +76,7 @@ def _privileged() -> bool:
 
 
 def _effective_caps() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    except (OSError, ValueError):
-        pass
+    for line in (read_small("/proc/self/status") or "").splitlines():
+        if line.startswith("CapEff:"):
+            return parse_int(line[7:], 16) or 0
     return 0

@@ -71,15 +71,66 @@ def lossy_link(
                 proc.wait()
 
 
+def link_names(prefix: str, ifname: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """The namespaces and veth ends ``veth_namespaces`` makes for ``prefix``."""
+    tag = f"{prefix}{os.getpid() % 100000}"
+    namespaces = {"rx": f"{tag}rx", "tx": f"{tag}tx"}
+    ends = {"rx": ifname or f"{tag}a", "tx": ifname or f"{tag}b"}
+    return namespaces, ends
+
+
+@contextlib.contextmanager
+def streaming_link(
+    prefix: str, receiver_ip: str, sender_ip: str, port: int, *,
+    sender_tc: tuple[tuple[str, ...], ...] = (), receiver_sysctls: tuple[str, ...] = (),
+    receiver_script: str = RECEIVER, settle_s: float = 1.0,
+) -> Iterator[dict]:  # fmt: skip
+    """A sender streaming to a receiver over a veth pair, with ``tc`` commands (each given
+    without ``tc -n NS`` and ``dev IF``: ``("qdisc", "add", "root", "tbf", …)``) applied to
+    the sender's end and ``sysctl`` settings made in the receiver's namespace before it
+    listens. Yields ``{"namespaces", "ends", "receiver", "sender"}``; the qdiscs are deleted
+    by device, the namespaces by name, the processes by pid."""
+    if not (shutil.which("ip") and shutil.which("tc")):
+        unavailable("needs iproute2 (.ci/setup.d/20-collectors.sh installs it)")
+    procs: list[subprocess.Popen] = []
+    with veth_namespaces(prefix, receiver_ip, sender_ip) as namespaces:
+        _, ends = link_names(prefix)
+        tc = ("tc", "-n", namespaces["tx"])
+        try:
+            for setting in receiver_sysctls:
+                sh("ip", "netns", "exec", namespaces["rx"], "sysctl", "-q", "-w", setting)
+            for command in sender_tc:  # ("qdisc" | "class", "add", …) → … add dev IF …
+                sh(*tc, *command[:2], "dev", ends["tx"], *command[2:])
+            receiver = subprocess.Popen(
+                ["ip", "netns", "exec", namespaces["rx"], sys.executable, "-c", receiver_script,
+                 receiver_ip, str(port)],
+                stdout=subprocess.PIPE, text=True)  # fmt: skip
+            procs.append(receiver)
+            assert receiver.stdout is not None
+            assert receiver.stdout.readline().strip() == "listening"
+            sender = subprocess.Popen(
+                ["ip", "netns", "exec", namespaces["tx"], sys.executable, "-c", SENDER,
+                 receiver_ip, str(port)])  # fmt: skip
+            procs.append(sender)
+            time.sleep(settle_s)
+            yield {"namespaces": namespaces, "ends": ends, "receiver": receiver.pid,
+                   "sender": sender.pid}  # fmt: skip
+        finally:
+            for proc in reversed(procs):  # the sender first: no broken pipe to report
+                proc.kill()
+                proc.wait()
+            if sender_tc:
+                subprocess.run([*tc, "qdisc", "del", "dev", ends["tx"], "root"],
+                               capture_output=True, timeout=30)  # fmt: skip
+
+
 @contextlib.contextmanager
 def veth_namespaces(
     prefix: str, receiver_ip: str, sender_ip: str, ifname: str | None = None
 ) -> Iterator[dict[str, str]]:
     """Two namespaces ``{"rx": …, "tx": …}`` joined by a veth pair (both ends named
     ``ifname`` when given), deleted afterwards by the names made here."""
-    tag = f"{prefix}{os.getpid() % 100000}"
-    namespaces = {"rx": f"{tag}rx", "tx": f"{tag}tx"}
-    ends = {"rx": ifname or f"{tag}a", "tx": ifname or f"{tag}b"}
+    namespaces, ends = link_names(prefix, ifname)
     made: list[str] = []
     try:
         for ns in namespaces.values():

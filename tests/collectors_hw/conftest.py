@@ -61,8 +61,9 @@ class FakeProc:
         )
         self.write(
             "net/netstat",
-            "TcpExt: ListenOverflows ListenDrops\n"
-            f"TcpExt: {counters.get('ListenOverflows', 0)} {counters.get('ListenDrops', 0)}\n",
+            "TcpExt: ListenOverflows ListenDrops TCPLossProbes TCPDSACKRecv\n"
+            f"TcpExt: {counters.get('ListenOverflows', 0)} {counters.get('ListenDrops', 0)} "
+            f"{counters.get('TCPLossProbes', 0)} {counters.get('TCPDSACKRecv', 0)}\n",
         )
 
     def task(

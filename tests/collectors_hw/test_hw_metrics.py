@@ -108,6 +108,8 @@ def test_host_cpu_memory_tcp_counters(fake_proc, fake_sys):
             RetransSegs=150,
             OutSegs=11000,
             ListenOverflows=6,
+            TCPLossProbes=8,
+            TCPDSACKRecv=4,
         )
 
     host = two_samples(MetricsCollector(), ctx, before, after).node("host")
@@ -121,6 +123,8 @@ def test_host_cpu_memory_tcp_counters(fake_proc, fake_sys):
     assert host.tcp_retrans_per_s == pytest.approx(25.0)
     assert host.tcp_retrans_pct == pytest.approx(0.5)
     assert host.tcp_listen_overflows_per_s == pytest.approx(3.0)
+    assert host.get("tcp_loss_probes_per_s") == pytest.approx(4.0)
+    assert host.get("tcp_dsack_recv_per_s") == pytest.approx(2.0)
     assert host.get("psi") is None  # no /proc/pressure in this tree: PSI disabled
 
 
