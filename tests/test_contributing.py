@@ -58,7 +58,8 @@ def add_to_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     added: list[str] = []
 
     def add(package: ModuleType, example: str) -> str:
-        package_folder = Path(package.__path__[0]).relative_to(REPO)
+        # resolved: the package is reached through wp_mcp/'s links to the top-level folders
+        package_folder = Path(package.__path__[0]).resolve().relative_to(REPO)
         # A dash-case skill folder imports under its snake_case name (pyproject's package-dir).
         relative = Path(Path(example).relative_to(package_folder).as_posix().replace("-", "_"))
         folder = tmp_path / package.__name__
