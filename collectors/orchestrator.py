@@ -46,6 +46,7 @@ from wp_mcp.graph.gcpause import cyclic_gc_paused
 from wp_mcp import __version__
 
 from .base import Cancelled, Collector, Context, Outcome
+from .registry import default_collectors
 from .taskstat import read_small, read_text
 
 log = logging.getLogger(__name__)
@@ -125,8 +126,6 @@ def _one_collection_at_a_time(ctx: Context) -> Iterator[None]:
 
 def _collect_snapshot(ctx: Context, collectors: list[Collector] | None) -> Graph:
     if collectors is None:
-        from . import default_collectors
-
         collectors = default_collectors(ctx)
     if ctx.ebpf == "off":
         collectors = [c for c in collectors if c.tier != "T2"]

@@ -1,8 +1,11 @@
 """wp_mcp.skills: deterministic diagnosis skills over a topology graph, plus agent bundles.
 
-Each skill is a folder (``skills/<name>/``, named as its bundle installs) holding its engine (``engine.py`` with
-``run(graph, analysis=None, **options) -> Report``) and its agent-facing bundle
-(``SKILL.md`` and ``references/``), registered by one line in ``SKILLS`` below.
+Each skill is a folder (``skills/<name>/``, dash-case, named as its bundle installs) holding
+its engine (``engine.py`` with ``run(graph, analysis=None, **options) -> Report``; the
+keyword parameters after ``graph`` are its options) and its agent-facing bundle (``SKILL.md``,
+and ``references/``). It imports under its snake_case name through a link beside it
+(``skills/process_census -> process-census``; in a wheel the folder itself has that name).
+Skills are found, not listed: every such package with a SKILL.md is one, in name order.
 ``run_skill`` runs one, ``diagnose`` runs all into one report, ``install_bundles`` copies
 the bundles where an assistant finds them.
 
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -33,20 +38,33 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Skill:
     name: str  # as installed and called (dash-case), and its source folder's name
-    options: frozenset[str] = frozenset()  # what run_skill accepts, so a typo is a clear error
 
     @property
     def module(self) -> str:
-        """Its import name (snake_case; pyproject maps it onto the dash-case folder)."""
+        """Its import name (snake_case: the link to its folder, or the folder in a wheel)."""
         return self.name.replace("-", "_")
 
+    @property
+    def options(self) -> frozenset[str]:
+        """What run_skill accepts (so a typo is a clear error): the keyword parameters of its
+        engine's ``run`` other than the graph and the shared analysis."""
+        parameters = inspect.signature(_engine(self.name).run).parameters
+        return frozenset(parameters) - {"graph", "analysis"}
 
-# One line per skill, in the order diagnose runs them and listings show them.
-SKILLS = (
-    Skill("dataflow-topology-restore"),
-    Skill("bottleneck-identification", frozenset({"layers"})),
-    Skill("hotspot-thread-discovery", frozenset({"top"})),
-)
+
+def discover(folders: Iterable[str]) -> tuple[Skill, ...]:
+    """The skills in these package folders: each entry with an import name and a SKILL.md,
+    in name order (the order diagnose runs them and listings show them)."""
+    modules = {
+        entry.name
+        for folder in folders
+        for entry in Path(folder).iterdir()
+        if entry.name.isidentifier() and (entry / "SKILL.md").is_file()
+    }
+    return tuple(Skill(name) for name in sorted(module.replace("_", "-") for module in modules))
+
+
+SKILLS = discover(__path__)
 SKILL_NAMES = tuple(skill.name for skill in SKILLS)
 _LAZY = ("Evidence", "Finding", "Report", "Section")
 
@@ -58,10 +76,19 @@ def __getattr__(name: str) -> Any:
 
 
 def skill(name: str) -> Skill:
-    """The registered skill ``name``; an unknown one is a UserError listing the skills."""
+    """The skill ``name``; an unknown one is a UserError listing the skills."""
     for known in SKILLS:
         if known.name == name:
             return known
+    folder = Path(__path__[0]) / name
+    # a new skill folder in a checkout, without its link (a skill's name is [a-z0-9-], so
+    # it is shown as it is)
+    if re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) and (folder / "SKILL.md").is_file():
+        module = name.replace("-", "_")
+        raise UserError(
+            f"skill folder skills/{name} has no import link: "
+            f"ln -s {name} skills/{module} (CONTRIBUTING.md, Add a skill)"
+        )
     raise UserError(f"unknown skill {excerpt(name)}; skills: {', '.join(SKILL_NAMES)}")
 
 
@@ -76,7 +103,7 @@ def load_engines() -> None:
 
 
 def run_skill(name: str, graph: Graph, **options) -> Report:
-    """Run one skill. Options: ``layers`` (bottleneck-identification), ``top`` (hotspots)."""
+    """Run one skill with the options its engine's ``run`` takes (``layers``, ``top``...)."""
     engine = _engine(name)
     accepted_options = skill(name).options
     unknown = set(options) - accepted_options
@@ -221,6 +248,7 @@ __all__ = [
     "Skill",
     "bundle_dir",
     "diagnose",
+    "discover",
     "front_matter",
     "install_bundles",
     "load_engines",

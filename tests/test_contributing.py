@@ -28,7 +28,8 @@ pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parent.parent
 GUIDE = REPO / "CONTRIBUTING.md"
-BLOCK = re.compile(r"<!-- (example|registration): (\S+) -->\n```python\n(.*?)```", re.S)
+BLOCK = re.compile(r"<!-- (example|registration): (\S+) -->\n```\w+\n(.*?)```", re.S)
+LINK = re.compile(r"<!-- link: (\S+) -> (\S+) -->\n```sh\nln -s (\S+) (\S+)\n```")
 
 
 def blocks(kind: str) -> dict[str, str]:
@@ -38,6 +39,7 @@ def blocks(kind: str) -> dict[str, str]:
 
 EXAMPLES = blocks("example")
 REGISTRATIONS = blocks("registration")
+LINKS = {link: target for link, target, *_ in LINK.findall(GUIDE.read_text())}
 
 
 @pytest.fixture
@@ -58,7 +60,8 @@ def add_to_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     added: list[str] = []
 
     def add(package: ModuleType, example: str) -> str:
-        package_folder = Path(package.__path__[0]).relative_to(REPO)
+        # resolved: the package is reached through wp_mcp/'s links to the top-level folders
+        package_folder = Path(package.__path__[0]).resolve().relative_to(REPO)
         # A dash-case skill folder imports under its snake_case name (pyproject's package-dir).
         relative = Path(Path(example).relative_to(package_folder).as_posix().replace("-", "_"))
         folder = tmp_path / package.__name__
@@ -93,11 +96,25 @@ def test_every_kind_has_a_worked_example_and_at_most_one_registration_line():
         "converters/views/threads.py",
         "skills/bottleneck-identification/preempted.py",
         "skills/process-census/engine.py",
+        "skills/process-census/SKILL.md",
         "server/mcp/tools/kinds.py",
     }
     assert all(code.count("\n") == 1 for code in REGISTRATIONS.values()), REGISTRATIONS
-    for example in EXAMPLES.values():
-        ast.parse(example)
+    for path, example in EXAMPLES.items():
+        if path.endswith(".py"):
+            ast.parse(example)
+
+
+def test_a_skill_takes_its_folder_s_two_files_and_one_link():
+    """The page's claim: three files, no registration line, no pyproject edit."""
+    census = {path for path in EXAMPLES if path.startswith("skills/process-census/")}
+    assert len(census) + len(LINKS) == 3 and LINKS == {"skills/process_census": "process-census"}
+    assert not [path for path in REGISTRATIONS if path.startswith("skills/__init__")]
+    for link, target, made_as, made_at in LINK.findall(GUIDE.read_text()):
+        assert (made_as, made_at) == (target, link)  # the command makes the link it names
+    for link in Path(REPO, "skills").iterdir():  # and the skills there are laid out alike
+        if link.is_symlink():
+            assert link.readlink() == Path(link.name.replace("_", "-")), link
 
 
 async def test_the_example_view_is_served_by_wp_layer(
@@ -171,18 +188,49 @@ async def test_the_example_tool_is_listed_and_answers(witty, store_dir, add_to_p
     assert wrong.is_error and "\n" not in wrong.content[0].text
 
 
-def test_the_example_skill_runs_alone_and_in_diagnose(monkeypatch, witty, add_to_package):
+def test_the_example_skill_is_found_runs_alone_and_in_diagnose_and_installs(
+    monkeypatch, witty, tmp_path
+):
     import wp_mcp.skills as skills
+    from wp_mcp.graph.errors import UserError
 
-    add_to_package(skills, "skills/process-census/engine.py")
-    line = REGISTRATIONS["skills/__init__.py"].strip().rstrip(",")
-    registered = eval(line, vars(skills))  # the line, as SKILLS holds it
-    monkeypatch.setattr(skills, "SKILLS", (*skills.SKILLS, registered))
-    monkeypatch.setattr(skills, "SKILL_NAMES", (*skills.SKILL_NAMES, registered.name))
+    folder = tmp_path / "skills"  # searched as part of wp_mcp.skills, laid out as the page says
+    for path, text in EXAMPLES.items():
+        if path.startswith("skills/process-census/"):
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            (folder / path).write_text(text)
+    for link, target in LINKS.items():
+        (folder / link).symlink_to(target, target_is_directory=True)
+    monkeypatch.setattr(skills, "__path__", [*skills.__path__, str(folder / "skills")])
+    monkeypatch.delitem(sys.modules, "wp_mcp.skills.process_census", raising=False)
+    monkeypatch.delitem(sys.modules, "wp_mcp.skills.process_census.engine", raising=False)
+
+    found = skills.discover(skills.__path__)  # what importing the package does
+    assert "process-census" in {skill.name for skill in found}
+    monkeypatch.setattr(skills, "SKILLS", found)
+    monkeypatch.setattr(skills, "SKILL_NAMES", tuple(skill.name for skill in found))
 
     alone = skills.run_skill("process-census", witty)
     assert "- processes: 12\n- threads: 41" in alone.to_markdown()
     assert "Census" in skills.diagnose(witty).contents()
+    with pytest.raises(UserError, match="skill process-census has no option top; options: none"):
+        skills.run_skill("process-census", witty, top=3)
+    (installed,) = [p for p in skills.install_bundles(tmp_path / "dest") if "census" in p.name]
+    meta = skills.front_matter((installed / "SKILL.md").read_text())
+    assert installed.name == meta["name"] == "process-census" and meta["description"]
+
+
+def test_a_skill_folder_without_its_link_is_one_clear_line(monkeypatch, tmp_path):
+    import wp_mcp.skills as skills
+    from wp_mcp.graph.errors import UserError
+
+    (tmp_path / "process-census").mkdir()
+    (tmp_path / "process-census" / "SKILL.md").write_text(
+        EXAMPLES["skills/process-census/SKILL.md"]
+    )
+    monkeypatch.setattr(skills, "__path__", [str(tmp_path)])
+    with pytest.raises(UserError, match="ln -s process-census skills/process_census"):
+        skills.skill("process-census")
 
 
 def test_the_example_collector_sets_the_host_uptime(tmp_path, add_to_package):

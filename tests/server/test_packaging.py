@@ -1,6 +1,7 @@
 """Installable like the tools users trust: the skill bundles install without clobbering local
-edits, the MCP registry manifest validates against its schema, and a built wheel installs
-into a fresh venv whose `wp-mcp` command serves MCP over stdio."""
+edits, the MCP registry manifest validates against its schema, a built wheel installs into a
+fresh venv whose `wp-mcp` command serves MCP over stdio, and the sdist, laid out as the
+repository (wp_mcp/'s links kept), runs its tests against that wheel."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def test_skills_install_refuses_to_overwrite_an_edited_file_without_force(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert install_skills(tmp_path) == 0
-    edited = tmp_path / SKILL_NAMES[0] / "references" / "topology.md"
+    reference = sorted((bundle_dir(SKILL_NAMES[0]) / "references").glob("*.md"))[0]
+    edited = tmp_path / SKILL_NAMES[0] / "references" / reference.name
     edited.write_text("my own notes\n", encoding="utf-8")
     capsys.readouterr()
 
@@ -59,9 +61,7 @@ def test_skills_install_refuses_to_overwrite_an_edited_file_without_force(
     assert edited.read_text(encoding="utf-8") == "my own notes\n"
 
     assert install_skills(tmp_path, "--force") == 0
-    assert (
-        edited.read_bytes() == (bundle_dir(SKILL_NAMES[0]) / "references/topology.md").read_bytes()
-    )
+    assert edited.read_bytes() == reference.read_bytes()
 
 
 def test_skills_install_removes_a_file_the_bundle_does_not_have_only_with_force(
@@ -124,19 +124,24 @@ def test_server_json_names_the_release_and_command_the_project_declares() -> Non
 
 # ------------------------------------------------------------------ the wheel, installed
 
-# What a build reads is copied out first: a build writes build/ and *.egg-info beside the
-# sources, and a test must not write into the checkout.
+# What a build reads is copied out first, links kept as links (wp_mcp/graph -> ../graph): a
+# build writes build/ and *.egg-info beside the sources, and a test must not write into the
+# checkout.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv*", "node_modules", "out", "build", "dist", "*.egg-info", "__pycache__",
-    ".*_cache", ".hypothesis", "clients",
+    ".*_cache", ".hypothesis",
 )  # fmt: skip
+
+
+def copy_sources(dest: Path) -> Path:
+    shutil.copytree(REPO, dest, symlinks=True, ignore=NOT_SOURCES)
+    return dest
 
 
 def build_wheel(workdir: Path) -> tuple[Path, str]:
     """The wheel pip builds from a copy of the checkout, offline (the main venv's setuptools),
     and the build's log."""
-    source = workdir / "source"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCES)
+    source = copy_sources(workdir / "source")
     wheels = workdir / "wheels"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
@@ -234,22 +239,62 @@ async def test_the_installed_command_serves_mcp_over_stdio(
     assert all(tool.input_schema.get("type") == "object" for tool in tools.tools)
 
 
-SDIST_MUST_HOLD = ("LICENSE", "README.md", "server.json", "docs/mcp.md", "tests/server/test_packaging.py",
-                   "tests/fixtures/mcp-registry/server.schema.json", "skills/bottleneck-identification/SKILL.md")  # fmt: skip
+SDIST_MUST_HOLD = ("LICENSE", "README.md", "server.json", "setup.py", "docs/mcp.md",
+                   "tests/server/test_packaging.py", "tests/fixtures/mcp-registry/server.schema.json",
+                   "skills/bottleneck-identification/SKILL.md", "graph/store.py",
+                   "converters/assets/package-lock.json", "clients/install.sh",
+                   "clients/package-lock.json")  # fmt: skip
 
 
-@pytest.mark.slow
-def test_the_sdist_carries_licence_docs_tests_and_manifest_but_no_build_outputs(
-    tmp_path: Path,
-) -> None:
-    source = tmp_path / "source"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCES)
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("sdist")
+    source = copy_sources(workdir / "source")
     build = "from setuptools import build_meta; print(build_meta.build_sdist('../sdist'))"
     name = subprocess.run(
         [sys.executable, "-c", build], cwd=source, check=True, capture_output=True, text=True,
         timeout=300,
     ).stdout.splitlines()[-1]  # fmt: skip
-    with tarfile.open(tmp_path / "sdist" / name) as archive:
-        members = {member.split("/", 1)[1] for member in archive.getnames() if "/" in member}
+    return workdir / "sdist" / name
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_licence_docs_tests_and_manifest_but_no_build_outputs(
+    sdist: Path,
+) -> None:
+    with tarfile.open(sdist) as archive:
+        members = {m.name.split("/", 1)[1]: m for m in archive.getmembers() if "/" in m.name}
     assert [path for path in SDIST_MUST_HOLD if path not in members] == []
     assert [m for m in members if "node_modules" in m or m.startswith("benchmarks/out")] == []
+    assert [m for m in members if m.endswith(".pyc")] == []
+    # each file once, under its real path; the links as links
+    assert members["wp_mcp/graph"].issym() and members["wp_mcp/graph"].linkname == "../graph"
+    linked = members["skills/bottleneck_identification"]
+    assert linked.issym() and linked.linkname == "bottleneck-identification"
+    assert not [
+        m for m in members if m.startswith(("wp_mcp/graph/", "skills/bottleneck_identification/"))
+    ]
+
+
+@pytest.mark.slow
+def test_the_unpacked_sdist_runs_its_tests_against_the_installed_wheel(
+    sdist: Path, installed_command: Path, tmp_path: Path
+) -> None:
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path, filter="data")
+    (unpacked,) = tmp_path.iterdir()
+    python = str(installed_command.parent / "python")
+    env = {**server_env(), "PYTHONDONTWRITEBYTECODE": "1"}
+    version = subprocess.run([python, "-m", "wp_mcp", "--version"], cwd=unpacked, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert version.stdout.strip() == f"wp-mcp {__version__}", version.stderr
+    # -P: the unpacked folder is not put first on sys.path, so wp_mcp is the wheel's
+    where = subprocess.check_output([python, "-P", "-c", "import wp_mcp.graph as g; print(g.__file__)"],
+                                    cwd=unpacked, env=env, text=True, timeout=60)  # fmt: skip
+    assert where.startswith(str(installed_command.parents[1])), where
+    fast = ["tests/skills/test_skills_bundles.py", "tests/converters/test_view_registry.py"]
+    done = subprocess.run(
+        [python, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *fast], cwd=unpacked,
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -48,8 +48,7 @@ def test_bundle_front_matter_body_and_links(name):
     assert 0 < len(meta["description"]) <= 1024
     assert len(text.splitlines()) < 500
     refs = sorted(p.name for p in (bundle_dir(name) / "references").glob("*.md"))
-    assert refs, "a bundle ships references"
-    for ref in refs:
+    for ref in refs:  # references/ is optional; what is there, SKILL.md links
         assert f"references/{ref}" in text, f"{ref} is not linked from SKILL.md"
     for link in re.findall(r"\]\((references/[^)]+)\)", text):
         assert (bundle_dir(name) / link).is_file(), link
@@ -67,9 +66,9 @@ def test_descriptions_use_the_words_users_say():
         assert words.lower() in descriptions.lower(), words
 
 
-def test_one_reference_per_layer_plus_topology_and_threads():
-    refs = {p.name for n in SKILL_NAMES for p in (bundle_dir(n) / "references").glob("*.md")}
-    assert set(LAYER_REFS) | {"topology.md", "thread-classification.md"} == refs
+def test_one_reference_per_layer():
+    refs = {p.name for p in (bundle_dir("bottleneck-identification") / "references").glob("*.md")}
+    assert set(LAYER_REFS) <= refs
 
 
 def test_every_rule_is_documented_in_its_layer_reference():

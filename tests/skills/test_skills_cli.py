@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from wp_mcp.graph.store import Store
 from wp_mcp.server.cli import main
+from wp_mcp.skills import SKILL_NAMES
 
 
 def run_cli(*args: str) -> int:
@@ -66,10 +68,9 @@ def test_skills_list_and_install(tmp_path, capsys):
     assert run_cli("skills", "list") == 0
     assert "bottleneck-identification\n  Find why AI training" in capsys.readouterr().out
     assert run_cli("skills", "install", "--dest", str(tmp_path / "skills")) == 0
-    written = capsys.readouterr().out.split()
-    assert [p.rsplit("/", 1)[1] for p in written] == [
-        "dataflow-topology-restore", "bottleneck-identification", "hotspot-thread-discovery",
-    ]  # fmt: skip
+    written = [Path(p) for p in capsys.readouterr().out.split()]
+    assert [p.name for p in written] == list(SKILL_NAMES)  # one folder per skill found
+    assert all((p / "SKILL.md").is_file() for p in written)
 
 
 def test_diagnose_live_prints_a_report_a_person_can_act_on(store_dir):
