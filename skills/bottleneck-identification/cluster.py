@@ -37,7 +37,7 @@ from wp_mcp.graph.model import Edge, Node
 
 from ..analysis import GRADES
 from ..report import Evidence, Finding
-from .rulebook import NotEvaluable, RuleContext, rule
+from ..rulebook import NotEvaluable, RuleContext, rule
 
 LOSS_FLOOR = 0.005  # the ratio L4.flow-retransmits starts at
 LOSS_TIMES_PEERS = 5.0  # how far above the other hosts' median a lossy host is

@@ -27,8 +27,8 @@ from wp_mcp.graph.cpulist import format_cpulist
 
 from ..analysis import Group, cpu_set, host_prefix
 from ..report import Evidence, Priority, safe
-from .rulebook import RuleContext
-from .thresholds import (
+from ..rulebook import RuleContext
+from ..thresholds import (
     BUSY_THREAD,
     CPU_BUSY,
     HOG_DEMAND,

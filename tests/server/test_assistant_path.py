@@ -20,7 +20,7 @@ from wp_mcp.graph import native
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.server.mcp_text import INSTRUCTIONS
 from wp_mcp.skills.analysis import Analysis
-from wp_mcp.skills.bottleneck_identification.plan import applied
+from wp_mcp.skills.plan import applied
 from wp_testdata import WITTY_GRAPH
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from wp_mcp.graph import native
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.server.cli import main
 from wp_mcp.skills.analysis import Analysis
-from wp_mcp.skills.bottleneck_identification.plan import applied
+from wp_mcp.skills.plan import applied
 
 
 def run_cli(*args: str) -> int:

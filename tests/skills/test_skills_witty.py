@@ -11,7 +11,7 @@ from wp_mcp.graph.query import cpu_set
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.skills import diagnose, run_skill
 from wp_mcp.skills.analysis import Analysis, Binding
-from wp_mcp.skills.bottleneck_identification.plan import applied
+from wp_mcp.skills.plan import applied
 
 NPU_NUMA = {"npu:0": 6, "npu:1": 6, "npu:2": 4, "npu:3": 4, "npu:4": 0, "npu:5": 0,
             "npu:6": 2, "npu:7": 2}  # fmt: skip
