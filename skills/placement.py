@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.query import host_prefix
 
-from .analysis import GRADES, Placement, host_prefix
+from .analysis import GRADES, Placement
 from .report import Evidence, Finding, Priority
 from .rulebook import GROUP_DETAIL, WORST_SHOWN, RuleContext
 from .thresholds import ON_DEVICE_NODE_WRONG

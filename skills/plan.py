@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph import ids as graph_ids
+from wp_mcp.graph.query import host_prefix
 
-from .analysis import Analysis, Binding, host_prefix
+from .analysis import Analysis, Binding
 from .report import Finding
 from .rule_engine import findings
 

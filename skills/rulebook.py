@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wp_mcp.graph import Graph, Node
+from wp_mcp.graph.query import host_prefix
 
-from .analysis import Analysis, confidence, cpu_set, host_prefix
+from .analysis import Analysis, confidence
 from .report import PRIORITIES, Evidence, Finding, Priority, safe
 
 _SKILLS_PACKAGE = __name__.rpartition(".")[0]  # wp_mcp.skills: a rule's skill is its folder
@@ -123,30 +124,11 @@ class RuleContext:
         return found
 
     def host_for(self, node_id: str) -> Node | None:
-        return self._hosts().get(host_prefix(node_id))
-
-    def _hosts(self) -> dict[str, Node]:
-        """Host prefix → its host node (the first), once per analysis: rules ask per rank."""
-        memo = self.analysis.__dict__
-        if "_hosts_by_prefix" not in memo:
-            hosts: dict[str, Node] = {}
-            for host in self.graph.of_kind("host"):
-                hosts.setdefault(host_prefix(host.id), host)
-            memo["_hosts_by_prefix"] = hosts
-        return memo["_hosts_by_prefix"]
+        return self.analysis.hosts.get(host_prefix(node_id))
 
     def host_cpus(self, node_id: str) -> int | None:
         """How many CPUs the host of ``node_id`` has (host attribute, else its NUMA cpulists)."""
-        prefix = host_prefix(node_id)
-        counts = self.analysis.__dict__.setdefault("_host_cpus", {})
-        if prefix not in counts:
-            host = self.host_for(node_id)
-            if host is not None and host.get("cpus"):
-                counts[prefix] = int(host.get("cpus"))
-            else:
-                nodes = self.analysis.numa_nodes.get(prefix, {}).values()
-                counts[prefix] = sum(len(cpu_set(n.get("cpulist"))) for n in nodes) or None
-        return counts[prefix]
+        return self.analysis.host_cpus(host_prefix(node_id))
 
     def label(self, node_id: str) -> str:
         """``proc:12 (python3)`` — the id plus its escaped name for titles."""

@@ -6,8 +6,8 @@ from collections import Counter
 
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.query import cpu_set, host_prefix
 
-from ..analysis import cpu_set, host_prefix
 from ..report import Evidence, Finding, Priority, safe
 from ..rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
 from ..thresholds import (

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..analysis import cpu_set, host_prefix
+from wp_mcp.graph.query import cpu_set, host_prefix
+
 from ..placement import PLACEMENT_THRESHOLD, VENDOR_AFFINITY, placement_findings
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from wp_mcp.graph import Node
+from wp_mcp.graph.query import host_prefix, numa_id
 
-from ..analysis import host_prefix, numa_id
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 from ..thresholds import (

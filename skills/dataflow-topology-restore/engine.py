@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from wp_mcp.graph import Edge, Graph, Node
+from wp_mcp.graph.query import host_prefix
 
-from ..analysis import Analysis, Group, grade, host_prefix
+from ..analysis import Analysis, Group, grade
 from ..placement import placement_findings
 from ..plan import annotate, verified_plan
 from ..report import Report, Section, code, safe
