@@ -8,6 +8,7 @@ is writing it in its module; no list names it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -58,12 +59,13 @@ def _import_rule_modules() -> None:
         _imported.add(folder)
 
 
-def _skill_folders() -> list[str]:
+@functools.cache
+def _skill_folders() -> tuple[str, ...]:
     """The skill folders beside this module, by import name (a dash-case folder of the source
     tree imports in snake_case, as an installed wheel names it)."""
     here = Path(__file__).parent
     found = (path for path in here.iterdir() if (path / f"{_RUNNER}.py").is_file())
-    return sorted(path.name.replace("-", "_") for path in found)
+    return tuple(sorted(path.name.replace("-", "_") for path in found))
 
 
 def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:

@@ -12,7 +12,7 @@ from wp_mcp.graph.errors import UserError
 from ..analysis import Analysis, confidence
 from ..plan import PlanCheck, annotate, launcher_wrapper, verified_plan
 from ..report import Report, Section, code
-from ..rule_engine import Outcome, evaluate
+from ..rule_engine import Outcome, evaluate, rules
 
 SKILL = "bottleneck-identification"
 LAYERS = {
@@ -24,6 +24,11 @@ LAYERS = {
     6: "Control plane",
     7: "Data plane",
 }
+
+# The rule modules load with the engine, as they did when it imported them by name: a caller
+# that loads the engines while a collection window runs (skills.load_engines) has the rules
+# ready when the window closes.
+rules(SKILL)
 
 
 def layer_title(layer: int) -> str:
