@@ -110,6 +110,14 @@ def test_installed_references_hold_the_tables_not_the_markers(installed):
     install_bundles(dest)  # the copy is the bundle as served: nothing to refuse as edited
 
 
+def test_wp_skill_docs_serves_a_layer_reference_with_its_table():
+    from wp_mcp.server.mcp_server import _skill_doc
+
+    text = _skill_doc("bottleneck-identification", "layer-5-storage.md")
+    assert "<!-- rules:" not in text and "| `L5.disk-util` | " in text
+    assert "## Reading the findings" in text  # the prose around the table as written
+
+
 def test_the_rule_docs_command_prints_a_reference_as_served_and_every_table(capsys):
     path = bundle_dir("bottleneck-identification") / "references" / LAYER_REFS[4]
     assert main([str(path)]) == 0
