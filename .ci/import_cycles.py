@@ -22,12 +22,6 @@ PACKAGE = "wp_mcp"
 KNOWN = {
     frozenset({"wp_mcp.graph.store", "wp_mcp.converters.stored"}),
     frozenset({"wp_mcp.graph.witty", "wp_mcp.graph.witty_decode"}),
-    frozenset(
-        {
-            "wp_mcp.skills.bottleneck_identification.engine",
-            "wp_mcp.skills.bottleneck_identification.plan",
-        }
-    ),
 }
 
 

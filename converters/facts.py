@@ -1,10 +1,10 @@
-"""Per-graph lookups the views and the rules share (thread → process, a process's parent,
-children and devices, a socket's owners, the profiler's own processes, …).
+"""The graph's look-ups (``graph.query``) answered once per graph, for the views and the rules.
 
-One answer to each question for both: the views read a ``Facts``, and the skills' ``Analysis``
-asks the same ``Facts`` before judging, so a view never disagrees with the rule it explains.
-Built once per graph on first use (the view index caches one ``Facts`` per graph), so a view
-never rescans the whole edge list to answer a neighbour question.
+The views read a ``Facts``, and the skills' ``Analysis`` asks the same ``Facts`` before
+judging, so a view never disagrees with the rule it explains. What is built from the whole
+graph (thread owners, children by ppid, every talks_to and path edge, the profiler's own
+processes) is built once per graph on first use (the view index caches one ``Facts`` per
+graph), so a view never rescans the whole edge list to answer a neighbour question.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
-from wp_mcp.graph import ids, query
+from wp_mcp.graph import query
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Edge, Element, Node
 from wp_mcp.graph.query import device_numa_node
 
 PROCESS = "process"
 PATH_ENDS = ("gpu", "npu", "nic", "rdma_device", "pci_bridge")
-ACCELERATOR_KINDS = ("gpu", "npu")
 # wp-mcp's own command line (the console script, ``python -m wp_mcp…``) on snapshots that do
 # not record the collecting pid
 _PROFILER_CMDLINE = re.compile(r"(^|[\s/])wp-mcp(\s|$)|-m\s+wp_mcp(\.|\s|$)")
@@ -73,20 +72,18 @@ class Facts:
         ]
 
     def devices_of(self, process_id: str) -> list[str]:
-        return [e.dst for e in self.graph.out_edges(process_id, "uses_device")]
+        return query.devices_of(self.graph, process_id)
 
     def accelerators_of(self, process_id: str) -> list[Node]:
         """The GPUs and NPUs a process uses (what ranks and placements are judged by)."""
-        nodes = self.graph.nodes
-        found = (nodes.get(device) for device in self.devices_of(process_id))
-        return [d for d in found if d is not None and d.kind in ACCELERATOR_KINDS]
+        return query.accelerators_of(self.graph, process_id)
 
     def socket_owners(self, socket_id: str) -> list[str]:
         """The processes using a socket, not the children that inherited it (graph.query)."""
         return query.socket_owners(self.graph, socket_id)
 
     def users_of(self, device_id: str) -> list[str]:
-        return [e.src for e in self.graph.in_edges(device_id, "uses_device")]
+        return query.users_of(self.graph, device_id)
 
     def holders(self, object_id: str) -> tuple[str, ...]:
         """Processes holding a socket, pipe, shm or queue, sorted (found once: a view asks
@@ -102,8 +99,7 @@ class Facts:
         return device_numa_node(self.graph, node)[0] if node is not None else None
 
     def container_of(self, process_id: str) -> str | None:
-        edges = self.graph.out_edges(process_id, "in_container")
-        return edges[0].dst if edges else None
+        return query.container_of(self.graph, process_id)
 
     def parent_of(self, process_id: str) -> str | None:
         """Its ``parent_of`` edge, else the process its ``ppid`` names."""
@@ -123,12 +119,7 @@ class Facts:
         return out
 
     def ancestors(self, process_id: str) -> set[str]:
-        found: set[str] = set()
-        current = self.parent_of(process_id)
-        while current is not None and current not in found:
-            found.add(current)
-            current = self.parent_of(current)
-        return found
+        return query.ancestors(self.graph, process_id)
 
     def descendants(self, process_id: str) -> set[str]:
         found: set[str] = set()
@@ -177,5 +168,5 @@ class Facts:
         counts: dict[str, int] = {}
         for host in self.graph.of_kind("host"):
             if attr(host, "cpus"):
-                counts[ids.split_host(host.id)[0]] = int(attr(host, "cpus"))
+                counts[query.host_prefix(host.id)] = int(attr(host, "cpus"))
         return counts

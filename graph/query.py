@@ -1,4 +1,12 @@
-"""Query helpers over the graph that several later stages need the same answer from."""
+"""The graph look-ups that views and rules share: one answer to each question for both.
+
+Where a node is (its host, its NUMA node, a device's node), what a process is connected to
+(parent, ancestors, threads, devices, container, peers, a socket's real owners), and the
+shares of its CPU time and pages per node. Each reads the typed attribute first and falls
+back to the edges that carry the same fact, because live collectors and imports fill
+different ones. ``converters.facts.Facts`` answers them once per graph for the views, and
+the skills' ``Analysis`` reads the same ``Facts``; neither judges, rules do.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,45 @@ from collections import defaultdict
 from . import ids
 from .cpulist import CpuListError, parse_cpulist
 from .graph import Graph
-from .model import Node
+from .model import Edge, Node
+
+ACCELERATOR_KINDS = ("gpu", "npu")
+
+
+def host_prefix(node_id: str) -> str:
+    """The host part of a node id (``""`` in a one-host graph): what nodes of a host share."""
+    return ids.split_host(node_id)[0]
+
+
+def hosts_by_prefix(graph: Graph) -> dict[str, Node]:
+    """Host prefix → its host node (the first, when a graph holds two with one prefix)."""
+    hosts: dict[str, Node] = {}
+    for host in graph.of_kind("host"):
+        hosts.setdefault(host_prefix(host.id), host)
+    return hosts
+
+
+def numa_id(node: Node) -> int | None:
+    """A numa_node's number."""
+    value = node.get("numa_id")
+    return int(value) if value is not None else None
+
+
+def numa_nodes(graph: Graph) -> dict[str, dict[int, Node]]:
+    """Host prefix → NUMA id → its numa_node."""
+    out: dict[str, dict[int, Node]] = defaultdict(dict)
+    for node in graph.of_kind("numa_node"):
+        number = numa_id(node)
+        if number is not None:
+            out[host_prefix(node.id)][number] = node
+    return out
+
+
+def numa_distance(node: Node | None, other: int) -> int | None:
+    """The firmware's distance (SLIT: 10 is local) from a numa_node to NUMA node ``other``."""
+    distances = node.get("distances") or node.get("distance_to_all_numa") if node else None
+    value = (distances or {}).get(str(other))
+    return int(value) if value is not None else None
 
 
 def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]:
@@ -28,18 +74,18 @@ def device_numa_node(graph: Graph, device: Node) -> tuple[int | None, str, bool]
             return int(number), "local_to", value is None
     affinity = cpu_set(device.get("cpu_affinity"))
     if affinity:
-        node = numa_node_of_cpus(graph, ids.split_host(device.id)[0], affinity)
+        node = numa_node_of_cpus(graph, host_prefix(device.id), affinity)
         if node is not None:
             return node, "cpu_affinity", value is None
     return None, "unknown", False
 
 
-def numa_node_of_cpus(graph: Graph, host_prefix: str, cpus: set[int]) -> int | None:
+def numa_node_of_cpus(graph: Graph, prefix: str, cpus: set[int]) -> int | None:
     """The NUMA node (of the host with this id prefix) holding most of these CPUs."""
     best, best_overlap = None, 0
     for node in graph.of_kind("numa_node"):
         number = node.get("numa_id")
-        if number is None or ids.split_host(node.id)[0] != host_prefix:
+        if number is None or host_prefix(node.id) != prefix:
             continue
         overlap = len(cpus & cpu_set(node.get("cpulist")))
         if overlap > best_overlap:
@@ -176,6 +222,34 @@ def foreign_thread_cpus(proc: Node, threads: list[Node]) -> dict[str, set[int]]:
     }
 
 
+def devices_of(graph: Graph, process_id: str) -> list[str]:
+    """The devices a process uses (its ``uses_device`` edges)."""
+    return [e.dst for e in graph.out_edges(process_id, "uses_device")]
+
+
+def accelerators_of(graph: Graph, process_id: str) -> list[Node]:
+    """The GPUs and NPUs a process uses (what ranks and placements are judged by)."""
+    found = (graph.nodes.get(device) for device in devices_of(graph, process_id))
+    return [d for d in found if d is not None and d.kind in ACCELERATOR_KINDS]
+
+
+def users_of(graph: Graph, device_id: str) -> list[str]:
+    """The processes using a device."""
+    return [e.src for e in graph.in_edges(device_id, "uses_device")]
+
+
+def container_of(graph: Graph, process_id: str) -> str | None:
+    edges = graph.out_edges(process_id, "in_container")
+    return edges[0].dst if edges else None
+
+
+def talks(graph: Graph, process_id: str) -> list[tuple[str, Edge]]:
+    """(peer id, ``talks_to`` edge) of a process, in both directions."""
+    out = [(e.dst, e) for e in graph.out_edges(process_id, "talks_to")]
+    out += [(e.src, e) for e in graph.in_edges(process_id, "talks_to")]
+    return out
+
+
 def parent_of(graph: Graph, proc_id: str) -> str | None:
     """A process's parent: its ``parent_of`` edge, else the process its ``ppid`` names (imports
     and eBPF-only processes carry no edges)."""
@@ -212,10 +286,11 @@ def socket_owners(graph: Graph, sock_id: str) -> list[str]:
     if moved:
         return moved
     held = set(holders)
-    return [h for h in holders if not _ancestors(graph, h) & held]
+    return [h for h in holders if not ancestors(graph, h) & held]
 
 
-def _ancestors(graph: Graph, proc_id: str) -> set[str]:
+def ancestors(graph: Graph, proc_id: str) -> set[str]:
+    """A process's parent, its parent's parent, … (``parent_of``)."""
     found: set[str] = set()
     current = parent_of(graph, proc_id)
     while current is not None and current not in found:

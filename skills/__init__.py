@@ -191,13 +191,16 @@ def skill_meta(name: str) -> dict[str, str]:
 
 
 def install_bundles(dest: Path, *, force: bool = False) -> list[Path]:
-    """Copy every bundle to ``dest/<skill-name>/`` (SKILL.md + references/); returns the folders.
+    """Copy every bundle to ``dest/<skill-name>/`` (SKILL.md + references/, their rule tables
+    filled in: ``rule_docs``); returns the folders.
 
     A file already there that differs from the bundle's copy (an edit the user made, or an
     older release's text), or a file in ``references/`` the bundle does not have (which an
     assistant would read as part of the skill), is replaced or removed only with ``force``;
     otherwise a UserError names it before anything is written.
     """
+    from .rule_docs import bundle_bytes  # loads the rules, for the tables
+
     dest = Path(dest).expanduser()
     copies = [
         (source, dest / name / source.relative_to(bundle_dir(name)))
@@ -211,7 +214,7 @@ def install_bundles(dest: Path, *, force: bool = False) -> list[Path]:
         extra.unlink()
     for source, target in copies:
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_output(target, source.read_bytes(), mode=0o644)  # refuses symlinks and devices
+        write_output(target, bundle_bytes(source), mode=0o644)  # refuses symlinks and devices
     return [dest / name for name in SKILL_NAMES]
 
 
@@ -228,10 +231,12 @@ def _extra_references(dest: Path, bundled: set[Path]) -> list[Path]:
 
 
 def _refuse_changed(copies: list[tuple[Path, Path]], extras: list[Path]) -> None:
+    from .rule_docs import bundle_bytes
+
     if extras:
         raise UserError(f"{shown(extras[0])} is not in the bundle: pass --force to remove it")
     for source, target in copies:
-        if target.is_file() and target.read_bytes() != source.read_bytes():
+        if target.is_file() and target.read_bytes() != bundle_bytes(source):
             raise UserError(
                 f"{shown(target)} differs from the bundled copy (edited?): "
                 "pass --force to overwrite it"

@@ -1,14 +1,12 @@
-"""Readings of the graph every skill shares: NUMA placement, device homes, process roles.
+"""Readings of the graph every skill shares: NUMA placement, fix plans, process roles.
 
-Each helper reads the typed attribute first and falls back to the edges that carry the same
-fact (``numa_cpu_share`` or ``cpu_on`` shares, ``numa_node`` or ``local_to``), because live
-collectors and imports fill different ones. Nothing here judges; rules do.
-
-The neighbour questions — a process's parent, children, threads and devices, a socket's
-owners, which processes are the profiler's own — are answered by ``converters.facts.Facts``,
-the same object the views read, so a view and the rule it explains agree. The roles built on
-them (rank groups, data loaders) leave the profiler's processes out, and the engine drops
-findings about them: every rule inherits that.
+The look-ups they stand on — where a node is, a process's parent, children, threads, devices
+and peers, a socket's owners, which processes are the profiler's own — are ``graph.query``'s,
+answered once per graph by ``converters.facts.Facts``, the same object the views read, so a
+view and the rule it explains agree. What is built here is the skills' own: placements
+graded against devices, the binding plan, rank groups, data loaders, front ends, and the
+confidence of a finding. The roles leave the profiler's processes out, and the engine drops
+findings about them: every rule inherits that. Nothing here judges; rules do.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from functools import cached_property
 from wp_mcp.converters.facts import Facts
 from wp_mcp.converters.index import index_for
 from wp_mcp.graph import Edge, Graph, Node, query
-from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.cpulist import format_cpulist
-from wp_mcp.graph.query import cpu_set, device_numa_node
+from wp_mcp.graph.query import cpu_set, device_numa_node, host_prefix
 
 from .report import safe
 
@@ -42,15 +39,6 @@ def grade(share: float) -> str:
         if share >= floor:
             return name
     return "severe"
-
-
-def host_prefix(node_id: str) -> str:
-    return graph_ids.split_host(node_id)[0]
-
-
-def numa_id(node: Node) -> int | None:
-    value = node.get("numa_id")
-    return int(value) if value is not None else None
 
 
 @dataclass
@@ -123,18 +111,33 @@ class Analysis:
         self.graph = graph
         # the views' own Facts of this graph (built once, cached on the graph by its index)
         self.facts = facts or index_for(graph).facts
+        self._host_cpus: dict[str, int | None] = {}
+
+    # ------------------------------------------------------------------ hosts
+
+    @cached_property
+    def hosts(self) -> dict[str, Node]:
+        """Host prefix → its host node (rules ask per rank)."""
+        return query.hosts_by_prefix(self.graph)
+
+    def host_cpus(self, prefix: str) -> int | None:
+        """How many CPUs a host has: its ``cpus`` attribute, else its NUMA nodes' cpulists."""
+        if prefix not in self._host_cpus:
+            host = self.hosts.get(prefix)
+            if host is not None and host.get("cpus"):
+                self._host_cpus[prefix] = int(host.get("cpus"))
+            else:
+                nodes = self.numa_nodes.get(prefix, {}).values()
+                count = sum(len(cpu_set(n.get("cpulist"))) for n in nodes)
+                self._host_cpus[prefix] = count or None
+        return self._host_cpus[prefix]
 
     # ------------------------------------------------------------------ NUMA
 
     @cached_property
     def numa_nodes(self) -> dict[str, dict[int, Node]]:
         """host prefix → NUMA id → node."""
-        out: dict[str, dict[int, Node]] = defaultdict(dict)
-        for node in self.graph.of_kind("numa_node"):
-            number = numa_id(node)
-            if number is not None:
-                out[host_prefix(node.id)][number] = node
-        return out
+        return query.numa_nodes(self.graph)
 
     def numa_cpulist(self, prefix: str, node: int) -> str | None:
         found = self.numa_nodes.get(prefix, {}).get(node)
@@ -201,10 +204,7 @@ class Analysis:
 
     def distance(self, prefix: str, first: int, second: int) -> int | None:
         """The firmware's NUMA distance (SLIT: 10 local) between two nodes of one host."""
-        found = self.numa_nodes.get(prefix, {}).get(first)
-        distances = found.get("distances") or found.get("distance_to_all_numa") if found else None
-        value = (distances or {}).get(str(second))
-        return int(value) if value is not None else None
+        return query.numa_distance(self.numa_nodes.get(prefix, {}).get(first), second)
 
     # ------------------------------------------------------------------ threads, affinity
 
@@ -311,9 +311,7 @@ class Analysis:
 
     def talks(self, proc_id: str) -> list[tuple[str, Edge]]:
         """(peer id, talks_to edge) in both directions."""
-        out = [(e.dst, e) for e in self.graph.out_edges(proc_id, "talks_to")]
-        out += [(e.src, e) for e in self.graph.in_edges(proc_id, "talks_to")]
-        return out
+        return query.talks(self.graph, proc_id)
 
     @cached_property
     def groups(self) -> list[Group]:

@@ -18,8 +18,9 @@ from dataclasses import replace
 
 from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph import ids as graph_ids
+from wp_mcp.graph.query import host_prefix
 
-from .analysis import Analysis, host_prefix
+from .analysis import Analysis
 from .report import Finding, Report, Section
 
 # Kinds whose findings concern every process of their host; others must name the job.

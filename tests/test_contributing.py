@@ -1,7 +1,8 @@
 """CONTRIBUTING.md's worked examples are true: each example file, added the way its section
-says (the file in its package's folder, its registration line), shows up where the page
-says it does — the view in wp_layer, the rule in diagnose, the tool in tools/list, the
-skill in run_skill, the collector's attribute on the host.
+says (the file in its package's folder and its registration line; the rule at the end of its
+layer's module), shows up where the page says it does — the view in wp_layer, the rule in
+diagnose and its reference, the tool in tools/list, the skill in run_skill, the collector's
+attribute on the host.
 
 Nothing is written into the checkout: each example file goes into a temporary folder that
 is added to its package's search path for the test, which is how the registration line
@@ -94,7 +95,7 @@ def test_every_kind_has_a_worked_example_and_at_most_one_registration_line():
     assert set(EXAMPLES) == {
         "collectors/uptime.py",
         "converters/views/threads.py",
-        "skills/bottleneck-identification/preempted.py",
+        "skills/bottleneck-identification/compute.py",
         "skills/process-census/engine.py",
         "skills/process-census/SKILL.md",
         "server/mcp/tools/kinds.py",
@@ -145,20 +146,32 @@ async def test_the_example_view_is_served_by_wp_layer(
     assert owned.structured_content["total_items"] < page.structured_content["total_items"]
 
 
-def test_the_example_rule_is_in_the_diagnosis(witty, add_to_package):
+def test_the_example_rule_is_in_the_diagnosis_and_its_reference(witty, monkeypatch, tmp_path):
+    """The rule added to its layer's module, nothing else: no registration line, no
+    reference edit (its row is served from the rule)."""
     from wp_mcp.skills import bottleneck_identification as skill
-    from wp_mcp.skills import diagnose
-    from wp_mcp.skills.bottleneck_identification import rulebook
+    from wp_mcp.skills import bundle_dir, diagnose, rule_engine, rulebook
+    from wp_mcp.skills.rule_docs import bundle_text
 
-    name = add_to_package(skill, "skills/bottleneck-identification/preempted.py")
-    line = REGISTRATIONS["skills/bottleneck-identification/engine.py"]
-    listed = re.match(r"from \. import ([\w, ]+?)  #", line).group(1).split(", ")
-    assert name in listed
-    for module in set(listed) - {name}:  # the line is the real one, plus the new module
-        assert (Path(skill.__file__).parent / f"{module}.py").is_file(), module
+    layer_module = "skills/bottleneck-identification/compute.py"
+    assert not any(path.startswith("skills/bottleneck-identification/") for path in REGISTRATIONS)
+    # the layer module as it reads with the example added, found before the checkout's copy
+    folder = tmp_path / "layer-module"
+    folder.mkdir()
+    (folder / "compute.py").write_text(
+        f"{(REPO / layer_module).read_text()}\n\n{EXAMPLES[layer_module]}"
+    )
+    name = f"{skill.__name__}.compute"
+    rule_engine.rules()  # every rule module imported, the registry full, before it is saved
+    monkeypatch.setattr(skill, "__path__", [str(folder), *skill.__path__])
+    monkeypatch.setattr(skill, "compute", sys.modules[name])  # put back afterwards
+    monkeypatch.delitem(sys.modules, name)
     with restored(rulebook.RULES):
-        importlib.import_module(f"{skill.__name__}.{name}")
+        importlib.import_module(name)
         report = diagnose(witty)
+        reference = bundle_text(
+            bundle_dir("bottleneck-identification") / "references/layer-1-compute.md"
+        )
     preempted = {f.subject: f.value for f in report.findings if f.rule_id == "L1.preempted"}
     expected = {
         p.id: p.get("invol_ctxt_switches")
@@ -167,6 +180,8 @@ def test_the_example_rule_is_in_the_diagnosis(witty, add_to_package):
     }
     assert preempted == expected and preempted["proc:1895087"] == 3364780
     assert "proc:1895087 (python3) was preempted 3,364,780 times" in report.to_markdown()
+    assert "| `L1.preempted` | Process preempted very often |" in reference
+    assert "| `L1.cpu-saturation` |" in reference  # the module's other rules stay
 
 
 async def test_the_example_tool_is_listed_and_answers(witty, store_dir, add_to_package):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wp_mcp.graph import ids
+from wp_mcp.graph.query import host_prefix
 
 from ..facts import Facts, attr
 from ..items import Item
@@ -28,8 +28,8 @@ def flows(facts: Facts) -> list[Item]:
     for item in unmeasured:
         edge = item.edges[0]
         shape = (  # per pair of hosts, so a host's drill-down holds only its own flows
-            ids.split_host(edge.src)[0],
-            ids.split_host(edge.dst)[0],
+            host_prefix(edge.src),
+            host_prefix(edge.dst),
             name_pattern(facts.name_of(edge.src) or ""),
             name_pattern(facts.name_of(edge.dst) or ""),
             attr(edge, "transport"),

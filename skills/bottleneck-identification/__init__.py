@@ -1,7 +1,7 @@
 """bottleneck-identification: the 7-layer rule engine (one module per layer)."""
 
-from . import cluster  # noqa: F401 (registers the cross-host rules)
-from .engine import evaluate, layer_title, run
-from .rulebook import LAYERS, RULES, NotEvaluable, Rule
+from ..rule_engine import evaluate
+from ..rulebook import RULES, NotEvaluable, Rule
+from .engine import LAYERS, layer_title, run
 
 __all__ = ["LAYERS", "RULES", "NotEvaluable", "Rule", "evaluate", "layer_title", "run"]

@@ -31,13 +31,13 @@ from collections import Counter, defaultdict
 from statistics import median
 
 from wp_mcp.converters.cluster import cross_host_traffic
-from wp_mcp.graph import ids
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Edge, Node
+from wp_mcp.graph.query import host_prefix
 
 from ..analysis import GRADES
 from ..report import Evidence, Finding
-from .rulebook import NotEvaluable, RuleContext, rule
+from ..rulebook import NotEvaluable, RuleContext, rule
 
 LOSS_FLOOR = 0.005  # the ratio L4.flow-retransmits starts at
 LOSS_TIMES_PEERS = 5.0  # how far above the other hosts' median a lossy host is
@@ -139,7 +139,7 @@ def straggler(ctx: RuleContext) -> list[Finding]:
         delay = proc.get("run_delay_pct")
         if delay - middle < STRAGGLER_POINTS or delay < STRAGGLER_TIMES * middle:
             continue
-        host = ids.split_host(proc.id)[0]
+        host = host_prefix(proc.id)
         out.append(
             ctx.finding(
                 subject=proc.id,
@@ -176,7 +176,7 @@ def placement_outlier(ctx: RuleContext) -> list[Finding]:
     by_host: dict[str, list] = defaultdict(list)
     for proc in ctx.graph.of_kind("process"):
         if proc.get("rank") is not None and proc.get("numa_locality") is not None:
-            by_host[ids.split_host(proc.id)[0]].append(proc)
+            by_host[host_prefix(proc.id)].append(proc)
     if len(by_host) < 2:
         raise NotEvaluable("fewer than two hosts with ranks whose NUMA locality was measured")
     locality = {h: sum(p.get("numa_locality") for p in ps) / len(ps) for h, ps in by_host.items()}
@@ -226,21 +226,17 @@ def placement_outlier(ctx: RuleContext) -> list[Finding]:
 def pairs_across_hosts(ctx: RuleContext) -> list[Finding]:
     _hosts_or_explain(ctx)
     jobs = _jobs(ctx.graph)
-    if not any(len({_host(p.id) for p in ranks}) > 1 for ranks in jobs.values()):
+    if not any(len({host_prefix(p.id) for p in ranks}) > 1 for ranks in jobs.values()):
         raise NotEvaluable("no job has ranks on two or more hosts")
     by_hosts: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
     for a, b, moved in _split_pairs(ctx.graph, jobs):
-        by_hosts[(_host(a), _host(b))].append((a, b, moved))
+        by_hosts[(host_prefix(a), host_prefix(b))].append((a, b, moved))
     out = []
     for (host_a, host_b), pairs in sorted(by_hosts.items()):
         disjoint = _disjoint(pairs)
         if len(disjoint) >= 2:
             out.append(_pairs_finding(ctx, host_a, host_b, disjoint))
     return out
-
-
-def _host(node_id: str) -> str:
-    return ids.split_host(node_id)[0]
 
 
 def _job_of(proc: Node) -> tuple:
@@ -260,18 +256,18 @@ def _split_pairs(graph: Graph, jobs: dict[tuple, list[Node]]) -> list[tuple[str,
     """(a, b, bytes) for two ranks of one job and one block on two hosts (a's host first)
     exchanging at least PAIR_MIN_BYTES, both directions summed."""
     block_size = {
-        job: max(Counter(_host(p.id) for p in ranks).values()) for job, ranks in jobs.items()
+        job: max(Counter(host_prefix(p.id) for p in ranks).values()) for job, ranks in jobs.items()
     }
     moved: dict[tuple[str, str], int] = defaultdict(int)
     for edge in graph.edges("talks_to"):
         src, dst = graph.node(edge.src), graph.node(edge.dst)
-        if src is None or dst is None or _host(src.id) == _host(dst.id):
+        if src is None or dst is None or host_prefix(src.id) == host_prefix(dst.id):
             continue
         if src.get("rank") is None or dst.get("rank") is None or _job_of(src) != _job_of(dst):
             continue
         size = block_size[_job_of(src)]
         if int(src.get("rank")) // size == int(dst.get("rank")) // size:
-            a, b = sorted((src.id, dst.id), key=lambda p: (_host(p), p))
+            a, b = sorted((src.id, dst.id), key=lambda p: (host_prefix(p), p))
             moved[(a, b)] += _bytes(edge)
     return sorted((a, b, n) for (a, b), n in moved.items() if n >= PAIR_MIN_BYTES)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from ..report import Evidence, Finding
-from .contention import host_priority
-from .rulebook import NotEvaluable, RuleContext, rule
-from .thresholds import (
+from ..rulebook import NotEvaluable, RuleContext, rule
+from ..thresholds import (
     ACCELERATOR_IDLE,
     CPU_BUSY,
     CPU_STEAL,
@@ -15,6 +14,7 @@ from .thresholds import (
     THROTTLED_P0,
     graded,
 )
+from .contention import host_priority
 
 USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
 

@@ -24,11 +24,12 @@ from typing import Literal
 
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.query import cpu_set, host_prefix
 
-from ..analysis import Group, cpu_set, host_prefix
+from ..analysis import Group
 from ..report import Evidence, Priority, safe
-from .rulebook import RuleContext
-from .thresholds import (
+from ..rulebook import RuleContext
+from ..thresholds import (
     BUSY_THREAD,
     CPU_BUSY,
     HOG_DEMAND,

@@ -6,9 +6,24 @@ from collections import Counter
 
 from wp_mcp.graph import Node
 from wp_mcp.graph.cpulist import format_cpulist
+from wp_mcp.graph.query import cpu_set, host_prefix
 
-from ..analysis import cpu_set, host_prefix
 from ..report import Evidence, Finding, Priority, safe
+from ..rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
+from ..thresholds import (
+    BUSY_THREAD,
+    HOG_DEMAND,
+    IMBALANCE,
+    IMBALANCE_BUSY,
+    INVOL_BUSY,
+    INVOL_SWITCHES,
+    LOAD_OVER_CPUS,
+    PSI_SOME,
+    RANK_DELAY_SHARE,
+    RANK_RUN_DELAY,
+    RUN_DELAY,
+    SHARED_CPUS_QUIET,
+)
 from .compute import USE_METHOD
 from .contention import (
     NAMED,
@@ -27,21 +42,6 @@ from .contention import (
 )
 from .data import workers_that_fit
 from .memory import PSI_DOC, psi_findings
-from .rulebook import GROUP_DETAIL, WORST_SHOWN, NotEvaluable, RuleContext, rule
-from .thresholds import (
-    BUSY_THREAD,
-    HOG_DEMAND,
-    IMBALANCE,
-    IMBALANCE_BUSY,
-    INVOL_BUSY,
-    INVOL_SWITCHES,
-    LOAD_OVER_CPUS,
-    PSI_SOME,
-    RANK_DELAY_SHARE,
-    RANK_RUN_DELAY,
-    RUN_DELAY,
-    SHARED_CPUS_QUIET,
-)
 
 
 def _process_of(ctx: RuleContext, thread: Node) -> str | None:

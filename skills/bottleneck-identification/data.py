@@ -5,8 +5,8 @@ from __future__ import annotations
 from wp_mcp.graph import Node
 
 from ..report import Evidence, Finding
-from .rulebook import NotEvaluable, RuleContext, rule
-from .thresholds import (
+from ..rulebook import NotEvaluable, RuleContext, rule
+from ..thresholds import (
     LOADER_RUN_DELAY,
     LOADER_SATURATED,
     LOADERS_WORKING,

@@ -1,69 +1,38 @@
-"""Runs every rule of the seven layers over a graph and assembles the report."""
+"""The 7-layer report: every rule of this skill's layer modules, one section per layer.
+
+The rules are in this folder's modules (``compute.py`` is layer 1, ``memory.py`` layer 2, …;
+``rule_engine`` finds and runs them), each with its layer in its ``@rule``.
+"""
 
 from __future__ import annotations
-
-import logging
-from typing import NamedTuple
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
-from ..report import Finding, Report, Section, code
-from . import compute, control, data, interconnect, memory, network, plan, stalled, storage, trace  # noqa: F401 (register rules)
-from .rulebook import LAYERS, RULES, SKILL, NotEvaluable, Rule, RuleContext
+from ..plan import PlanCheck, annotate, launcher_wrapper, verified_plan
+from ..report import Report, Section, code
+from ..rule_engine import Outcome, evaluate, rules
 
-log = logging.getLogger(__name__)
+SKILL = "bottleneck-identification"
+LAYERS = {
+    1: "Compute",
+    2: "Memory",
+    3: "Interconnect",
+    4: "Network",
+    5: "Storage",
+    6: "Control plane",
+    7: "Data plane",
+}
 
-_OUTCOMES = "_rule_outcomes"  # evaluate's results, cached on the Analysis they used
-
-
-class Outcome(NamedTuple):
-    """One rule's result: its findings or why it could not run, and whom it did not judge."""
-
-    rule: Rule
-    result: list[Finding] | str
-    skipped: dict[str, list[str]]  # reason -> subjects
+# The rule modules load with the engine, as they did when it imported them by name: a caller
+# that loads the engines while a collection window runs (skills.load_engines) has the rules
+# ready when the window closes.
+rules(SKILL)
 
 
 def layer_title(layer: int) -> str:
     return f"Layer {layer} — {LAYERS[layer]}"
-
-
-def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
-    """Each rule with its findings, or the reason it could not be evaluated (once per
-    Analysis: the skills of one diagnosis share it)."""
-    analysis = analysis or Analysis(graph)
-    cached = getattr(analysis, _OUTCOMES, None)
-    if cached is not None:
-        return cached
-    results: list[Outcome] = []
-    for item in RULES:
-        ctx = RuleContext(graph, analysis, item)
-        try:
-            results.append(Outcome(item, ctx.fold(item.check(ctx)), ctx.skipped))
-        except NotEvaluable as exc:
-            results.append(Outcome(item, str(exc), {}))
-    results = [_about_the_job(outcome, analysis) for outcome in results]
-    setattr(analysis, _OUTCOMES, results)
-    return results
-
-
-def _about_the_job(outcome: Outcome, analysis: Analysis) -> Outcome:
-    """The outcome without findings about the profiler's own processes (Analysis.profiler):
-    every rule inherits that wp-mcp is not part of the workload it measures."""
-    if isinstance(outcome.result, str):
-        return outcome
-    kept = [f for f in outcome.result if not analysis.is_profiler(f.subject)]
-    return Outcome(outcome.rule, kept, outcome.skipped)
-
-
-def verified_plan(graph: Graph, analysis: Analysis) -> plan.PlanCheck:
-    """The fix plan, checked by re-diagnosing a copy (once per Analysis)."""
-    every = [
-        f for o in evaluate(graph, analysis) if not isinstance(o.result, str) for f in o.result
-    ]
-    return plan.check(graph, analysis, every)
 
 
 def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None = None) -> Report:
@@ -71,7 +40,9 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
     if not wanted <= set(LAYERS):
         raise UserError(f"no layer {sorted(wanted - set(LAYERS))}; layers are 1-7")
     analysis = analysis or Analysis(graph)
-    results = [o for o in evaluate(graph, analysis) if o.rule.layer in wanted]
+    results = [
+        o for o in evaluate(graph, analysis) if o.rule.skill == SKILL and o.rule.layer in wanted
+    ]
     report = Report(skill=SKILL, title="Bottleneck identification (7 layers)")
     for layer in sorted(wanted):
         report.sections.append(_layer_section(report, layer, results))
@@ -133,18 +104,7 @@ def _outcome_word(outcome: Outcome) -> str:
     return "partly evaluated" if outcome.skipped else "clean"
 
 
-def annotate(findings: list[Finding], check: plan.PlanCheck) -> None:
-    """Findings the plan addresses say how it was checked; an unverified plan is withdrawn."""
-    planned = set(check.bindings)
-    for finding in findings:
-        if not plan.addresses(finding, planned):
-            continue
-        finding.verified = check.verdict()
-        if not check.offered:
-            finding.command = None
-
-
-def plan_section(check: plan.PlanCheck, graph: Graph) -> Section:
+def plan_section(check: PlanCheck, graph: Graph) -> Section:
     """The whole plan in one place: each rank, its CPUs, both commands and the check."""
     rows = [
         "| rank | device | NUMA node | CPUs | running job | next launch |",
@@ -156,7 +116,7 @@ def plan_section(check: plan.PlanCheck, graph: Graph) -> Section:
         launch = "its rank's" if b.serves else f"`{b.launch}`" if check.offered else "-"
         rows.append(f"| {who} | {code(b.device)} | {b.node} | {b.cpus} | {live} | {launch} |")
     body = [check.verdict() + ".", "", *rows]
-    wrapper = plan.launcher_wrapper(graph, check.bindings) if check.offered else None
+    wrapper = launcher_wrapper(graph, check.bindings) if check.offered else None
     if wrapper:
         body += [
             "",

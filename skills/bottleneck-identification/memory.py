@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from wp_mcp.graph import Node
+from wp_mcp.graph.query import host_prefix, numa_id
 
-from ..analysis import host_prefix, numa_id
 from ..report import Evidence, Finding
-from .compute import USE_METHOD
-from .rulebook import NotEvaluable, RuleContext, rule
-from .thresholds import (
+from ..rulebook import NotEvaluable, RuleContext, rule
+from ..thresholds import (
     BIG_RESIDENT_NAMED,
     MAJOR_FAULTS,
     MEM_AVAILABLE_LOW,
@@ -19,6 +18,7 @@ from .thresholds import (
     PSI_SOME,
     SWAP_FAULTS_P1,
 )
+from .compute import USE_METHOD
 
 GIB = 1 << 30
 NAMED = 4  # processes a memory finding names, per kind

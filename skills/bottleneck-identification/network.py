@@ -9,8 +9,8 @@ from wp_mcp.graph import Node
 from wp_mcp.graph.query import socket_owners
 
 from ..report import Evidence, Finding
+from ..rulebook import NotEvaluable, RuleContext, rule
 from .compute import USE_METHOD
-from .rulebook import NotEvaluable, RuleContext, rule
 
 
 def _owner(ctx: RuleContext, sock: Node) -> str | None:

@@ -15,8 +15,8 @@ from wp_mcp.graph import Node
 
 from ..analysis import Group
 from ..report import Evidence, Finding
-from .rulebook import NotEvaluable, RuleContext, rule
-from .thresholds import BLOCKED_OFF_CPU, STALLED_CPU, STALLED_LINK
+from ..rulebook import NotEvaluable, RuleContext, rule
+from ..thresholds import BLOCKED_OFF_CPU, STALLED_CPU, STALLED_LINK
 
 MIB = 1 << 20
 STOPPED_STATES = ("T", "t")  # stopped by a signal (T) or by a tracer (t)

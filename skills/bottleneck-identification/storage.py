@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from wp_mcp.graph import Node
 
 from ..report import Evidence, Finding
-from .contention import job_processes
-from .memory import PSI_DOC, psi_findings
-from .rulebook import NotEvaluable, RuleContext, rule
-from .thresholds import (
+from ..rulebook import NotEvaluable, RuleContext, rule
+from ..thresholds import (
     DISK_AWAIT,
     DISK_AWAIT_P1,
     DISK_QUEUE,
@@ -21,6 +19,8 @@ from .thresholds import (
     PSI_SOME,
     graded,
 )
+from .contention import job_processes
+from .memory import PSI_DOC, psi_findings
 
 MB = 1_000_000  # rates in MB/s, as iostat and dd print them
 NO_JOB_IO = " (P2 while a rank group on the host does no I/O)"

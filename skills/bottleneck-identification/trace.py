@@ -15,7 +15,7 @@ from typing import Any
 from wp_mcp.graph import Node
 
 from ..report import Evidence, Finding, Priority
-from .rulebook import NotEvaluable, RuleContext, rule
+from ..rulebook import NotEvaluable, RuleContext, rule
 
 NO_TRACE = "needs a training trace (PyTorch profiler / Kineto); none imported"
 HTA = "proposed by wp-mcp (breakdown as in Holistic Trace Analysis)"

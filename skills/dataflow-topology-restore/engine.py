@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from wp_mcp.graph import Edge, Graph, Node
+from wp_mcp.graph.query import host_prefix
 
-from ..analysis import Analysis, Group, grade, host_prefix
-from ..bottleneck_identification.engine import annotate, verified_plan
-from ..bottleneck_identification.interconnect import placement_findings
-from ..bottleneck_identification.rulebook import RULES, RuleContext
+from ..analysis import Analysis, Group, grade
+from ..placement import placement_findings
+from ..plan import annotate, verified_plan
 from ..report import Report, Section, code, safe
+from ..rule_engine import named
+from ..rulebook import RuleContext
 
 SKILL = "dataflow-topology-restore"
 MAX_TREE_LINES = 60
@@ -297,8 +299,7 @@ def _nic_on(graph: Graph, prefix: str, node: int) -> str:
 
 def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None:
     """Workers placed away from their device: the same finding as Layer 3's rule."""
-    mismatch = next(r for r in RULES if r.id == "L3.device-numa-mismatch")
-    ctx = RuleContext(graph, analysis, mismatch)
+    ctx = RuleContext(graph, analysis, named("L3.device-numa-mismatch"))
     section = Section("Placement against devices", "clean")
     if not analysis.placements:
         section.status = "not evaluable"

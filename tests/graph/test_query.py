@@ -1,9 +1,20 @@
-"""Where a device lives (firmware first, then local_to, then its CPU affinity); whose a thread is."""
+"""Where a device lives (firmware first, then local_to, then its CPU affinity); whose a thread
+is; a node's host and NUMA neighbours; a process's devices, peers and ancestors."""
 
 from __future__ import annotations
 
 from wp_mcp.graph import Graph
-from wp_mcp.graph.query import device_numa_node, thread_owners
+from wp_mcp.graph.query import (
+    accelerators_of,
+    ancestors,
+    device_numa_node,
+    host_prefix,
+    hosts_by_prefix,
+    numa_distance,
+    numa_nodes,
+    talks,
+    thread_owners,
+)
 
 
 def _host() -> Graph:
@@ -65,3 +76,34 @@ def test_a_thread_belongs_to_the_process_of_its_first_has_thread_edge_else_its_p
         "proc:1": ["thr:11"],
         "proc:2": ["thr:13"],
     }
+
+
+def test_nodes_are_grouped_by_the_host_their_id_names():
+    graph = _host()
+    graph.add("host", "host", hostname="a")
+    graph.add("host", "h2/host", hostname="b")
+    graph.add("numa_node", "h2/numa:0", numa_id=0, cpulist="0-7", distances={"0": 10, "1": 21})
+    assert host_prefix("h2/proc:4") == "h2" and host_prefix("proc:4") == ""
+    assert {p: h.get("hostname") for p, h in hosts_by_prefix(graph).items()} == {"": "a", "h2": "b"}
+    nodes = numa_nodes(graph)
+    assert sorted(nodes[""]) == [0, 1] and nodes["h2"][0].id == "h2/numa:0"
+    assert numa_distance(nodes["h2"][0], 1) == 21
+    assert numa_distance(nodes[""][0], 1) is None and numa_distance(None, 1) is None
+
+
+def test_a_process_sees_its_accelerators_peers_and_ancestors():
+    graph = _host()
+    for pid, ppid in ((1, None), (10, 1), (11, 10), (12, 10)):
+        graph.add("process", f"proc:{pid}", pid=pid, ppid=ppid)
+    graph.add("gpu", "gpu:0", index=0)
+    graph.add("nic", "nic:eth0", name="eth0")
+    graph.link("uses_device", "proc:11", "gpu:0")
+    graph.link("uses_device", "proc:11", "nic:eth0")
+    graph.link("talks_to", "proc:11", "proc:12", transport="tcp")
+    graph.link("talks_to", "proc:1", "proc:11", transport="unix")
+    assert [d.id for d in accelerators_of(graph, "proc:11")] == ["gpu:0"]
+    assert [(peer, e.get("transport")) for peer, e in talks(graph, "proc:11")] == [
+        ("proc:12", "tcp"),
+        ("proc:1", "unix"),
+    ]
+    assert ancestors(graph, "proc:11") == {"proc:10", "proc:1"}  # by ppid: no parent_of edges

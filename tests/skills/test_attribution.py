@@ -26,7 +26,7 @@ from wp_mcp.graph import Graph, ids
 from wp_mcp.graph.query import socket_owners
 from wp_mcp.skills import diagnose, run_skill
 from wp_mcp.skills.analysis import Analysis
-from wp_mcp.skills.bottleneck_identification.engine import evaluate
+from wp_mcp.skills.rule_engine import evaluate
 
 from .builders import process as add_process
 from .builders import tcp_ranks, tcp_socket, thread, two_node_host

@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 
 from wp_mcp.graph import Graph
-from wp_mcp.skills.bottleneck_identification.engine import evaluate, run
+from wp_mcp.skills.bottleneck_identification.engine import run
 from wp_mcp.skills.job_scope import scope_to_job
+from wp_mcp.skills.rule_engine import evaluate
 
 from .builders import process, tcp_ranks, thread
 

@@ -10,8 +10,8 @@ import pytest
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.skills.analysis import Analysis
 from wp_mcp.skills.bottleneck_identification import RULES
-from wp_mcp.skills.bottleneck_identification.rulebook import RuleContext
 from wp_mcp.skills.bottleneck_identification.storage import io_parties, io_parties_text
+from wp_mcp.skills.rulebook import RuleContext
 
 pytestmark = pytest.mark.slow
 

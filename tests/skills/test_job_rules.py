@@ -8,7 +8,7 @@ from __future__ import annotations
 from wp_mcp.graph import Graph
 from wp_mcp.skills import diagnose
 from wp_mcp.skills.bottleneck_identification import evaluate
-from wp_mcp.skills.bottleneck_identification.thresholds import Limit, graded
+from wp_mcp.skills.thresholds import Limit, graded
 
 from .builders import GIB, process, tcp_ranks, thread, two_node_host
 

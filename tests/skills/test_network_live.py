@@ -24,8 +24,8 @@ from wp_mcp.collectors.ipc import IpcCollector
 from wp_mcp.collectors.procfs import ProcfsCollector
 from wp_mcp.collectors.sockets import SocketsCollector
 from wp_mcp.graph import ids
-from wp_mcp.skills.bottleneck_identification.engine import evaluate
 from wp_mcp.skills.bottleneck_identification.network import LOSS_FLOOR, flow_loss
+from wp_mcp.skills.rule_engine import evaluate
 from wp_require import unavailable
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

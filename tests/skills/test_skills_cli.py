@@ -24,7 +24,7 @@ def test_skill_run_on_a_file_prints_and_stores_the_report(store_dir, witty_path,
     (listed,) = Store(store_dir).list_reports()
     stored = Store(store_dir).get_report(listed.id)
     assert stored.skill == "bottleneck-identification" and stored.markdown == out
-    assert stored.data["findings"][0]["rule_id"] == "L3.device-numa-mismatch"
+    assert "L3.device-numa-mismatch" in {f["rule_id"] for f in stored.data["findings"]}
 
 
 def test_skill_run_json_to_a_file_on_a_stored_snapshot(store_dir, witty_path, tmp_path, capsys):

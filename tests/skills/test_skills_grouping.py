@@ -7,7 +7,7 @@ from wp_mcp.converters import count_tokens
 from wp_mcp.graph import Graph
 from wp_mcp.skills import diagnose, run_skill
 from wp_mcp.skills.bottleneck_identification.control import overlap_groups
-from wp_mcp.skills.bottleneck_identification.rulebook import GROUP_DETAIL, RULE_DETAIL
+from wp_mcp.skills.rulebook import GROUP_DETAIL, RULE_DETAIL
 
 from .builders import device, device_ranks, tcp_ranks, two_node_host
 

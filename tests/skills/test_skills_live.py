@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from wp_mcp.collectors import Context, collect_snapshot
 from wp_mcp.skills import diagnose
-from wp_mcp.skills.bottleneck_identification.thresholds import NODE_FREE_LOW
+from wp_mcp.skills.thresholds import NODE_FREE_LOW
 
 pytestmark = [
     pytest.mark.slow,

@@ -684,7 +684,7 @@ def test_ranks_of_two_hosts_never_share_cpus():
     """CPU 3 of one host is not CPU 3 of another: the plan pins ranks of 2 hosts to the same
     numbers, and nothing may call that an overlap."""
     from wp_mcp.skills.analysis import Analysis
-    from wp_mcp.skills.bottleneck_identification.plan import applied
+    from wp_mcp.skills.plan import applied
     from wp_synthetic import cluster_graph
 
     graph = cluster_graph(2)

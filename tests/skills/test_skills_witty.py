@@ -11,7 +11,7 @@ from wp_mcp.graph.query import cpu_set
 from wp_mcp.graph.witty import load_witty
 from wp_mcp.skills import diagnose, run_skill
 from wp_mcp.skills.analysis import Analysis, Binding
-from wp_mcp.skills.bottleneck_identification.plan import applied
+from wp_mcp.skills.plan import addresses, applied
 
 NPU_NUMA = {"npu:0": 6, "npu:1": 6, "npu:2": 4, "npu:3": 4, "npu:4": 0, "npu:5": 0,
             "npu:6": 2, "npu:7": 2}  # fmt: skip
@@ -124,7 +124,7 @@ def test_the_printed_plan_applied_to_a_copy_leaves_no_p0_or_p1(graph):
 
 def test_every_planned_finding_says_how_the_plan_was_checked(graph):
     report = diagnose(graph)
-    planned = [f for f in report.findings if f.subject and f.subject.split("+")[0] in WORKERS]
+    planned = [f for f in report.findings if addresses(f, set(WORKERS))]
     assert len(planned) >= 4
     assert all(f.verified.startswith("verified: re-diagnosis") for f in planned)
     assert "## Fix plan" in report.to_markdown()

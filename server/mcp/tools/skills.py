@@ -165,6 +165,7 @@ def _skill_listing() -> str:
 
 def skill_doc(skill: str, reference: str | None) -> str:
     from wp_mcp.skills import bundle_dir
+    from wp_mcp.skills.rule_docs import bundle_text  # a reference's rule tables, from the rules
 
     if skill not in SKILLS:
         raise UserError(f"unknown skill {excerpt(skill)}; skills: {', '.join(SKILLS)}")
@@ -178,7 +179,7 @@ def skill_doc(skill: str, reference: str | None) -> str:
         raise UserError(
             f"unknown reference {excerpt(reference)} for {skill}; references: {', '.join(refs) or '(none)'}"
         )
-    return (refs_dir / reference).read_text(encoding="utf-8")
+    return bundle_text(refs_dir / reference)
 
 
 def diagnosis(state: ServerState, snapshot_id: str) -> Any:

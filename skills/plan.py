@@ -2,8 +2,9 @@
 
 A plan (``Analysis.bindings``: disjoint CPUs per rank on its device's node, memory there) is
 applied to a copy of the graph — affinity of the process and every thread, CPU time and
-pages moved to the node — and every rule of the engine runs again on the copy. A plan that
-leaves a P0/P1 placement finding on its processes, or creates any P0/P1, is not offered.
+pages moved to the node — and every rule runs again on the copy. A plan that leaves a P0/P1
+placement finding on its processes, or creates any P0/P1, is not offered. The skills that
+report placement (the 7-layer engine, the topology) print a plan only once it is verified.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from dataclasses import dataclass, field
 
 from wp_mcp.graph import Graph
 from wp_mcp.graph import ids as graph_ids
+from wp_mcp.graph.query import host_prefix
 
-from ..analysis import Analysis, Binding, host_prefix
-from ..report import Finding
+from .analysis import Analysis, Binding
+from .report import Finding
+from .rule_engine import findings
 
 _MEMO = "_plan_check"  # the check is cached on the Analysis: diagnose asks twice
 _SHARE_EDGES = ("cpu_on", "mem_on")  # edges carrying a process's per-node shares
@@ -58,12 +61,10 @@ def check(graph: Graph, analysis: Analysis, before: list[Finding]) -> PlanCheck:
     cached = getattr(analysis, _MEMO, None)
     if cached is not None:
         return cached
-    from .engine import evaluate  # the engine imports this module
-
     result = PlanCheck(dict(analysis.bindings))
     if result.bindings:
         copy = applied(graph, analysis, result.bindings)
-        after = [f for o in evaluate(copy) if not isinstance(o.result, str) for f in o.result]
+        after = findings(copy)
         before_ids = {f.id for f in before}
         new = [f for f in after if f.id not in before_ids]
         planned = set(result.bindings)
@@ -75,6 +76,22 @@ def check(graph: Graph, analysis: Analysis, before: list[Finding]) -> PlanCheck:
         )
     setattr(analysis, _MEMO, result)
     return result
+
+
+def verified_plan(graph: Graph, analysis: Analysis) -> PlanCheck:
+    """The fix plan, checked by re-diagnosing a copy (once per Analysis)."""
+    return check(graph, analysis, findings(graph, analysis))
+
+
+def annotate(found: list[Finding], checked: PlanCheck) -> None:
+    """Findings the plan addresses say how it was checked; an unverified plan is withdrawn."""
+    planned = set(checked.bindings)
+    for finding in found:
+        if not addresses(finding, planned):
+            continue
+        finding.verified = checked.verdict()
+        if not checked.offered:
+            finding.command = None
 
 
 def applied(graph: Graph, analysis: Analysis, bindings: dict[str, Binding]) -> Graph:

@@ -1,10 +1,12 @@
-"""The rule interface of the 7-layer engine.
+"""The rule interface every skill's rules share.
 
-A rule is a function decorated with ``@rule(...)``: it reads the graph through a
-``RuleContext`` and returns findings (possibly none), or raises ``NotEvaluable`` with the
-reason when the data it needs is not in the snapshot — a rule is never silently passed.
-Thresholds carry their source: ``published`` (tool, author or document cited) or
-``proposed`` (ours, said so).
+A rule is a function decorated with ``@rule(...)`` in a module of its skill's folder (the
+7-layer skill keeps one module per layer): it reads the graph through a ``RuleContext`` and
+returns findings (possibly none), or raises ``NotEvaluable`` with the reason when the data it
+needs is not in the snapshot — a rule is never silently passed. Being in the module is its
+registration: ``rule_engine`` imports every module of each skill's folder and runs what
+registered here. Thresholds carry their source: ``published`` (tool, author or document
+cited) or ``proposed`` (ours, said so).
 """
 
 from __future__ import annotations
@@ -14,21 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wp_mcp.graph import Graph, Node
+from wp_mcp.graph.query import host_prefix
 
-from ..analysis import Analysis, confidence, cpu_set, host_prefix
-from ..report import PRIORITIES, Evidence, Finding, Priority, safe
+from .analysis import Analysis, confidence
+from .report import PRIORITIES, Evidence, Finding, Priority, safe
 
-SKILL = "bottleneck-identification"
-LAYERS = {
-    1: "Compute",
-    2: "Memory",
-    3: "Interconnect",
-    4: "Network",
-    5: "Storage",
-    6: "Control plane",
-    7: "Data plane",
-}
-
+_SKILLS_PACKAGE = __name__.rpartition(".")[0]  # wp_mcp.skills: a rule's skill is its folder
 
 # A cause shared by this many subjects or fewer gets one finding per subject (each with its own
 # numbers and command); more share one finding naming the count and the worst members, so a
@@ -47,6 +40,7 @@ class NotEvaluable(Exception):
 @dataclass(frozen=True)
 class Rule:
     id: str
+    skill: str  # the skill whose folder holds the rule's module (its findings' skill)
     layer: int
     title: str
     metric: str
@@ -56,7 +50,7 @@ class Rule:
     check: Callable[[RuleContext], list[Finding]]
 
 
-RULES: list[Rule] = []
+RULES: list[Rule] = []  # every rule, in the order their modules registered them
 
 
 def rule(
@@ -69,10 +63,39 @@ def rule(
     kind: Literal["published", "proposed"] = "proposed",
 ) -> Callable[[Callable[[RuleContext], list[Finding]]], Callable[[RuleContext], list[Finding]]]:
     def register(check: Callable[[RuleContext], list[Finding]]):
-        RULES.append(Rule(id, layer, title, metric, threshold, source, kind, check))
+        skill = skill_of(check.__module__)
+        _add(Rule(id, skill, layer, title, metric, threshold, source, kind, check))
         return check
 
     return register
+
+
+def skill_of(module: str) -> str:
+    """The skill whose folder holds ``module``: ``wp_mcp.skills.bottleneck_identification.compute``
+    → ``bottleneck-identification`` (a folder imports under its name in snake_case)."""
+    prefix = f"{_SKILLS_PACKAGE}."
+    folder, dot, _ = module.removeprefix(prefix).partition(".")
+    if not module.startswith(prefix) or not dot:
+        raise ValueError(f"a rule belongs in a module of a skill's folder, not in {module}")
+    return folder.replace("_", "-")
+
+
+def _add(found: Rule) -> None:
+    """Register a rule; a module imported again (a reload) replaces its rules in place."""
+    for index, known in enumerate(RULES):
+        if known.id != found.id:
+            continue
+        if _origin(known) != _origin(found):
+            raise ValueError(
+                f"rule {found.id} is defined twice: {_origin(known)}, {_origin(found)}"
+            )
+        RULES[index] = found
+        return
+    RULES.append(found)
+
+
+def _origin(item: Rule) -> str:
+    return f"{item.check.__module__}.{item.check.__qualname__}"
 
 
 class RuleContext:
@@ -101,30 +124,11 @@ class RuleContext:
         return found
 
     def host_for(self, node_id: str) -> Node | None:
-        return self._hosts().get(host_prefix(node_id))
-
-    def _hosts(self) -> dict[str, Node]:
-        """Host prefix → its host node (the first), once per analysis: rules ask per rank."""
-        memo = self.analysis.__dict__
-        if "_hosts_by_prefix" not in memo:
-            hosts: dict[str, Node] = {}
-            for host in self.graph.of_kind("host"):
-                hosts.setdefault(host_prefix(host.id), host)
-            memo["_hosts_by_prefix"] = hosts
-        return memo["_hosts_by_prefix"]
+        return self.analysis.hosts.get(host_prefix(node_id))
 
     def host_cpus(self, node_id: str) -> int | None:
         """How many CPUs the host of ``node_id`` has (host attribute, else its NUMA cpulists)."""
-        prefix = host_prefix(node_id)
-        counts = self.analysis.__dict__.setdefault("_host_cpus", {})
-        if prefix not in counts:
-            host = self.host_for(node_id)
-            if host is not None and host.get("cpus"):
-                counts[prefix] = int(host.get("cpus"))
-            else:
-                nodes = self.analysis.numa_nodes.get(prefix, {}).values()
-                counts[prefix] = sum(len(cpu_set(n.get("cpulist"))) for n in nodes) or None
-        return counts[prefix]
+        return self.analysis.host_cpus(host_prefix(node_id))
 
     def label(self, node_id: str) -> str:
         """``proc:12 (python3)`` — the id plus its escaped name for titles."""
@@ -158,7 +162,7 @@ class RuleContext:
         return Finding(
             id=f"{self.rule.id}@{subject}",
             rule_id=self.rule.id,
-            skill=SKILL,
+            skill=self.rule.skill,
             layer=self.rule.layer,
             priority=priority,
             title=title,
