@@ -18,12 +18,22 @@ import orjson
 
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
+from .settings import env_number, env_number_or_default
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 # Larger files are refused before reading: a graph this big is a mistake or an attack, and
 # reading it would take the memory the server needs for everything else.
-DEFAULT_MAX_BYTES = int(os.environ.get("WP_MCP_MAX_FILE_MB", "1024")) * 1024 * 1024
+MAX_FILE_MB_VARIABLE = "WP_MCP_MAX_FILE_MB"
+_MAX_FILE_MB = {"default": 1024, "minimum": 1, "maximum": 1 << 20}  # up to a TiB
+DEFAULT_MAX_BYTES = int(env_number_or_default(MAX_FILE_MB_VARIABLE, **_MAX_FILE_MB) * 2**20)
+
+
+def max_file_bytes() -> int:
+    """The size limit of input files: ``$WP_MCP_MAX_FILE_MB`` MiB (a bad value is one line)."""
+    return int(env_number(MAX_FILE_MB_VARIABLE, **_MAX_FILE_MB) * 2**20)
+
+
 # Graphs compress 10-30:1 (repeated keys; measured on the witty capture and synthetic
 # clusters at gzip levels 1-9); a bomb of zeros reaches ~1,000:1. Output beyond this ratio to
 # the compressed bytes read so far is refused at once.
@@ -57,7 +67,7 @@ def iter_chunks(
     :func:`read_bytes` checked as they arrive: for readers that stream a file too large to
     hold whole (training traces). ``whole``: a plain file's first chunk is all of it, as
     large as it was when opened (within the limit; what it grew by since follows)."""
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    limit = max_file_bytes() if max_bytes is None else max_bytes
     path = Path(path)
     try:
         _check_regular_file(path, limit)
