@@ -13,6 +13,7 @@ number means). Nothing here stores anything: a trace that cannot be read raises
 
 from __future__ import annotations
 
+import math
 import re
 from array import array
 from bisect import bisect_left
@@ -41,6 +42,15 @@ MAX_UNSPLIT_BYTES = 64 << 20
 MAX_HEADER_BYTES = 16 << 20
 # Where the events array may end, tried from the file's end; real traces need one or two.
 MAX_END_CANDIDATES = 1000
+# The memory an import may spend on what it keeps of the events (the typed arrays while
+# streaming, then the lists and sort keys of the derivation), estimated per kept item and
+# checked after every batch: a trace too large to derive is refused while it streams, with one
+# line, never by a MemoryError after gigabytes. All the traces of one import share it.
+MEMORY_BUDGET_BYTES = 1 << 30
+# Bytes per kept item, measured: a device interval is 25 bytes of arrays and, when derived, an
+# index (int object and list slot) and a float sort key; a launch 16 bytes of arrays and a dict
+# entry with its int and float; a collective or a span an object or tuple of floats.
+_WEIGHT_INTERVAL, _WEIGHT_LAUNCH, _WEIGHT_CALL, _WEIGHT_SPAN = 100, 130, 160, 130
 # Per-step lists kept on a process node (the views' budgets count attributes too).
 MAX_STEPS_KEPT = 64
 SOURCE = "trace"
@@ -186,10 +196,20 @@ class Collective:
 
 
 @dataclass
+class MemoryBudget:
+    """What the traces of one import may keep (``MEMORY_BUDGET_BYTES``), and what they do."""
+
+    limit: int = field(default_factory=lambda: MEMORY_BUDGET_BYTES)
+    spent: int = 0
+
+
+@dataclass
 class RankTrace:
     """What one trace file says about its rank, reduced from its events as they stream."""
 
     origin: str
+    budget: MemoryBudget = field(default_factory=MemoryBudget)
+    charged: int = 0
     events: int = 0
     kineto_events: int = 0
     pid: int | None = None
@@ -225,6 +245,29 @@ class RankTrace:
                     handler(self, event)
             elif event.get("ph") == "M":
                 self._metadata(event)
+        self._charge()
+
+    def weight(self) -> int:
+        """The bytes what this rank keeps will cost once derived (estimated)."""
+        intervals = sum(len(kept.start) for kept in self.devices.values())
+        calls = len(self.cpu_collectives) + len(self.kernel_collectives)
+        return (
+            intervals * _WEIGHT_INTERVAL
+            + len(self.launch_corr) * _WEIGHT_LAUNCH
+            + calls * _WEIGHT_CALL
+            + (len(self.steps) + len(self.loader)) * _WEIGHT_SPAN
+        )
+
+    def _charge(self) -> None:
+        weight = self.weight()
+        self.budget.spent += weight - self.charged
+        self.charged = weight
+        if self.budget.spent > self.budget.limit:
+            raise FormatError(
+                f"{self.origin}: over the trace import's memory budget of "
+                f"{self.budget.limit >> 20} MiB after {self.events:,} events: a trace of a few "
+                "profiled steps (torch.profiler's schedule) is what the facts need"
+            )
 
     def _span(self, event: dict[str, Any]) -> tuple[float, float]:
         start: Any = event.get("ts")  # checked below, by exact type (a bool is no time)
@@ -368,9 +411,12 @@ def _bytes(event: dict[str, Any]) -> int | None:
     return count * size if type(count) is int and count >= 0 and size else None
 
 
-def read_rank(path: str | Path, max_bytes: int | None = None) -> RankTrace:
-    """One trace file reduced to its rank's facts; FormatError when it is not a trace."""
-    rank = RankTrace(origin=str(path))
+def read_rank(
+    path: str | Path, max_bytes: int | None = None, budget: MemoryBudget | None = None
+) -> RankTrace:
+    """One trace file reduced to its rank's facts; FormatError when it is not a trace or
+    keeps more than ``budget`` allows (a fresh ``MEMORY_BUDGET_BYTES`` when not given)."""
+    rank = RankTrace(origin=str(path), budget=budget or MemoryBudget())
     header = read_events(path, rank.add, max_bytes)
     if not rank.events:
         raise FormatError(f"{path}: the trace holds no events")
@@ -409,20 +455,6 @@ def median(values: Iterable[float]) -> float:
     return statistics_median(values)
 
 
-def _union(pairs: list[tuple[float, float]]) -> float:
-    """Total length covered by intervals (overlaps counted once)."""
-    total, cur_start = 0.0, 0.0
-    cur_end: float | None = None  # None until the first interval
-    for start, end in sorted(pairs):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        elif end > cur_end:
-            cur_end = end
-    return total + (cur_end - cur_start if cur_end is not None else 0.0)
-
-
 def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole > 0 else 0.0
 
@@ -433,6 +465,27 @@ def percentile(values: list[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, max(0, -(-len(ordered) * q // 100) - 1))]
 
 
+class _Cover:
+    """The length a stream of intervals covers, fed in order of their starts (overlaps
+    counted once)."""
+
+    __slots__ = ("total", "start", "end")
+
+    def __init__(self) -> None:
+        self.total, self.start, self.end = 0.0, 0.0, -math.inf
+
+    def add(self, start: float, end: float) -> None:
+        if start > self.end:
+            if self.end > -math.inf:
+                self.total += self.end - self.start
+            self.start, self.end = start, end
+        elif end > self.end:
+            self.end = end
+
+    def length(self) -> float:
+        return self.total + (self.end - self.start if self.end > -math.inf else 0.0)
+
+
 def device_facts(
     intervals: _Intervals, launches: dict[int, float], cutoff: float | None = None
 ) -> dict[str, float | None]:
@@ -440,42 +493,59 @@ def device_facts(
     communication, exposed memory copy and idle sum to 100 %; overlap is the share of
     communication time during which compute ran; launch gaps are idle time whose next kernel
     was launched by the CPU only after the device had drained (queue empty). With a
-    ``cutoff``, only the device work the CPU queued before it counts."""
-    spans = _queued_before(intervals, launches, cutoff)
-    compute = [(s, e) for s, e, c, _ in spans if c == COMPUTE]
-    comm = [(s, e) for s, e, c, _ in spans if c == COMM]
-    busy_all = _union([(s, e) for s, e, _, _ in spans])
-    compute_t = _union(compute)
-    compute_comm = _union(compute + comm)
-    comm_t = _union(comm)
-    span = max(e for _, e, _, _ in spans) - min(s for s, _, _, _ in spans)
-    overlap = compute_t + comm_t - compute_comm
+    ``cutoff``, only the device work the CPU queued before it counts.
+
+    One pass over the intervals in order of their start, read from the typed arrays by
+    index: a device's millions of kernels cost a list of indices, never a tuple each."""
+    starts, ends, classes = intervals.start, intervals.end, intervals.cls
+    order = _queued_before(intervals, launches, cutoff)
+    order.sort(key=ends.__getitem__)  # ties of start in order of end (two stable sorts)
+    order.sort(key=starts.__getitem__)
+    busy, compute, comm, compute_comm = _Cover(), _Cover(), _Cover(), _Cover()
+    for index in order:
+        start, end, cls = starts[index], ends[index], classes[index]
+        busy.add(start, end)
+        if cls == COMPUTE:
+            compute.add(start, end)
+            compute_comm.add(start, end)
+        elif cls == COMM:
+            comm.add(start, end)
+            compute_comm.add(start, end)
+    busy_all, compute_t = busy.length(), compute.length()
+    comm_t, both_t = comm.length(), compute_comm.length()
+    span = max(map(ends.__getitem__, order)) - starts[order[0]]
+    overlap = compute_t + comm_t - both_t
+    gaps = _launch_gaps(intervals, order, launches) if launches else None
     return {
         "trace_span_ms": round(span / 1000, 3),
         "trace_compute_pct": _pct(compute_t, span),
-        "trace_comm_pct": _pct(compute_comm - compute_t, span),
-        "trace_memcpy_pct": _pct(busy_all - compute_comm, span),
+        "trace_comm_pct": _pct(both_t - compute_t, span),
+        "trace_memcpy_pct": _pct(busy_all - both_t, span),
         "trace_idle_pct": _pct(span - busy_all, span),
         "trace_overlap_pct": _pct(overlap, comm_t) if comm_t else None,
-        "trace_launch_gap_pct": _pct(_launch_gaps(spans, launches), span) if launches else None,
+        "trace_launch_gap_pct": _pct(gaps, span) if gaps is not None else None,
     }
 
 
 def _queued_before(
     intervals: _Intervals, launches: dict[int, float], cutoff: float | None
-) -> list[tuple[float, float, int, int]]:
-    spans = list(zip(intervals.start, intervals.end, intervals.cls, intervals.corr, strict=True))
+) -> list[int]:
+    """The indices of the intervals that count: those the CPU queued before ``cutoff``."""
+    every = list(range(len(intervals.start)))
     if cutoff is None:
-        return spans
-    kept = [span for span in spans if launches.get(span[3], cutoff) < cutoff]
-    return kept or spans  # no device work matched to its CPU call: all of it
+        return every
+    corr = intervals.corr
+    kept = [index for index in every if launches.get(corr[index], cutoff) < cutoff]
+    return kept or every  # no device work matched to its CPU call: all of it
 
 
-def _launch_gaps(spans: list[tuple[float, float, int, int]], launches: dict[int, float]) -> float:
+def _launch_gaps(intervals: _Intervals, order: list[int], launches: dict[int, float]) -> float:
     total, drained = 0.0, None
-    for start, end, _, corr in sorted(spans):
+    starts, ends, corr = intervals.start, intervals.end, intervals.corr
+    for index in order:
+        start, end = starts[index], ends[index]
         if drained is not None and start > drained:
-            launched = launches.get(corr)
+            launched = launches.get(corr[index])
             if launched is not None and launched > drained:
                 total += start - max(drained, launched)
         drained = end if drained is None else max(drained, end)
@@ -509,8 +579,8 @@ def _step_facts(rank: RankTrace) -> dict[str, Any]:
     step_us = [end - start for start, end in steps]
     loader = sorted(rank.loader)
     waits = [_covered(loader, start, end) for start, end in steps]
-    comm = [_covered([(c.start, c.start + c.dur) for c in rank.cpu_collectives], s, e)
-            for s, e in steps]  # fmt: skip
+    calls = sorted((c.start, c.start + c.dur) for c in rank.cpu_collectives)  # once, not per step
+    comm = [_covered(calls, start, end) for start, end in steps]
     total = sum(step_us)
     return {
         "trace_steps": len(steps),
@@ -525,15 +595,19 @@ def _step_facts(rank: RankTrace) -> dict[str, Any]:
 
 
 def _covered(spans: list[tuple[float, float]], start: float, end: float) -> float:
-    """Time in [start, end] covered by sorted spans (clipped, overlaps counted once)."""
-    first = max(0, bisect_left(spans, (start,)) - 1)
-    clipped = []
-    for s, e in spans[first:]:
+    """Time in [start, end] covered by sorted spans (clipped, overlaps counted once). The
+    spans that may reach into [start, end] are found by bisection and read in place: a
+    slice of the rest per step made every step cost the whole trace."""
+    cover = _Cover()
+    index = max(0, bisect_left(spans, (start,)) - 1)
+    while index < len(spans):
+        s, e = spans[index]
         if s >= end:
             break
         if e > start:
-            clipped.append((max(s, start), min(e, end)))
-    return _union(clipped)
+            cover.add(max(s, start), min(e, end))
+        index += 1
+    return cover.length()
 
 
 def collective_facts(calls: list[Collective]) -> dict[str, dict[str, float]]:
@@ -643,7 +717,8 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
     files = trace_files(paths)
     if not files:
         raise UserError("no trace files given")
-    ranks = [read_rank(path, max_bytes) for path in files]
+    budget = MemoryBudget()  # shared: the ranks of one import are held together
+    ranks = [read_rank(path, max_bytes, budget) for path in files]
     seen: dict[int, str] = {}
     for rank in ranks:
         if rank.rank is not None and rank.rank in seen:

@@ -8,6 +8,7 @@ import copy
 import gzip
 import json
 import re
+import signal
 import subprocess
 import sys
 import zlib
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.converters import VIEWS
+from wp_mcp.graph import trace
 from wp_mcp.graph.check import POSSIBLE_CPUS_FLOOR
 from wp_mcp.graph.cpulist import MAX_CPUS, CpuListTooLarge, parse_cpulist, parse_cpumask
 from wp_mcp.graph.errors import FormatError
@@ -23,6 +25,7 @@ from wp_mcp.graph.query import cpu_set
 from wp_mcp.graph.rawio import MAX_NESTING
 from wp_mcp.graph.store import Store
 from wp_mcp.server.cli import main
+from wp_synthetic import many_steps_trace, minimal_kernels_trace
 from wp_testdata import WITTY_GRAPH
 
 # A process reading a refused file may grow by its interpreter and libraries, never by the
@@ -418,3 +421,65 @@ def test_a_live_process_tree_1000_shells_deep_renders_and_diagnoses(
         assert code == 0 and shown and "RecursionError" not in err, (view, err[-1000:])
     code, report, err = cli(capsys, store, "diagnose", "latest")
     assert code == 0 and report, err[-1000:]
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def test_a_trace_of_20000_steps_and_collectives_imports_in_linear_time(tmp_path, capsys):
+    """The per-step derivation rebuilt (and sliced) the whole collective and DataLoader lists
+    for every step: 82 s for this trace. A hang guard, not a timing assert: linear work takes
+    about a second here."""
+    path = write(tmp_path / "steps.json", many_steps_trace(20_000))
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(30)
+    try:
+        code, out, err = cli(capsys, tmp_path / "store", "import", str(path))
+    finally:
+        signal.alarm(0)
+    assert code == 0, err
+    graph = Store(tmp_path / "store").get(out.strip())
+    (process,) = graph.of_kind("process")
+    assert process.trace_steps == 20_000
+    assert process.trace_cpu_comm_pct == 33.33 and process.trace_input_wait_pct == 11.11
+
+
+def _too_slow(*_):
+    raise AssertionError("the trace import did not finish: a derivation is quadratic")
+
+
+def write_kernels_trace(path: Path, mib: float) -> Path:
+    with path.open("wb") as out:
+        for chunk in minimal_kernels_trace(mib):
+            out.write(chunk)
+    return path
+
+
+def test_a_trace_over_the_memory_budget_is_refused_while_streaming(tmp_path, capsys, monkeypatch):
+    """What the events keep is charged to the import's budget after every batch: a trace
+    whose kernels would not fit is one line, and nothing is stored (at 1 GiB, the 1,000 MiB
+    trace of minimal kernel events that reached 6.2 GB and a MemoryError)."""
+    path = write_kernels_trace(tmp_path / "kernels.json", 12)  # ~180,000 kernels, ~18 MB kept
+    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 8 << 20)
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(path))
+    assert code == 2
+    assert "memory budget of 8 MiB" in err and len(err.strip().splitlines()) == 1
+    refused_after = int(re.search(r"after ([\d,]+) events", err).group(1).replace(",", ""))
+    assert refused_after < 150_000  # while streaming, not after the whole file
+    assert snapshot_count(tmp_path / "store") == 0
+    # two traces share one budget: each alone fits, together they do not
+    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 15 << 20)
+    small = write_kernels_trace(tmp_path / "small.json", 8)
+    assert cli(capsys, tmp_path / "store", "import", str(small))[0] == 0
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(small), str(small))
+    assert code == 2 and "memory budget" in err
+
+
+def test_a_large_trace_of_minimal_kernels_imports_in_bounded_memory(tmp_path):
+    """Derived from the typed arrays by index, not a tuple per kernel: 50 MiB of minimal kernel
+    events (750,000 kernels) peaked at ~370 MiB before, and the 1,000 MiB one at 6.2 GB
+    (benchmarks/bench_trace.py --hostile runs that one)."""
+    path = write_kernels_trace(tmp_path / "kernels.json", 50)
+    message, peak_mib = read_in_subprocess(path)
+    assert message == "accepted"
+    assert peak_mib < PEAK_CAP_MIB
