@@ -51,6 +51,11 @@ MEMORY_BUDGET_BYTES = 1 << 30
 # index (int object and list slot) and a float sort key; a launch 16 bytes of arrays and a dict
 # entry with its int and float; a collective or a span an object or tuple of floats.
 _WEIGHT_INTERVAL, _WEIGHT_LAUNCH, _WEIGHT_CALL, _WEIGHT_SPAN = 100, 130, 160, 130
+# Epoch seconds a trace's first event may carry to be read as a date (2001 to 2286)
+PLAUSIBLE_EPOCH = (1e9, 1e10)
+# A process started this long after a trace's first event is not the one traced (the clocks
+# of one host agree to far better; the slack covers rounding and a profiler's warm-up)
+START_SLACK_S = 5.0
 # Per-step lists kept on a process node (the views' budgets count attributes too).
 MAX_STEPS_KEPT = 64
 SOURCE = "trace"
@@ -227,6 +232,8 @@ class RankTrace:
     rank: int | None = None
     world_size: int | None = None
     backend: str | None = None
+    first_ts: float = math.inf  # the earliest event's ts (µs, the trace's clock)
+    base_ns: int = 0  # Kineto's baseTimeNanoseconds: where that clock starts, when it says
 
     # ------------------------------------------------------------------ events
 
@@ -277,6 +284,8 @@ class RankTrace:
                 f"{self.origin}: event {excerpt(event.get('name'), 40)} has no numeric "
                 "ts/dur (microseconds)"
             )
+        if start < self.first_ts:
+            self.first_ts = float(start)
         return float(start), float(start) + float(dur)
 
     def _kernel(self, event: dict[str, Any], cls: int | None = None) -> None:
@@ -384,6 +393,17 @@ class RankTrace:
         self.backend = backend.group(1) if backend else None
         host = header.get("host_name") or header.get("hostname")
         self.host = host[:200] if isinstance(host, str) and host else None
+        base = header.get("baseTimeNanoseconds")
+        self.base_ns = base if type(base) is int and 0 <= base < 1 << 63 else 0
+
+    def started_at(self) -> float | None:
+        """Epoch seconds of the first event, when the trace's clock is the wall clock (Kineto
+        writes epoch microseconds, or times after ``baseTimeNanoseconds``); None when its
+        times are no date (a synthetic trace's, or a clock of its own)."""
+        if self.first_ts == math.inf:
+            return None
+        at = self.base_ns / 1e9 + self.first_ts / 1e6
+        return at if PLAUSIBLE_EPOCH[0] < at < PLAUSIBLE_EPOCH[1] else None
 
     @property
     def collectives(self) -> list[Collective]:
@@ -796,12 +816,17 @@ def _mark_straggler(graph: Graph, ranks: list[RankTrace]) -> None:
             node.set("trace_skew_pct", summary.get("skew_pct"), SOURCE)
 
 
-def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
+def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """Attach the traces to a snapshot of the job's hosts: each rank to the process with its
     pid on its host (by ``host_name``, else the only host with that pid), its devices by
-    index. A rank whose process the snapshot does not hold is an error, not a guess."""
+    index. A rank whose process the snapshot does not hold is an error, not a guess, and so
+    is one whose pid belongs to another process now (pids are reused at every restart): the
+    process's name and start time must agree with the trace's (``same_process``) unless
+    ``force_pid``."""
     for rank in ranks:
         proc_id = _find_process(graph, rank)
+        if not force_pid:
+            same_process(graph.nodes[proc_id], rank)
         prefix = ids.split_host(proc_id)[0]
         attach_rank(graph, rank, proc_id, prefix)
         matched = sum(1 for tid in rank.tids if ids.with_host(prefix, ids.thread(tid)) in graph)
@@ -813,10 +838,47 @@ def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
     return graph
 
 
-def join_copy(stored: Graph, ranks: list[RankTrace]) -> Graph:
+def join_copy(stored: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """The traces joined to a copy of a stored snapshot: the stored graph is shared by the
     store's cache and stays as it was; the join is stored as a new snapshot."""
-    return join(native.loads(native.dumps(stored)), ranks)
+    return join(native.loads(native.dumps(stored)), ranks, force_pid)
+
+
+def same_process(node: Any, rank: RankTrace) -> None:
+    """Refuse, with one line, to join ``rank`` to a process with its pid that is not the one
+    traced: the trace must name the process (Kineto's ``process_name``) as the snapshot does
+    (its ``comm``, at most 15 characters, or its program's file name), and the process must
+    have started before the trace's first event where the trace's times are dates."""
+    origin = excerpt(rank.origin, quoted=False)
+    force = "(--force-pid joins by pid alone)"
+    traced = rank.process_names.get(rank.pid or 0)
+    if not traced:
+        raise UserError(
+            f"{origin}: the trace does not name process {rank.pid}, so it cannot be told from "
+            f"another process that has its pid now {force}"
+        )
+    names = _process_names(node)
+    if not any(traced == name or traced[:15] == name for name in names):
+        shown = excerpt(names[0]) if names else "no name"
+        raise UserError(
+            f"{origin}: process {rank.pid} is {excerpt(traced)} in the trace but {shown} in "
+            f"the snapshot: another process has its pid now {force}"
+        )
+    traced_at, started = rank.started_at(), node.get("started_at")
+    if traced_at is not None and type(started) in _NUMBER and started > traced_at + START_SLACK_S:
+        raise UserError(
+            f"{origin}: process {rank.pid} of the snapshot started {started - traced_at:,.0f} s "
+            f"after the trace's first event: another process has its pid now {force}"
+        )
+
+
+def _process_names(node: Any) -> list[str]:
+    """The names a process goes by: its ``comm`` and its program's file name."""
+    names = [node.get("name")]
+    cmdline = node.get("cmdline")
+    if isinstance(cmdline, str) and cmdline.strip():
+        names.append(cmdline.split()[0].rsplit("/", 1)[-1])
+    return [name for name in names if isinstance(name, str) and name]
 
 
 def _find_process(graph: Graph, rank: RankTrace) -> str:

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", metavar="SNAPSHOT",
                    help="traces: join them to this snapshot's processes and devices "
                    "(stored as a new snapshot)")  # fmt: skip
+    p.add_argument("--force-pid", action="store_true",
+                   help="--to: join each rank to the process with its pid even when its name "
+                   "or start time differs from the trace's")  # fmt: skip
     p.add_argument("--label", help="a note to show in `snapshots`")
     p.add_argument("--no-redact", action="store_true",
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
@@ -71,7 +74,10 @@ def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
     """One graph file as it is; trace files as a snapshot of their own, or joined (--to) to a
     stored snapshot, which stays as it was: the join is stored as a new one."""
     if args.to:
-        return trace.join_copy(store.get(args.to), trace.read_ranks(args.files))
+        ranks = trace.read_ranks(args.files)
+        return trace.join_copy(store.get(args.to), ranks, args.force_pid)
+    if args.force_pid:
+        raise UserError("--force-pid is for traces joined --to a snapshot")
     if len(args.files) == 1:
         return formats.load_any(args.files[0], redact=not args.no_redact)
     if not all(trace.looks_like_trace(path) for path in args.files):

@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="append", metavar="DIR",
                    help="--live: PyTorch profiler traces of the job (files or folders, one "
                    "file per rank) joined to the snapshot; docs/traces.md")  # fmt: skip
+    p.add_argument("--force-pid", action="store_true",
+                   help="--trace: join by pid alone, even when the process's name or start "
+                   "time differs from the trace's")  # fmt: skip
     _output_args(p)
     p.set_defaults(handler=cmd_diagnose)
 
@@ -117,7 +120,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         graph, snapshot_id = _load(store, args.source)
     else:
         graph = _collect(args)
-        graph = trace.join(graph, ranks) if ranks else graph
+        graph = trace.join(graph, ranks, args.force_pid) if ranks else graph
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
     if not args.source:  # this process collected: its own busy window is no finding
