@@ -269,10 +269,18 @@ def set_user_patterns(patterns: list[str]) -> None:
     """Also redact these regexes (their ``value`` group, else the whole match) from now on,
     in place of any set before."""
     regexes = [p if "(?P<value>" in p else f"(?P<value>{p})" for p in patterns]
-    rules = [TextRule("user", "redaction.patterns", (), regex) for regex in regexes]
+    rules = [
+        TextRule("user", given, (), regex) for given, regex in zip(patterns, regexes, strict=True)
+    ]
     for rule in rules:
         rule.pattern  # noqa: B018 - compiled now: a pattern that is no regex is refused here
     _USER_RULES[:] = rules
+
+
+def user_patterns() -> list[str]:
+    """The patterns :func:`set_user_patterns` set, as given: what a process that collects
+    for this one (a cluster node) must apply too."""
+    return [rule.covers for rule in _USER_RULES]  # a user rule covers its own pattern
 
 
 def redact_text(text: str) -> str:

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -471,3 +472,39 @@ def test_imported_witty_secrets_are_redacted_unless_asked(tmp_path, witty_path, 
     assert _leaks(import_and_export(), secrets) == []
     assert _leaks(witty.to_witty(formats.load_any(source)).__repr__(), secrets) == []
     assert _leaks(import_and_export("--no-redact"), secrets) == secrets  # the opt-out keeps all
+
+
+NODE_TASK = """
+import gzip, json, sys
+from wp_mcp.collectors.cluster.on_ray import node_task
+print(gzip.decompress(b"".join(node_task(json.loads(sys.argv[1])))).decode())
+"""
+
+
+def test_config_patterns_reach_every_cluster_node(tmp_path):
+    """`collect --cluster ray` dropped `redaction.patterns` on every node, the head's
+    included: a node's task runs in a Ray worker, which reads no config. The driver now hands
+    its patterns to each node's task, which applies them before anything leaves the node (and
+    redacts what a node sends once more itself)."""
+    from wp_mcp.collectors.base import Context
+    from wp_mcp.collectors.cluster.on_ray import node_params
+    from wp_mcp.graph.redact import set_user_patterns
+
+    site_secret = "Zq7Site0451"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    planted = _start("python3", ["--site", site_secret], bin_dir)
+    set_user_patterns([r"Zq7Site\d+"])
+    try:
+        params = node_params(Context(window_s=0.0, ebpf="off"), time.time())
+        assert params["patterns"] == [r"Zq7Site\d+"]
+        # a fresh process, as a Ray worker is: no config, no patterns of its own
+        done = subprocess.run([sys.executable, "-c", NODE_TASK, orjson.dumps(params).decode()],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        set_user_patterns([])
+        planted.kill()
+        planted.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"proc:{planted.pid}" in done.stdout  # the planted process was collected
+    assert site_secret not in done.stdout and f"--site {R}" in done.stdout
