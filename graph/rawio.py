@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import orjson
 
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
+from .outfile import shown
 from .settings import env_number, env_number_or_default
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -74,13 +76,13 @@ def iter_chunks(
         with path.open("rb") as handle:
             yield from _limited_chunks(handle, limit, str(path), whole)
     except FileNotFoundError:
-        raise FormatError(f"{path}: no such file") from None
+        raise FormatError(f"{shown(path)}: no such file") from None
     except IsADirectoryError:
-        raise FormatError(f"{path}: is a directory, expected a graph file") from None
+        raise FormatError(f"{shown(path)}: is a directory, expected a graph file") from None
     except PermissionError:
-        raise FormatError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise FormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise FormatError(f"{shown(path)}: permission denied") from None
+    except OSError as exc:  # a name over 255 bytes too: quoted short, never whole
+        raise FormatError(f"{shown(path)}: cannot read: {exc.strerror or exc}") from None
 
 
 def looks_like_trace(path: str | Path) -> bool:
@@ -88,13 +90,22 @@ def looks_like_trace(path: str | Path) -> bool:
     whose first MiB names ``traceEvents`` as a key. Here, not in graph/trace.py, so that
     telling a graph file from a trace loads none of the trace's code."""
     path = Path(path)
-    if path.is_dir():
+    if is_dir(path):
         return True
     try:
         first = next(iter_chunks(path), b"")
     except FormatError:
         return False
     return TRACE_EVENTS_KEY.search(first) is not None
+
+
+def is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder; False for a path that cannot be looked at (pathlib's
+    ``is_dir`` raises for a name over 255 bytes, ENAMETOOLONG)."""
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _check_regular_file(path: Path, limit: int) -> None:

@@ -1,14 +1,31 @@
-"""Numbers the environment sets (``WP_MCP_MAX_FILE_MB``, ``WP_MCP_KEEP``): read and bounded
-in one place, so a mistyped value is one line naming the variable, never a traceback at
-import that breaks every command."""
+"""Numbers the environment and the command line set (``WP_MCP_MAX_FILE_MB``, ``WP_MCP_KEEP``,
+``--limit``, ``--max-tokens``): read and bounded in one place, so a mistyped value is one line
+naming the variable or the flag, never a traceback (at import, breaking every command, or
+from SQLite, for an integer it cannot hold)."""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 from .errors import UserError
 from .safetext import excerpt
+
+MAX_COUNT = (1 << 31) - 1  # the largest count a flag takes (budgets, limits): SQLite holds it
+
+
+def parse_number(text: str, *, minimum: float, maximum: float, integer: bool = False) -> float:
+    """``text`` as a finite number within [minimum, maximum] (a whole one when ``integer``);
+    ``ValueError`` saying what was expected otherwise (``1e23``, ``nan``, 20 digits)."""
+    try:
+        value: float | None = int(text) if integer else float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or not minimum <= value <= maximum:
+        kind = "a whole number" if integer else "a number"
+        raise ValueError(f"{excerpt(text)} is not {kind} from {minimum:,} to {maximum:,}")
+    return value
 
 
 def env_number(
@@ -20,13 +37,9 @@ def env_number(
     if not text:
         return default
     try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or not minimum <= value <= maximum:
-        kind = "a whole number" if integer else "a number"
-        raise UserError(f"${name}: {excerpt(text)} is not {kind} from {minimum:,} to {maximum:,}")
-    return value
+        return parse_number(text, minimum=minimum, maximum=maximum, integer=integer)
+    except ValueError as exc:
+        raise UserError(f"${name}: {exc}") from None
 
 
 def env_number_or_default(
@@ -38,3 +51,20 @@ def env_number_or_default(
         return env_number(name, default, minimum=minimum, maximum=maximum, integer=integer)
     except UserError:
         return default
+
+
+def cli_number(minimum: float, maximum: float, integer: bool = True) -> Callable[[str], float]:
+    """An argparse ``type``: a command-line number within bounds, else argparse's one-line
+    error naming the flag and the bounds (an unbounded ``int`` reached SQLite as an
+    OverflowError)."""
+
+    def number(text: str) -> float:
+        try:
+            return parse_number(text, minimum=minimum, maximum=maximum, integer=integer)
+        except ValueError as exc:
+            import argparse  # only on a mistake: the store's readers import this module
+
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    number.__name__ = "whole number" if integer else "number"  # argparse names it so
+    return number

@@ -1175,7 +1175,16 @@ def _info(row: tuple[Any, ...]) -> SnapshotInfo:
     return SnapshotInfo(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7])
 
 
+# Longer than any id the store makes (a few hex digits after a short prefix): a reference this
+# long names nothing, and SQLite refuses a LIKE pattern of ~50,000 characters as too complex
+MAX_REF_CHARS = 256
+
+
 def _like_prefix(text: str) -> str:
+    """A LIKE pattern for ids starting with ``text``; one that matches none for a reference
+    no id could start with (over ``MAX_REF_CHARS``)."""
+    if len(text) > MAX_REF_CHARS:
+        return ""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 

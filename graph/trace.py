@@ -28,7 +28,7 @@ from . import ids, native
 from .errors import FormatError, UserError
 from .graph import Graph
 from .model import CollectorStatus, Meta
-from .rawio import TRACE_EVENTS_KEY, iter_chunks, looks_like_trace
+from .rawio import TRACE_EVENTS_KEY, check_nesting, is_dir, iter_chunks, looks_like_trace
 from .safetext import excerpt
 
 # Events are parsed this many bytes at a time: large enough that orjson's per-call cost
@@ -245,7 +245,7 @@ class RankTrace:
             if type(event) is not dict:
                 raise FormatError(f"{self.origin}: a trace event is not a JSON object")
             category = event.get("cat")
-            if category in _KINETO_CATEGORIES:
+            if type(category) is str and category in _KINETO_CATEGORIES:  # ["kernel"]: none
                 self.kineto_events += 1
                 handler = self._HANDLERS.get(category)
                 if handler is not None and event.get("ph") == "X":
@@ -445,6 +445,7 @@ def read_rank(
             f"{path}: holds no PyTorch profiler events (cpu_op, kernel, user_annotation…): "
             "a trace of another tool?"
         )
+    check_nesting(header, str(path))  # a distributedInfo 300 deep is read as text below
     rank.read_header(header)
     return rank
 
@@ -454,7 +455,7 @@ def trace_files(paths: Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
+        if is_dir(path):
             inside = sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIXES))
             if not inside:
                 raise UserError(f"{excerpt(given, quoted=False)}: no *.json or *.json.gz traces")

@@ -10,6 +10,7 @@ import orjson
 from wp_mcp.graph import Graph, formats, native, trace, witty
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import escape, excerpt
+from wp_mcp.graph.settings import MAX_COUNT, cli_number
 from wp_mcp.graph.store import Store
 
 
@@ -41,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the older spelling
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=cli_number(1, MAX_COUNT), default=None,
+                   help="the newest N snapshots")  # fmt: skip
     p.set_defaults(handler=cmd_snapshots)
 
     p = sub.add_parser("export", help="write a stored snapshot to a file or stdout")

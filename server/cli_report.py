@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import orjson
 from wp_mcp.graph import UserError
 from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from .cli_graph import open_store
 from .cli_show import load_source
@@ -64,7 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("after", nargs="?", default="latest", metavar="AFTER",
                    help="graph file or snapshot id/prefix (default: latest)")  # fmt: skip
     p.add_argument("--format", choices=("txt", "json"), default="txt", help="output format")
-    p.add_argument("--max-tokens", type=int, default=2000, help="page budget (default 2000)")
+    p.add_argument(
+        "--max-tokens",
+        type=cli_number(1, MAX_COUNT),
+        default=2000,
+        help="page budget (default 2000)",
+    )
     p.add_argument("--cursor", help="next page: the cursor the previous page printed")
     add_fail_on(p, "AFTER has new findings")
     p.set_defaults(handler=cmd_diff)

@@ -483,3 +483,115 @@ def test_a_large_trace_of_minimal_kernels_imports_in_bounded_memory(tmp_path):
     message, peak_mib = read_in_subprocess(path)
     assert message == "accepted"
     assert peak_mib < PEAK_CAP_MIB
+
+
+# ---------------------------------------------------------------------------- one line
+
+
+NCCL_TRACE = Path(__file__).resolve().parents[1] / "fixtures/traces/gpu-nccl-collectives.json.gz"
+LONG_REF = "a" * 60_000  # SQLite refused the LIKE pattern of such a reference: a traceback
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", LONG_REF],
+        ["export", LONG_REF],
+        ["delete", LONG_REF],
+        ["diagnose", LONG_REF],
+        ["diff", LONG_REF, "latest"],
+        ["diff", "latest", LONG_REF],
+        ["report", LONG_REF],
+        ["baseline", "set", LONG_REF],
+        ["skill", "run", "bottleneck-identification", LONG_REF],
+        ["import", str(NCCL_TRACE), "--to", LONG_REF],
+    ],
+    ids=lambda argv: " ".join(a[:12] for a in argv),
+)
+def test_a_reference_of_60000_characters_is_one_short_line(tmp_path, capsys, argv):
+    store = tmp_path / "store"
+    assert cli(capsys, store, "import", str(WITTY_GRAPH))[0] == 0
+    code, _, err = cli(capsys, store, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and len(err) < 1200, err[:300]
+    assert "Traceback" not in err and ("no snapshot" in err or "no report" in err)
+
+
+def test_a_long_reference_is_a_tool_error_over_mcp(tmp_path):
+    import anyio
+    from mcp import Client
+    from wp_mcp.server.mcp_server import build_server
+    from wp_mcp.server.mcp_state import ServerState
+
+    server = build_server(ServerState(store_path=tmp_path / "store"))
+
+    async def call():
+        async with Client(server) as client:
+            return await client.call_tool("wp_layer", {"snapshot": LONG_REF, "view": "layer1"})
+
+    result = anyio.run(call)
+    text = " ".join(block.text for block in result.content if block.type == "text")
+    assert result.is_error and "internal error" not in text.lower(), text[:300]
+    assert "no snapshot" in text and len(text) < 1200
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "latest", "--max-tokens", "99999999999999999999"],
+        ["snapshots", "--limit", "1e23"],
+        ["snapshots", "--limit", "99999999999999999999"],
+        ["snapshots", "--limit", "0"],  # said "the store is empty"
+        ["diff", "latest", "--max-tokens", "nan"],
+    ],
+)
+def test_numbers_a_flag_cannot_hold_are_one_line(tmp_path, capsys, argv):
+    store = tmp_path / "store"
+    assert cli(capsys, store, "import", str(WITTY_GRAPH))[0] == 0
+    with pytest.raises(SystemExit) as exit_:
+        cli(capsys, store, *argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert f"argument {argv[-2]}: '{argv[-1]}' is not a whole number" in err
+
+
+LONG_NAME = "n" * 100_000  # one path component over 255 bytes: ENAMETOOLONG
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["import", f"/tmp/{LONG_NAME}"],
+        ["import", f"/tmp/{LONG_NAME[:300]}/x.json"],
+        ["show", f"/tmp/{LONG_NAME[:300]}"],
+        ["--config", f"/tmp/{LONG_NAME}", "snapshots"],
+    ],
+    ids=["import", "import-below", "show", "config"],
+)
+def test_a_path_component_over_255_bytes_is_one_short_line(tmp_path, capsys, argv):
+    code = main(argv if argv[0] == "--config" else ["--store", str(tmp_path / "s"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and len(err) < 600, err[:300]
+
+
+@pytest.mark.parametrize(
+    ("trace_doc", "says"),
+    [
+        ('{"distributedInfo": ' + '{"a": ' * 300 + "1" + "}" * 300 + ", ", "nested too deeply"),
+        ('{"x": 1, ', None),
+    ],
+    ids=["distributedInfo-300-deep", "plain"],
+)
+def test_hostile_trace_headers_and_categories(tmp_path, capsys, trace_doc, says):
+    events = [
+        {"ph": "X", "cat": ["kernel"], "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": {"kernel": 1}, "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+    ]
+    path = write(
+        tmp_path / "t.json", (trace_doc + '"traceEvents": ' + json.dumps(events) + "}").encode()
+    )
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(path))
+    if says is None:
+        assert code == 0, err  # a category that is no string is no Kineto category
+    else:
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1
