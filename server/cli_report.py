@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import orjson
 from wp_mcp.graph import UserError
-from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.safetext import escape, json_inert
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from .cli_graph import open_store
@@ -112,7 +112,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.format == "json":
         body = {"before": names[0], "after": names[1],
                 "findings": findings.to_dict(), "graph": changes.counts()}  # fmt: skip
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(json_inert(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         page = render_diff(
             changes, before_id=names[0], after_id=names[1],

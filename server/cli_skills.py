@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 from wp_mcp.graph import Graph, UserError, formats, trace
 from wp_mcp.graph.outfile import check_target, write_output
+from wp_mcp.graph.safetext import json_inert
 from wp_mcp.skills import (
     SKILL_NAMES,
     Report,
@@ -207,7 +208,9 @@ def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> 
     """Store and print the report; the exit status --fail-on asks for."""
     markdown = report.to_markdown()
     if args.format == "json":
-        body = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        body = (
+            json_inert(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
+        )
     else:
         body = markdown
     if args.out:  # first: a file that cannot be written (disk full) leaves no report stored
