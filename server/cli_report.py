@@ -107,7 +107,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     # a file's name is the user's text: shown escaped, like every host string
     names = [sid or escape(src, 120, "line") for sid, src in ((before_id, args.before),
                                                               (after_id, args.after))]  # fmt: skip
-    findings = compare_findings(diagnose(before), diagnose(after))
+    findings = compare_findings(diagnose(before), diagnose(after), (before, after))
     changes = diff_graphs(before, after)
     if args.format == "json":
         body = {"before": names[0], "after": names[1],
