@@ -445,7 +445,7 @@ def test_a_trace_of_20000_steps_and_collectives_imports_in_linear_time(tmp_path,
 
 
 def _too_slow(*_):
-    raise AssertionError("the trace import did not finish: a derivation is quadratic")
+    raise AssertionError("did not finish: a derivation is quadratic in its input")
 
 
 def write_kernels_trace(path: Path, mib: float) -> Path:
@@ -595,3 +595,24 @@ def test_hostile_trace_headers_and_categories(tmp_path, capsys, trace_doc, says)
         assert code == 0, err  # a category that is no string is no Kineto category
     else:
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_diagnosis_of_a_process_chain_10000_deep_is_linear():
+    """Finding each process's DataLoader workers walked every process's ancestors: a chain
+    10,000 deep took 27 s. A hang guard, not a timing assert (a few seconds here)."""
+    from wp_mcp.graph.graph import Graph
+    from wp_mcp.skills import diagnose
+
+    graph = Graph()
+    graph.add("host", "host", hostname="h")
+    for pid in range(1, 10_001):
+        graph.add("process", f"proc:{pid}", pid=pid, name=f"p{pid}", cpu_pct=1.0)
+        if pid > 1:
+            graph.link("parent_of", f"proc:{pid - 1}", f"proc:{pid}")
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(60)
+    try:
+        report = diagnose(graph)
+    finally:
+        signal.alarm(0)
+    assert report.to_markdown()
