@@ -306,11 +306,16 @@ class Store:
             return False
         return fs.f_bavail * fs.f_frsize < _NEARLY_FULL_BYTES
 
+    def check_writable(self, doing: str) -> None:
+        """Refuse now what a write would refuse later: a collection says a read-only store
+        before its window, not after it."""
+        if self.read_only:
+            raise UserError(f"{doing}: the store is read-only ({shown(self.path)})")
+
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
         """One write transaction; any failure rolls it back and is said in one line."""
-        if self.read_only:
-            raise UserError(f"{doing}: the store is read-only ({shown(self.path)})")
+        self.check_writable(doing)
         db = self._connect()
         with self._errors(doing):
             db.execute("BEGIN IMMEDIATE")

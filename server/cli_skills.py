@@ -117,6 +117,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     # traces are read before collecting: a bad one costs no collection window
     ranks = trace.read_ranks(args.trace) if args.trace else None
     store = open_store(args)
+    if not args.source:
+        store.check_writable("cannot store the snapshot")  # before the window, not after
     if args.source:
         graph, snapshot_id = _load(store, args.source)
     else:
