@@ -27,13 +27,17 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # Larger files are refused before reading: a graph this big is a mistake or an attack, and
 # reading it would take the memory the server needs for everything else.
 MAX_FILE_MB_VARIABLE = "WP_MCP_MAX_FILE_MB"
-_MAX_FILE_MB = {"default": 1024, "minimum": 1, "maximum": 1 << 20}  # up to a TiB
-DEFAULT_MAX_BYTES = int(env_number_or_default(MAX_FILE_MB_VARIABLE, **_MAX_FILE_MB) * 2**20)
+_DEFAULT_FILE_MB, _MAX_FILE_MB = 1024, 1 << 20  # up to a TiB
+DEFAULT_MAX_BYTES = int(
+    env_number_or_default(MAX_FILE_MB_VARIABLE, _DEFAULT_FILE_MB, minimum=1, maximum=_MAX_FILE_MB)
+    * 2**20
+)
 
 
 def max_file_bytes() -> int:
     """The size limit of input files: ``$WP_MCP_MAX_FILE_MB`` MiB (a bad value is one line)."""
-    return int(env_number(MAX_FILE_MB_VARIABLE, **_MAX_FILE_MB) * 2**20)
+    mib = env_number(MAX_FILE_MB_VARIABLE, _DEFAULT_FILE_MB, minimum=1, maximum=_MAX_FILE_MB)
+    return int(mib * 2**20)
 
 
 # Graphs compress 10-30:1 (repeated keys; measured on the witty capture and synthetic
