@@ -379,6 +379,7 @@ WRAPPERS = _words(
 CONFIG_VERBS = _words("set config configure")
 # Shell operators in `sh -c "…"`: the next word is a new command
 COMMAND_SEPARATORS = _words("&& || ; | &")
+_SHELL_C = re.compile(r"-[a-z]*c\Z")  # a shell's short flags ending in -c: the script follows
 _SEPARATOR_ENDS = (";", "&&", "||", "|")  # ... or glued to the word before (`sleep 1; mysql`)
 # Shells: the word after their `-c` is a command, and the arguments after that script are its
 # "$0 $@", which the script often hands to the program it runs (`sh -c 'mysql "$@"' sh -pX`)
@@ -460,7 +461,7 @@ def redact_argv(argv: list[str]) -> list[str]:
             state.enter(arg)
         elif state.program is not None and arg == state.program.after:
             state.subcommand = True
-        shell_c = state.shell and arg == "-c"
+        shell_c = state.shell and _SHELL_C.match(arg) is not None  # -c, -lc, -ec…
         state.command_start = arg in COMMAND_SEPARATORS or arg.endswith(_SEPARATOR_ENDS)
         out.append(_redact_arg(arg, state))
         if shell_c:

@@ -178,6 +178,7 @@ NAME_EXAMPLES: list[tuple[list[str], list[str]]] = [
         ["bash", "-c", "sleep 9; curl -u bob:pw https://x"],
         ["bash", "-c", f"sleep 9; curl -u bob:{R} https://x"],
     ),  # fmt: skip
+    (["bash", "-lc", "redis-cli -a pw"], ["bash", "-lc", f"redis-cli -a {R}"]),
     # a shell script's arguments ("$0 $@") read with the flags of the program it runs
     (["sh", "-c", 'mysql "$@"', "sh", "-ppw"], ["sh", "-c", 'mysql "$@"', "sh", f"-p{R}"]),
     (
