@@ -12,6 +12,12 @@ the facts and building the snapshot's graph.
 
 Targets: the import ≤ 3× orjson's parse of the same bytes; its peak memory bounded (a few
 hundred MiB whatever the file's size, while the whole parse needs several times the file).
+
+``--hostile`` measures the two traces of issue 32 instead, with ``load_any`` in a fresh
+subprocess each: 20,000 ProfilerSteps each with a DataLoader span and a gloo all_reduce
+(~7.5 MB; target ≤ 2 s: the per-step derivation was quadratic, 82 s), and ``--mb`` MiB
+(default 1,000) of minimal kernel events (target: refused or imported within 2 GB; it
+reached 6.2 GB and a MemoryError).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from pathlib import Path
 
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+from wp_synthetic import many_steps_trace, minimal_kernels_trace  # noqa: E402
+
 MEASURE = r"""
 import gc, sys, time
 mode, path = sys.argv[1], sys.argv[2]
@@ -43,6 +52,13 @@ elif mode == "orjson":
     started = time.perf_counter()
     doc = orjson.loads(data)
     note = f"{len(doc['traceEvents'])} events"
+elif mode == "hostile":
+    from wp_mcp.graph.errors import FormatError
+    from wp_mcp.graph.formats import load_any
+    try:
+        note = f"imported, {len(load_any(path).nodes)} nodes"
+    except FormatError as exc:
+        note = f"refused: {exc}"
 else:
     from wp_mcp.graph.formats import load_any
     graph = load_any(path)
@@ -118,13 +134,32 @@ def measure(mode: str, path: Path) -> tuple[float, float, str]:
     return float(seconds), float(mib), note
 
 
+def hostile(folder: Path, mib: int) -> None:
+    steps = folder / "steps.json"
+    steps.write_bytes(many_steps_trace(20_000))
+    kernels = folder / "kernels.json"
+    with kernels.open("wb") as out:
+        for chunk in minimal_kernels_trace(mib):
+            out.write(chunk)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    for path, target in ((steps, "<= 2 s"), (kernels, "peak <= 2048 MiB")):
+        seconds, peak, note = measure("hostile", path)
+        size = path.stat().st_size / 2**20
+        print(f"{path.name:<13} {size:6.0f} MiB {seconds:7.2f} s  peak {peak:6.0f} MiB  "
+              f"(target {target})  {note[:160]}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=1000, help="uncompressed size (MB)")
     parser.add_argument("--gzip", action="store_true", help="write the trace gzip-compressed")
+    parser.add_argument("--hostile", action="store_true", help="the hostile traces instead")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="wp-bench-trace-"))
     try:
+        if args.hostile:
+            hostile(folder, args.mb)
+            return
         path = folder / ("rank0.pt.trace.json" + (".gz" if args.gzip else ""))
         size = generate(path, args.mb, args.gzip)
         print(f"load average {os.getloadavg()[0]:.2f}; trace {size / 1e6:.0f} MB of JSON "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.safetext import MAX_STRING, escape
+from wp_mcp.graph.safetext import MAX_STRING, escape, json_inert
 
 from .items import Item
 
@@ -24,9 +24,6 @@ if TYPE_CHECKING:  # a page's formats need no picture (its module loads the grap
 FORMATS = ("txt", "json", "mermaid", "dot")
 DIAGRAM_VIEWS = ("topology", "flows")
 JSON_STRING_LIMIT = 400
-
-# orjson leaves these raw; str.splitlines() would break a JSON line at them.
-_JSON_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
 
 
 class Frame(NamedTuple):  # a NamedTuple: a dataclass costs a fresh process ~0.5 ms
@@ -85,7 +82,7 @@ class JsonFormat:
 
 
 def dumps(value: Any) -> str:
-    return orjson.dumps(value).decode().translate(_JSON_LINE_BREAKS)
+    return json_inert(orjson.dumps(value).decode())
 
 
 def capped(value: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +19,27 @@ import orjson
 
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
+from .outfile import shown
+from .settings import env_number, env_number_or_default
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 # Larger files are refused before reading: a graph this big is a mistake or an attack, and
 # reading it would take the memory the server needs for everything else.
-DEFAULT_MAX_BYTES = int(os.environ.get("WP_MCP_MAX_FILE_MB", "1024")) * 1024 * 1024
+MAX_FILE_MB_VARIABLE = "WP_MCP_MAX_FILE_MB"
+_DEFAULT_FILE_MB, _MAX_FILE_MB = 1024, 1 << 20  # up to a TiB
+DEFAULT_MAX_BYTES = int(
+    env_number_or_default(MAX_FILE_MB_VARIABLE, _DEFAULT_FILE_MB, minimum=1, maximum=_MAX_FILE_MB)
+    * 2**20
+)
+
+
+def max_file_bytes() -> int:
+    """The size limit of input files: ``$WP_MCP_MAX_FILE_MB`` MiB (a bad value is one line)."""
+    mib = env_number(MAX_FILE_MB_VARIABLE, _DEFAULT_FILE_MB, minimum=1, maximum=_MAX_FILE_MB)
+    return int(mib * 2**20)
+
+
 # Graphs compress 10-30:1 (repeated keys; measured on the witty capture and synthetic
 # clusters at gzip levels 1-9); a bomb of zeros reaches ~1,000:1. Output beyond this ratio to
 # the compressed bytes read so far is refused at once.
@@ -57,20 +73,20 @@ def iter_chunks(
     :func:`read_bytes` checked as they arrive: for readers that stream a file too large to
     hold whole (training traces). ``whole``: a plain file's first chunk is all of it, as
     large as it was when opened (within the limit; what it grew by since follows)."""
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    limit = max_file_bytes() if max_bytes is None else max_bytes
     path = Path(path)
     try:
         _check_regular_file(path, limit)
         with path.open("rb") as handle:
             yield from _limited_chunks(handle, limit, str(path), whole)
     except FileNotFoundError:
-        raise FormatError(f"{path}: no such file") from None
+        raise FormatError(f"{shown(path)}: no such file") from None
     except IsADirectoryError:
-        raise FormatError(f"{path}: is a directory, expected a graph file") from None
+        raise FormatError(f"{shown(path)}: is a directory, expected a graph file") from None
     except PermissionError:
-        raise FormatError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise FormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise FormatError(f"{shown(path)}: permission denied") from None
+    except OSError as exc:  # a name over 255 bytes too: quoted short, never whole
+        raise FormatError(f"{shown(path)}: cannot read: {exc.strerror or exc}") from None
 
 
 def looks_like_trace(path: str | Path) -> bool:
@@ -78,13 +94,22 @@ def looks_like_trace(path: str | Path) -> bool:
     whose first MiB names ``traceEvents`` as a key. Here, not in graph/trace.py, so that
     telling a graph file from a trace loads none of the trace's code."""
     path = Path(path)
-    if path.is_dir():
+    if is_dir(path):
         return True
     try:
         first = next(iter_chunks(path), b"")
     except FormatError:
         return False
     return TRACE_EVENTS_KEY.search(first) is not None
+
+
+def is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder; False for a path that cannot be looked at (pathlib's
+    ``is_dir`` raises for a name over 255 bytes, ENAMETOOLONG)."""
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _check_regular_file(path: Path, limit: int) -> None:

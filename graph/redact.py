@@ -175,6 +175,22 @@ TEXT_RULES: tuple[TextRule, ...] = (
         ),
     ),
     TextRule(
+        "url-user-token",
+        "a token as a URL's user, without a password: https://TOKEN@host/ (16+ characters "
+        "holding a digit and a letter; user names such as git@ stay)",
+        ("://",),
+        (
+            r"(?i)\b[a-z][a-z0-9+.-]{0,31}://(?P<value>(?=[\w.~-]{0,255}\d)(?=[\w.~-]{0,255}[a-z])"
+            r"[\w.~-]{16,256})(?=@[^@\s/]{1,256}(?:[/?#\s'\"]|$))"
+        ),
+    ),
+    TextRule(
+        "url-query-secret",
+        "a secret query parameter: ?api_key=X, &token=X, ?access_token=X (the name decides)",
+        ("?", "&"),
+        r"[?&](?P<key>[A-Za-z_][\w.-]{0,127})=(?P<value>[^&#\s'\"]{1,4096})",
+    ),
+    TextRule(
         "bare-credentials",
         "user:pw@host[:port] without a scheme, starting an argument or a value: admin:pw@mq:5672",
         ("@",),
@@ -230,8 +246,11 @@ TEXT_RULES: tuple[TextRule, ...] = (
         ("sk-",),
         r"sk-[A-Za-z0-9_-]{20,}",
     ),
-    _token(
-        "aws-access-key-id", "AKIA… ASIA… (20 characters)", ("akia", "asia"), r"A[KS]IA[A-Z0-9]{16}"
+    TextRule(  # glued to a name or a word by _ or - as well (aws_key_AKIA…, AKIA…_prod)
+        "aws-access-key-id",
+        "AKIA… ASIA… (20 characters)",
+        ("akia", "asia"),
+        r"(?<![A-Za-z0-9])(?P<value>A[KS]IA[A-Z0-9]{16})(?![A-Za-z0-9])",
     ),
     _token("slack-token", "xoxb-… xoxp-… xoxa-…", ("xox",), r"xox[abprs]-[A-Za-z0-9-]{10,}"),
     _token("gitlab-token", "glpat-…", ("glpat-",), r"glpat-[\w-]{20,}"),
@@ -250,10 +269,18 @@ def set_user_patterns(patterns: list[str]) -> None:
     """Also redact these regexes (their ``value`` group, else the whole match) from now on,
     in place of any set before."""
     regexes = [p if "(?P<value>" in p else f"(?P<value>{p})" for p in patterns]
-    rules = [TextRule("user", "redaction.patterns", (), regex) for regex in regexes]
+    rules = [
+        TextRule("user", given, (), regex) for given, regex in zip(patterns, regexes, strict=True)
+    ]
     for rule in rules:
         rule.pattern  # noqa: B018 - compiled now: a pattern that is no regex is refused here
     _USER_RULES[:] = rules
+
+
+def user_patterns() -> list[str]:
+    """The patterns :func:`set_user_patterns` set, as given: what a process that collects
+    for this one (a cluster node) must apply too."""
+    return [rule.covers for rule in _USER_RULES]  # a user rule covers its own pattern
 
 
 def redact_text(text: str) -> str:
@@ -282,6 +309,7 @@ class ProgramRule(NamedTuple):
     glued: bool = True
     user_colon: bool = False
     wraps: bool = False
+    after: str = ""  # the flags count only after this subcommand (`docker login -p X`)
 
     def value(self, value: str) -> str:
         if self.user_colon:
@@ -329,6 +357,13 @@ PROGRAM_RULES: tuple[ProgramRule, ...] = (
         ("-w",),
     ),
     ProgramRule(
+        "registry-login",
+        _words("docker podman nerdctl buildah skopeo"),
+        ("-p",),
+        after="login",
+    ),
+    ProgramRule("openssl-key", _words("openssl"), ("-k",), glued=False),
+    ProgramRule(
         "mongo-tools",
         _words("mongo mongosh mongodump mongorestore mongoexport mongoimport mongostat mongotop"),
         ("-p",),
@@ -344,6 +379,13 @@ WRAPPERS = _words(
 CONFIG_VERBS = _words("set config configure")
 # Shell operators in `sh -c "…"`: the next word is a new command
 COMMAND_SEPARATORS = _words("&& || ; | &")
+_SHELL_C = re.compile(r"-[a-z]*c\Z")  # a shell's short flags ending in -c: the script follows
+_SEPARATOR_ENDS = (";", "&&", "||", "|")  # ... or glued to the word before (`sleep 1; mysql`)
+# Shells: the word after their `-c` is a command, and the arguments after that script are its
+# "$0 $@", which the script often hands to the program it runs (`sh -c 'mysql "$@"' sh -pX`)
+SHELLS = _words("sh bash dash zsh ksh ash busybox")
+# htpasswd's -b takes the password from the command line: its last argument
+HTPASSWD = "htpasswd"
 
 
 def _basename(arg: str) -> str:
@@ -363,7 +405,9 @@ Redactor = Callable[[str], str]
 class _ArgvState:
     """What redacting one argument needs to know about the ones before it."""
 
-    __slots__ = ("program", "in_wrapper", "verb_seen", "command_start", "pending")
+    __slots__ = (
+        "program", "in_wrapper", "verb_seen", "command_start", "pending", "shell", "subcommand"
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.program: ProgramRule | None = None
@@ -371,39 +415,83 @@ class _ArgvState:
         self.verb_seen = False
         self.command_start = True  # the next argument names a program
         self.pending: Redactor | None = None  # how to redact the next value
+        self.shell = False  # the program is a shell: its -c starts a command
+        self.subcommand = False  # the program's rule's subcommand was seen
 
     def enter(self, arg: str) -> None:
         """Track the program whose flags are being read (argv[0], or what a wrapper runs)."""
-        name = _basename(arg)
+        name = _basename(arg.strip("'\"("))
         rule = _PROGRAMS.get(name)
         if rule is not None or name in WRAPPERS or self.command_start:
             self.program, self.in_wrapper = rule, name in WRAPPERS
+            self.shell, self.subcommand = name in SHELLS, False
         elif self.program is not None and self.program.wraps:
             self.program = None  # sshpass's own flags end at the command it runs
+
+    def after_script(self, script: str) -> None:
+        """A shell's ``-c`` script was read: the arguments after it are its "$0 $@", read with
+        the flags of the program the script runs (or as a command, when it runs "$@")."""
+        rules = [_PROGRAMS[word] for word in map(_basename, script.split()) if word in _PROGRAMS]
+        self.program = rules[-1] if rules else None
+        self.in_wrapper, self.shell, self.subcommand = True, False, True
+
+    def rule(self) -> ProgramRule | None:
+        """The program's rule, once its subcommand (if it has one) was seen."""
+        rule = self.program
+        return rule if rule is not None and (not rule.after or self.subcommand) else None
 
 
 def redact_argv(argv: list[str]) -> list[str]:
     """Redact secrets in a command's arguments; flag and key names stay."""
     state = _ArgvState()
     out: list[str] = []
+    script_next = False
     for arg in argv:
         if state.pending is not None and not arg.startswith("-"):
             out.append(state.pending(arg))
             state.pending = None
             continue
         state.pending = None
+        if script_next:  # a shell's -c script: redacted whole, then its program's flags follow
+            script_next, state.command_start = False, False
+            out.append(redact_cmdline(arg) if " " in arg else redact_text(arg))
+            state.after_script(arg)
+            continue
         if state.command_start or (state.in_wrapper and not arg.startswith("-") and "=" not in arg):
             state.enter(arg)
-        state.command_start = arg in COMMAND_SEPARATORS
+        elif state.program is not None and arg == state.program.after:
+            state.subcommand = True
+        shell_c = state.shell and _SHELL_C.match(arg) is not None  # -c, -lc, -ec…
+        state.command_start = arg in COMMAND_SEPARATORS or arg.endswith(_SEPARATOR_ENDS)
         out.append(_redact_arg(arg, state))
+        if shell_c:
+            # an argument is the script (argv); in a command line split on spaces the script's
+            # own words follow, the first one a command
+            script_next, state.command_start = True, True
+    if HTPASSWD in argv or any(arg.endswith("/" + HTPASSWD) for arg in argv):
+        _redact_htpasswd(out)
     return out
+
+
+def _redact_htpasswd(argv: list[str]) -> None:
+    """``htpasswd -b[c…] FILE USER PASSWORD`` and ``htpasswd -nb USER PASSWORD``: with -b the
+    last argument of the command is the password."""
+    starts = [i for i, arg in enumerate(argv) if _basename(arg) == HTPASSWD]
+    for start in starts:
+        end = next(
+            (i for i in range(start + 1, len(argv)) if argv[i] in COMMAND_SEPARATORS), len(argv)
+        )
+        args = argv[start + 1 : end]
+        batch = any(re.fullmatch(r"-[a-zA-Z]*b[a-zA-Z]*", arg) for arg in args)
+        if batch and len([arg for arg in args if not arg.startswith("-")]) >= 2:
+            argv[end - 1] = redact_value(ALWAYS, argv[end - 1])
 
 
 def _redact_arg(arg: str, state: _ArgvState) -> str:
     arg = redact_text(arg)
     if " " in arg:  # a whole command in one argument: `sh -c "mysql -pX db"`
         return redact_cmdline(arg)
-    rule = state.program
+    rule = state.rule()
     if rule is not None:
         if arg in rule.flags:
             state.pending = rule.value

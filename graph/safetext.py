@@ -30,6 +30,20 @@ _CONTROL = (
     "\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069"
     "\ufeff\ud800-\udfff"
 )
+# JSON text escapes only U+0000-U+001F, '"' and '\\' itself: the other characters above reach a
+# terminal or a model raw from a JSON view (U+202E reverses, U+200B hides). ``json_inert``
+# writes them as \uXXXX escapes, which decode to the same string.
+_JSON_RAW = [(0x7F, 0x9F), (0x61C, 0x61C), (0x200B, 0x200F), (0x2028, 0x202E),
+             (0x2060, 0x2064), (0x2066, 0x2069), (0xFEFF, 0xFEFF)]  # fmt: skip
+_JSON_INERT = {code: f"\\u{code:04x}" for low, high in _JSON_RAW for code in range(low, high + 1)}
+
+
+def json_inert(text: str) -> str:
+    """JSON text (as ``orjson.dumps`` wrote it) with every control or format character that
+    JSON leaves raw written as an escape: the same document, inert on a terminal."""
+    return text if text.isascii() else text.translate(_JSON_INERT)
+
+
 # Markdown's inline syntax and table cells: a host string must not open a code span, close a
 # table cell, start a heading or a link, or emphasise.
 _MARKDOWN = "`|*_<>[]#~"

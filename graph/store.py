@@ -19,6 +19,7 @@ import _thread  # threading's own locals and locks; importing threading costs ~1
 import builtins  # Store.list shadows the builtin in the class body's annotations
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import stat
@@ -33,6 +34,7 @@ from .errors import UserError
 from .gcpause import release_frozen
 from .outfile import describe_os_error, shown
 from .safetext import error_line, excerpt
+from .settings import env_number
 
 if TYPE_CHECKING:  # the model (pydantic) loads only when a whole graph is read or written
     from .graph import Graph
@@ -43,6 +45,14 @@ if TYPE_CHECKING:  # the model (pydantic) loads only when a whole graph is read 
 
 DB_NAME = "store.sqlite3"
 DEFAULT_KEEP = 50  # snapshots kept; the oldest go first (their reports with them)
+MAX_KEEP = 1_000_000
+
+
+def env_keep() -> float:
+    """``$WP_MCP_KEEP``, bounded (a bad value is one line naming it)."""
+    return env_number("WP_MCP_KEEP", DEFAULT_KEEP, minimum=0, maximum=MAX_KEEP, integer=True)
+
+
 # Graphs kept parsed in memory (views of one snapshot must not re-read it), bounded by what
 # they weigh: ~1.2 KB per node or edge once parsed and indexed (a 640-host cluster graph,
 # 1.6M of them, holds ~1.9 GB), so one such graph fits and a second evicts the oldest.
@@ -223,7 +233,7 @@ class StoredReport(NamedTuple):
 class Store:
     def __init__(self, path: str | Path | None = None, keep: int | None = None) -> None:
         self.path = Path(path).expanduser() if path else default_store_path()
-        self.keep = keep if keep is not None else int(os.environ.get("WP_MCP_KEEP", DEFAULT_KEEP))
+        self.keep = keep if keep is not None else int(env_keep())
         self.db_path = self.path / DB_NAME
         self.read_only = not _prepare_files(self.path, self.db_path)
         self._local = _thread._local()
@@ -296,11 +306,16 @@ class Store:
             return False
         return fs.f_bavail * fs.f_frsize < _NEARLY_FULL_BYTES
 
+    def check_writable(self, doing: str) -> None:
+        """Refuse now what a write would refuse later: a collection says a read-only store
+        before its window, not after it."""
+        if self.read_only:
+            raise UserError(f"{doing}: the store is read-only ({shown(self.path)})")
+
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
         """One write transaction; any failure rolls it back and is said in one line."""
-        if self.read_only:
-            raise UserError(f"{doing}: the store is read-only ({shown(self.path)})")
+        self.check_writable(doing)
         db = self._connect()
         with self._errors(doing):
             db.execute("BEGIN IMMEDIATE")
@@ -937,10 +952,14 @@ def thinned(rows: list[tuple[str, float]], tiers: Tiers, now: float) -> list[str
     """The ids to drop from (id, created) rows so that each tier keeps the oldest snapshot
     of every ``spacing``-long slot of its age range and nothing outlives the last tier.
     Slots are aligned to the epoch and the oldest is kept, so a snapshot a tier kept stays
-    kept as time moves on: newer ones reaching its slot are the ones dropped."""
+    kept as time moves on: newer ones reaching its slot are the ones dropped. The newest
+    snapshot (the one just stored) is never dropped, and tiers that are not finite numbers
+    are refused: a bad tier must not empty the store."""
+    if not all(math.isfinite(value) for tier in tiers for value in tier):
+        raise ValueError(f"down-sampling tiers must be finite numbers, not {tiers!r}")
     doomed = []
     slots_seen: set[tuple[int, int]] = set()
-    for snapshot_id, created in sorted(rows, key=lambda row: row[1]):
+    for snapshot_id, created in sorted(rows, key=lambda row: row[1])[:-1]:
         age = now - created
         tier = next((i for i, (limit, _) in enumerate(tiers) if age <= limit), None)
         if tier is None:
@@ -1161,7 +1180,16 @@ def _info(row: tuple[Any, ...]) -> SnapshotInfo:
     return SnapshotInfo(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7])
 
 
+# Longer than any id the store makes (a few hex digits after a short prefix): a reference this
+# long names nothing, and SQLite refuses a LIKE pattern of ~50,000 characters as too complex
+MAX_REF_CHARS = 256
+
+
 def _like_prefix(text: str) -> str:
+    """A LIKE pattern for ids starting with ``text``; one that matches none for a reference
+    no id could start with (over ``MAX_REF_CHARS``)."""
+    if len(text) > MAX_REF_CHARS:
+        return ""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 

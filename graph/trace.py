@@ -13,6 +13,7 @@ number means). Nothing here stores anything: a trace that cannot be read raises
 
 from __future__ import annotations
 
+import math
 import re
 from array import array
 from bisect import bisect_left
@@ -27,7 +28,7 @@ from . import ids, native
 from .errors import FormatError, UserError
 from .graph import Graph
 from .model import CollectorStatus, Meta
-from .rawio import TRACE_EVENTS_KEY, iter_chunks, looks_like_trace
+from .rawio import TRACE_EVENTS_KEY, check_nesting, is_dir, iter_chunks, looks_like_trace
 from .safetext import excerpt
 
 # Events are parsed this many bytes at a time: large enough that orjson's per-call cost
@@ -41,6 +42,20 @@ MAX_UNSPLIT_BYTES = 64 << 20
 MAX_HEADER_BYTES = 16 << 20
 # Where the events array may end, tried from the file's end; real traces need one or two.
 MAX_END_CANDIDATES = 1000
+# The memory an import may spend on what it keeps of the events (the typed arrays while
+# streaming, then the lists and sort keys of the derivation), estimated per kept item and
+# checked after every batch: a trace too large to derive is refused while it streams, with one
+# line, never by a MemoryError after gigabytes. All the traces of one import share it.
+MEMORY_BUDGET_BYTES = 1 << 30
+# Bytes per kept item, measured: a device interval is 25 bytes of arrays and, when derived, an
+# index (int object and list slot) and a float sort key; a launch 16 bytes of arrays and a dict
+# entry with its int and float; a collective or a span an object or tuple of floats.
+_WEIGHT_INTERVAL, _WEIGHT_LAUNCH, _WEIGHT_CALL, _WEIGHT_SPAN = 100, 130, 160, 130
+# Epoch seconds a trace's first event may carry to be read as a date (2001 to 2286)
+PLAUSIBLE_EPOCH = (1e9, 1e10)
+# A process started this long after a trace's first event is not the one traced (the clocks
+# of one host agree to far better; the slack covers rounding and a profiler's warm-up)
+START_SLACK_S = 5.0
 # Per-step lists kept on a process node (the views' budgets count attributes too).
 MAX_STEPS_KEPT = 64
 SOURCE = "trace"
@@ -186,10 +201,20 @@ class Collective:
 
 
 @dataclass
+class MemoryBudget:
+    """What the traces of one import may keep (``MEMORY_BUDGET_BYTES``), and what they do."""
+
+    limit: int = field(default_factory=lambda: MEMORY_BUDGET_BYTES)
+    spent: int = 0
+
+
+@dataclass
 class RankTrace:
     """What one trace file says about its rank, reduced from its events as they stream."""
 
     origin: str
+    budget: MemoryBudget = field(default_factory=MemoryBudget)
+    charged: int = 0
     events: int = 0
     kineto_events: int = 0
     pid: int | None = None
@@ -207,6 +232,8 @@ class RankTrace:
     rank: int | None = None
     world_size: int | None = None
     backend: str | None = None
+    first_ts: float = math.inf  # the earliest event's ts (µs, the trace's clock)
+    base_ns: int = 0  # Kineto's baseTimeNanoseconds: where that clock starts, when it says
 
     # ------------------------------------------------------------------ events
 
@@ -218,13 +245,36 @@ class RankTrace:
             if type(event) is not dict:
                 raise FormatError(f"{self.origin}: a trace event is not a JSON object")
             category = event.get("cat")
-            if category in _KINETO_CATEGORIES:
+            if type(category) is str and category in _KINETO_CATEGORIES:  # ["kernel"]: none
                 self.kineto_events += 1
                 handler = self._HANDLERS.get(category)
                 if handler is not None and event.get("ph") == "X":
                     handler(self, event)
             elif event.get("ph") == "M":
                 self._metadata(event)
+        self._charge()
+
+    def weight(self) -> int:
+        """The bytes what this rank keeps will cost once derived (estimated)."""
+        intervals = sum(len(kept.start) for kept in self.devices.values())
+        calls = len(self.cpu_collectives) + len(self.kernel_collectives)
+        return (
+            intervals * _WEIGHT_INTERVAL
+            + len(self.launch_corr) * _WEIGHT_LAUNCH
+            + calls * _WEIGHT_CALL
+            + (len(self.steps) + len(self.loader)) * _WEIGHT_SPAN
+        )
+
+    def _charge(self) -> None:
+        weight = self.weight()
+        self.budget.spent += weight - self.charged
+        self.charged = weight
+        if self.budget.spent > self.budget.limit:
+            raise FormatError(
+                f"{self.origin}: over the trace import's memory budget of "
+                f"{self.budget.limit >> 20} MiB after {self.events:,} events: a trace of a few "
+                "profiled steps (torch.profiler's schedule) is what the facts need"
+            )
 
     def _span(self, event: dict[str, Any]) -> tuple[float, float]:
         start: Any = event.get("ts")  # checked below, by exact type (a bool is no time)
@@ -234,6 +284,8 @@ class RankTrace:
                 f"{self.origin}: event {excerpt(event.get('name'), 40)} has no numeric "
                 "ts/dur (microseconds)"
             )
+        if start < self.first_ts:
+            self.first_ts = float(start)
         return float(start), float(start) + float(dur)
 
     def _kernel(self, event: dict[str, Any], cls: int | None = None) -> None:
@@ -341,6 +393,17 @@ class RankTrace:
         self.backend = backend.group(1) if backend else None
         host = header.get("host_name") or header.get("hostname")
         self.host = host[:200] if isinstance(host, str) and host else None
+        base = header.get("baseTimeNanoseconds")
+        self.base_ns = base if type(base) is int and 0 <= base < 1 << 63 else 0
+
+    def started_at(self) -> float | None:
+        """Epoch seconds of the first event, when the trace's clock is the wall clock (Kineto
+        writes epoch microseconds, or times after ``baseTimeNanoseconds``); None when its
+        times are no date (a synthetic trace's, or a clock of its own)."""
+        if self.first_ts == math.inf:
+            return None
+        at = self.base_ns / 1e9 + self.first_ts / 1e6
+        return at if PLAUSIBLE_EPOCH[0] < at < PLAUSIBLE_EPOCH[1] else None
 
     @property
     def collectives(self) -> list[Collective]:
@@ -368,9 +431,12 @@ def _bytes(event: dict[str, Any]) -> int | None:
     return count * size if type(count) is int and count >= 0 and size else None
 
 
-def read_rank(path: str | Path, max_bytes: int | None = None) -> RankTrace:
-    """One trace file reduced to its rank's facts; FormatError when it is not a trace."""
-    rank = RankTrace(origin=str(path))
+def read_rank(
+    path: str | Path, max_bytes: int | None = None, budget: MemoryBudget | None = None
+) -> RankTrace:
+    """One trace file reduced to its rank's facts; FormatError when it is not a trace or
+    keeps more than ``budget`` allows (a fresh ``MEMORY_BUDGET_BYTES`` when not given)."""
+    rank = RankTrace(origin=str(path), budget=budget or MemoryBudget())
     header = read_events(path, rank.add, max_bytes)
     if not rank.events:
         raise FormatError(f"{path}: the trace holds no events")
@@ -379,6 +445,7 @@ def read_rank(path: str | Path, max_bytes: int | None = None) -> RankTrace:
             f"{path}: holds no PyTorch profiler events (cpu_op, kernel, user_annotation…): "
             "a trace of another tool?"
         )
+    check_nesting(header, str(path))  # a distributedInfo 300 deep is read as text below
     rank.read_header(header)
     return rank
 
@@ -388,7 +455,7 @@ def trace_files(paths: Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
+        if is_dir(path):
             inside = sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIXES))
             if not inside:
                 raise UserError(f"{excerpt(given, quoted=False)}: no *.json or *.json.gz traces")
@@ -409,20 +476,6 @@ def median(values: Iterable[float]) -> float:
     return statistics_median(values)
 
 
-def _union(pairs: list[tuple[float, float]]) -> float:
-    """Total length covered by intervals (overlaps counted once)."""
-    total, cur_start = 0.0, 0.0
-    cur_end: float | None = None  # None until the first interval
-    for start, end in sorted(pairs):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        elif end > cur_end:
-            cur_end = end
-    return total + (cur_end - cur_start if cur_end is not None else 0.0)
-
-
 def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole > 0 else 0.0
 
@@ -433,6 +486,27 @@ def percentile(values: list[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, max(0, -(-len(ordered) * q // 100) - 1))]
 
 
+class _Cover:
+    """The length a stream of intervals covers, fed in order of their starts (overlaps
+    counted once)."""
+
+    __slots__ = ("total", "start", "end")
+
+    def __init__(self) -> None:
+        self.total, self.start, self.end = 0.0, 0.0, -math.inf
+
+    def add(self, start: float, end: float) -> None:
+        if start > self.end:
+            if self.end > -math.inf:
+                self.total += self.end - self.start
+            self.start, self.end = start, end
+        elif end > self.end:
+            self.end = end
+
+    def length(self) -> float:
+        return self.total + (self.end - self.start if self.end > -math.inf else 0.0)
+
+
 def device_facts(
     intervals: _Intervals, launches: dict[int, float], cutoff: float | None = None
 ) -> dict[str, float | None]:
@@ -440,42 +514,59 @@ def device_facts(
     communication, exposed memory copy and idle sum to 100 %; overlap is the share of
     communication time during which compute ran; launch gaps are idle time whose next kernel
     was launched by the CPU only after the device had drained (queue empty). With a
-    ``cutoff``, only the device work the CPU queued before it counts."""
-    spans = _queued_before(intervals, launches, cutoff)
-    compute = [(s, e) for s, e, c, _ in spans if c == COMPUTE]
-    comm = [(s, e) for s, e, c, _ in spans if c == COMM]
-    busy_all = _union([(s, e) for s, e, _, _ in spans])
-    compute_t = _union(compute)
-    compute_comm = _union(compute + comm)
-    comm_t = _union(comm)
-    span = max(e for _, e, _, _ in spans) - min(s for s, _, _, _ in spans)
-    overlap = compute_t + comm_t - compute_comm
+    ``cutoff``, only the device work the CPU queued before it counts.
+
+    One pass over the intervals in order of their start, read from the typed arrays by
+    index: a device's millions of kernels cost a list of indices, never a tuple each."""
+    starts, ends, classes = intervals.start, intervals.end, intervals.cls
+    order = _queued_before(intervals, launches, cutoff)
+    order.sort(key=ends.__getitem__)  # ties of start in order of end (two stable sorts)
+    order.sort(key=starts.__getitem__)
+    busy, compute, comm, compute_comm = _Cover(), _Cover(), _Cover(), _Cover()
+    for index in order:
+        start, end, cls = starts[index], ends[index], classes[index]
+        busy.add(start, end)
+        if cls == COMPUTE:
+            compute.add(start, end)
+            compute_comm.add(start, end)
+        elif cls == COMM:
+            comm.add(start, end)
+            compute_comm.add(start, end)
+    busy_all, compute_t = busy.length(), compute.length()
+    comm_t, both_t = comm.length(), compute_comm.length()
+    span = max(map(ends.__getitem__, order)) - starts[order[0]]
+    overlap = compute_t + comm_t - both_t
+    gaps = _launch_gaps(intervals, order, launches) if launches else None
     return {
         "trace_span_ms": round(span / 1000, 3),
         "trace_compute_pct": _pct(compute_t, span),
-        "trace_comm_pct": _pct(compute_comm - compute_t, span),
-        "trace_memcpy_pct": _pct(busy_all - compute_comm, span),
+        "trace_comm_pct": _pct(both_t - compute_t, span),
+        "trace_memcpy_pct": _pct(busy_all - both_t, span),
         "trace_idle_pct": _pct(span - busy_all, span),
         "trace_overlap_pct": _pct(overlap, comm_t) if comm_t else None,
-        "trace_launch_gap_pct": _pct(_launch_gaps(spans, launches), span) if launches else None,
+        "trace_launch_gap_pct": _pct(gaps, span) if gaps is not None else None,
     }
 
 
 def _queued_before(
     intervals: _Intervals, launches: dict[int, float], cutoff: float | None
-) -> list[tuple[float, float, int, int]]:
-    spans = list(zip(intervals.start, intervals.end, intervals.cls, intervals.corr, strict=True))
+) -> list[int]:
+    """The indices of the intervals that count: those the CPU queued before ``cutoff``."""
+    every = list(range(len(intervals.start)))
     if cutoff is None:
-        return spans
-    kept = [span for span in spans if launches.get(span[3], cutoff) < cutoff]
-    return kept or spans  # no device work matched to its CPU call: all of it
+        return every
+    corr = intervals.corr
+    kept = [index for index in every if launches.get(corr[index], cutoff) < cutoff]
+    return kept or every  # no device work matched to its CPU call: all of it
 
 
-def _launch_gaps(spans: list[tuple[float, float, int, int]], launches: dict[int, float]) -> float:
+def _launch_gaps(intervals: _Intervals, order: list[int], launches: dict[int, float]) -> float:
     total, drained = 0.0, None
-    for start, end, _, corr in sorted(spans):
+    starts, ends, corr = intervals.start, intervals.end, intervals.corr
+    for index in order:
+        start, end = starts[index], ends[index]
         if drained is not None and start > drained:
-            launched = launches.get(corr)
+            launched = launches.get(corr[index])
             if launched is not None and launched > drained:
                 total += start - max(drained, launched)
         drained = end if drained is None else max(drained, end)
@@ -509,8 +600,8 @@ def _step_facts(rank: RankTrace) -> dict[str, Any]:
     step_us = [end - start for start, end in steps]
     loader = sorted(rank.loader)
     waits = [_covered(loader, start, end) for start, end in steps]
-    comm = [_covered([(c.start, c.start + c.dur) for c in rank.cpu_collectives], s, e)
-            for s, e in steps]  # fmt: skip
+    calls = sorted((c.start, c.start + c.dur) for c in rank.cpu_collectives)  # once, not per step
+    comm = [_covered(calls, start, end) for start, end in steps]
     total = sum(step_us)
     return {
         "trace_steps": len(steps),
@@ -525,15 +616,19 @@ def _step_facts(rank: RankTrace) -> dict[str, Any]:
 
 
 def _covered(spans: list[tuple[float, float]], start: float, end: float) -> float:
-    """Time in [start, end] covered by sorted spans (clipped, overlaps counted once)."""
-    first = max(0, bisect_left(spans, (start,)) - 1)
-    clipped = []
-    for s, e in spans[first:]:
+    """Time in [start, end] covered by sorted spans (clipped, overlaps counted once). The
+    spans that may reach into [start, end] are found by bisection and read in place: a
+    slice of the rest per step made every step cost the whole trace."""
+    cover = _Cover()
+    index = max(0, bisect_left(spans, (start,)) - 1)
+    while index < len(spans):
+        s, e = spans[index]
         if s >= end:
             break
         if e > start:
-            clipped.append((max(s, start), min(e, end)))
-    return _union(clipped)
+            cover.add(max(s, start), min(e, end))
+        index += 1
+    return cover.length()
 
 
 def collective_facts(calls: list[Collective]) -> dict[str, dict[str, float]]:
@@ -643,7 +738,8 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
     files = trace_files(paths)
     if not files:
         raise UserError("no trace files given")
-    ranks = [read_rank(path, max_bytes) for path in files]
+    budget = MemoryBudget()  # shared: the ranks of one import are held together
+    ranks = [read_rank(path, max_bytes, budget) for path in files]
     seen: dict[int, str] = {}
     for rank in ranks:
         if rank.rank is not None and rank.rank in seen:
@@ -721,12 +817,17 @@ def _mark_straggler(graph: Graph, ranks: list[RankTrace]) -> None:
             node.set("trace_skew_pct", summary.get("skew_pct"), SOURCE)
 
 
-def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
+def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """Attach the traces to a snapshot of the job's hosts: each rank to the process with its
     pid on its host (by ``host_name``, else the only host with that pid), its devices by
-    index. A rank whose process the snapshot does not hold is an error, not a guess."""
+    index. A rank whose process the snapshot does not hold is an error, not a guess, and so
+    is one whose pid belongs to another process now (pids are reused at every restart): the
+    process's name and start time must agree with the trace's (``same_process``) unless
+    ``force_pid``."""
     for rank in ranks:
         proc_id = _find_process(graph, rank)
+        if not force_pid:
+            same_process(graph.nodes[proc_id], rank)
         prefix = ids.split_host(proc_id)[0]
         attach_rank(graph, rank, proc_id, prefix)
         matched = sum(1 for tid in rank.tids if ids.with_host(prefix, ids.thread(tid)) in graph)
@@ -738,10 +839,47 @@ def join(graph: Graph, ranks: list[RankTrace]) -> Graph:
     return graph
 
 
-def join_copy(stored: Graph, ranks: list[RankTrace]) -> Graph:
+def join_copy(stored: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """The traces joined to a copy of a stored snapshot: the stored graph is shared by the
     store's cache and stays as it was; the join is stored as a new snapshot."""
-    return join(native.loads(native.dumps(stored)), ranks)
+    return join(native.loads(native.dumps(stored)), ranks, force_pid)
+
+
+def same_process(node: Any, rank: RankTrace) -> None:
+    """Refuse, with one line, to join ``rank`` to a process with its pid that is not the one
+    traced: the trace must name the process (Kineto's ``process_name``) as the snapshot does
+    (its ``comm``, at most 15 characters, or its program's file name), and the process must
+    have started before the trace's first event where the trace's times are dates."""
+    origin = excerpt(rank.origin, quoted=False)
+    force = "(--force-pid joins by pid alone)"
+    traced = rank.process_names.get(rank.pid or 0)
+    if not traced:
+        raise UserError(
+            f"{origin}: the trace does not name process {rank.pid}, so it cannot be told from "
+            f"another process that has its pid now {force}"
+        )
+    names = _process_names(node)
+    if not any(traced == name or traced[:15] == name for name in names):
+        shown = excerpt(names[0]) if names else "no name"
+        raise UserError(
+            f"{origin}: process {rank.pid} is {excerpt(traced)} in the trace but {shown} in "
+            f"the snapshot: another process has its pid now {force}"
+        )
+    traced_at, started = rank.started_at(), node.get("started_at")
+    if traced_at is not None and type(started) in _NUMBER and started > traced_at + START_SLACK_S:
+        raise UserError(
+            f"{origin}: process {rank.pid} of the snapshot started {started - traced_at:,.0f} s "
+            f"after the trace's first event: another process has its pid now {force}"
+        )
+
+
+def _process_names(node: Any) -> list[str]:
+    """The names a process goes by: its ``comm`` and its program's file name."""
+    names = [node.get("name")]
+    cmdline = node.get("cmdline")
+    if isinstance(cmdline, str) and cmdline.strip():
+        names.append(cmdline.split()[0].rsplit("/", 1)[-1])
+    return [name for name in names if isinstance(name, str) and name]
 
 
 def _find_process(graph: Graph, rank: RankTrace) -> str:

@@ -4,7 +4,10 @@ Where it is read from, first found wins: `wp-mcp --config FILE`, `$WP_MCP_CONFIG
 `$XDG_CONFIG_HOME/wp-mcp/config.toml` (default `~/.config/wp-mcp/config.toml`),
 `/etc/wp-mcp/config.toml`. Precedence of each value: command-line flags > environment
 variables > the file > the defaults below. The file is validated by pydantic: an unknown
-key or a wrong type is one line naming the key, the file and its line (exit 2).
+key or a wrong value is named with its key, the file and its line, every bad value of the
+file on one line (exit 2). Types are strict (``keep = true`` is no count, ``interval_s =
+true`` no interval), numbers finite and every size and list bounded: a config edit can refuse
+to start a command, never delete snapshots or take a daemon down.
 """
 
 from __future__ import annotations
@@ -13,18 +16,30 @@ import os
 import re
 import stat
 import tomllib
+import urllib.parse
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import describe_os_error, shown
 from wp_mcp.graph.safetext import excerpt
+from wp_mcp.graph.store import MAX_KEEP, env_keep
 
 from .config_file import find_config
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_PATTERN_CHARS = 500
+MAX_LIST = 64  # items of a list setting (folders, collectors, patterns, tiers)
+MAX_WEBHOOKS = 32
+MAX_TEXT_CHARS = 4096  # a path, a URL, an address
+MAX_ERRORS_SHOWN = 5
+# The leaves of every section: TOML tells booleans, integers and floats apart, and so do these
+# (pydantic's lax mode would make `true` a 1 and "inf" a float)
+Count = Annotated[int, Field(strict=True)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Flag = Annotated[bool, Field(strict=True)]
+Text = Annotated[str, Field(strict=True, max_length=MAX_TEXT_CHARS)]
 _BIND = re.compile(r"(?P<host>[0-9.]+|\[[0-9a-fA-F:]+\]|localhost):(?P<port>\d{1,5})\Z")
 
 
@@ -33,12 +48,15 @@ class _Section(BaseModel):
 
 
 class StoreConfig(_Section):
-    path: str | None = Field(None, description="snapshot store directory")
-    keep: int = Field(400, ge=0, description="snapshots kept at most (0: no count limit)")
+    path: Text | None = Field(None, description="snapshot store directory")
+    keep: Count = Field(
+        400, ge=0, le=MAX_KEEP, description="snapshots kept at most (0: no count limit)"
+    )
     # (max age s, spacing s): all of the last hour, one per 10 min for a day, one per hour
     # for a week; older monitor snapshots are dropped (the baseline is always kept)
-    tiers: list[tuple[float, float]] = Field(
+    tiers: list[tuple[Number, Number]] = Field(
         default_factory=lambda: [(3600.0, 0.0), (86400.0, 600.0), (604800.0, 3600.0)],
+        max_length=MAX_LIST,
         description="monitor down-sampling: [max age s, spacing s] per tier",
     )
 
@@ -54,14 +72,19 @@ class StoreConfig(_Section):
 
 
 class MonitorConfig(_Section):
-    interval_s: float = Field(60.0, gt=0, le=86400, description="seconds between cycle starts")
-    window_s: float = Field(3.0, ge=0, le=600, description="collection window of each cycle")
+    interval_s: Number = Field(60.0, gt=0, le=86400, description="seconds between cycle starts")
+    window_s: Number = Field(3.0, ge=0, le=600, description="collection window of each cycle")
     ebpf: Literal["auto", "on", "off"] = Field("off", description="eBPF tier of each cycle")
-    noise_pct: float = Field(
-        20.0, gt=0, description="a metric must move this much (% of the baseline) to regress"
+    noise_pct: Number = Field(
+        20.0,
+        gt=0,
+        le=10_000,
+        description="a metric must move this much (% of the baseline) to regress",
     )
-    collectors_off: list[str] = Field(
-        default_factory=list, description='collectors each cycle skips, e.g. ["pci", "disk"]'
+    collectors_off: list[Text] = Field(
+        default_factory=list,
+        max_length=MAX_LIST,
+        description='collectors each cycle skips, e.g. ["pci", "disk"]',
     )
 
     @field_validator("collectors_off")
@@ -80,8 +103,8 @@ class MonitorConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    enabled: bool = Field(False, description="serve Prometheus /metrics")
-    bind: str = Field("127.0.0.1:9464", description="loopback address:port of /metrics")
+    enabled: Flag = Field(False, description="serve Prometheus /metrics")
+    bind: Text = Field("127.0.0.1:9464", description="loopback address:port of /metrics")
 
     @field_validator("bind")
     @classmethod
@@ -91,49 +114,55 @@ class MetricsConfig(_Section):
 
 
 class EventsFileConfig(_Section):
-    path: str | None = Field(None, description="JSON-lines events file (none: off)")
-    max_bytes: int = Field(10 << 20, ge=4096, description="rotated beyond this size")
-    backups: int = Field(3, ge=0, le=100, description="rotated files kept (.1, .2...)")
+    path: Text | None = Field(None, description="JSON-lines events file (none: off)")
+    max_bytes: Count = Field(10 << 20, ge=4096, le=1 << 40, description="rotated beyond this size")
+    backups: Count = Field(3, ge=0, le=100, description="rotated files kept (.1, .2...)")
 
 
 class WebhooksConfig(_Section):
-    urls: list[str] = Field(default_factory=list, description="POST each event to these URLs")
-    timeout_s: float = Field(
+    urls: list[Text] = Field(
+        default_factory=list,
+        max_length=MAX_WEBHOOKS,
+        description="POST each event to these URLs",
+    )
+    timeout_s: Number = Field(
         5.0, gt=0, le=120, description="per POST; a receiver down or slow is retried"
     )
-    retries: int = Field(
+    retries: Count = Field(
         5, ge=0, le=100, description="more tries of an event the receiver answered with an error"
     )
-    queue: int = Field(1000, ge=1, le=1_000_000, description="events held per URL at most")
+    queue: Count = Field(1000, ge=1, le=1_000_000, description="events held per URL at most")
 
     @field_validator("urls")
     @classmethod
     def _http(cls, urls: list[str]) -> list[str]:
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"not an http(s) URL: {excerpt(url)}")
+            check_webhook_url(url)
         return urls
 
 
 class OutputsConfig(_Section):
-    stdout: bool = Field(True, description="events as JSON lines on stdout")
+    stdout: Flag = Field(True, description="events as JSON lines on stdout")
     events_file: EventsFileConfig = Field(default_factory=EventsFileConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
 
 
 class ServeConfig(_Section):
-    allow_dirs: list[str] = Field(
-        default_factory=list, description="wp_open may also import below these folders"
+    allow_dirs: list[Text] = Field(
+        default_factory=list,
+        max_length=MAX_LIST,
+        description="wp_open may also import below these folders",
     )
-    host: str = Field("127.0.0.1", description="http bind address (off loopback: a token)")
-    port: int = Field(8765, ge=0, lt=65536, description="http port (0: any free port)")
-    token_file: str | None = Field(None, description="http bearer token: this file's first line")
+    host: Text = Field("127.0.0.1", description="http bind address (off loopback: a token)")
+    port: Count = Field(8765, ge=0, lt=65536, description="http port (0: any free port)")
+    token_file: Text | None = Field(None, description="http bearer token: this file's first line")
 
 
 class RedactionConfig(_Section):
-    patterns: list[str] = Field(
+    patterns: list[Text] = Field(
         default_factory=list,
+        max_length=MAX_LIST,
         description="regexes redacted from command lines too (a `value` group, else the match)",
     )
 
@@ -160,6 +189,8 @@ class Config(_Section):
 
 # Environment variables that set a value: (dotted key, variable).
 ENV_KEYS = (("store.path", "WP_MCP_STORE"), ("store.keep", "WP_MCP_KEEP"))
+# ... and how each one's text becomes the key's value (the store reads $WP_MCP_KEEP itself)
+ENV_VALUES = {"store.keep": lambda: int(env_keep())}
 
 
 class Loaded:
@@ -220,7 +251,8 @@ def load(explicit: str | None = None) -> Loaded:
     for key, variable in ENV_KEYS:
         value = os.environ.get(variable)
         if value:
-            _assign(config, key, value, f"${variable}")
+            parse = ENV_VALUES.get(key)
+            _assign(config, key, parse() if parse else value, f"${variable}")
             sources[key] = f"env {variable}"
     return Loaded(config, path, sources)
 
@@ -232,6 +264,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UserError(f"config {shown(path)}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config {shown(path)}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays recursively
+        raise UserError(f"config {shown(path)}: not valid TOML: nested too deeply") from None
 
 
 def _read_text(path: Path) -> str:
@@ -255,12 +289,24 @@ def _parse(path: Path) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
+        raise UserError(f"config {_mistakes(exc, path)}") from None
+
+
+def _mistakes(exc: ValidationError, path: Path) -> str:
+    """Every bad value of the file, each with its key and line, on one line."""
+    text = _read_text(path)
+    said = []
+    for error in exc.errors(include_url=False):
         key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
-        line = _line_of(_read_text(path), key)
+        line = _line_of(text, key)
         where = f"{shown(path)}, line {line}" if line else shown(path)
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        raise UserError(f"config {where}: {excerpt(key, quoted=False)}: {message}") from None
+        message = message.removeprefix("Value error, ")
+        mistake = f"{where}: {excerpt(key, quoted=False)}: {excerpt(message, 200, quoted=False)}"
+        if mistake not in said:
+            said.append(mistake)
+    more = len(said) - MAX_ERRORS_SHOWN
+    return "; ".join(said[:MAX_ERRORS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -300,7 +346,23 @@ def _assign(config: Config, key: str, value: Any, origin: str) -> None:
     try:
         setattr(section, name, value)
     except ValidationError as exc:
-        raise UserError(f"{origin}: {key}: {exc.errors()[0]['msg']}") from None
+        message = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+        raise UserError(f"{origin}: {key}: {excerpt(message, 200, quoted=False)}") from None
+
+
+def check_webhook_url(url: str) -> None:
+    """An http(s) URL with a host and nothing a request line could not carry (a blank, a line
+    break or a control character would break the sender on every event)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an http(s) URL: {excerpt(url)}")
+    if any(char.isspace() or not char.isprintable() for char in url):
+        raise ValueError(f"a blank or control character in the URL {excerpt(url)}")
+    try:
+        host = urllib.parse.urlsplit(url).hostname
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {excerpt(url)}: {exc}") from None
+    if not host:
+        raise ValueError(f"no host in the URL {excerpt(url)}")
 
 
 def parse_bind(text: str) -> tuple[str, int]:

@@ -28,7 +28,15 @@ def find_config(explicit: str | None) -> Path | None:
     for given, origin in ((explicit, "--config"), (os.environ.get(CONFIG_ENV), CONFIG_ENV)):
         if given:
             path = Path(given).expanduser()
-            if not path.is_file():
+            if not _is_file(path):
                 raise UserError(f"{origin}: no config file {shown(path)}")
             return path
-    return next((path for path in search_path() if path.is_file()), None)
+    return next((path for path in search_path() if _is_file(path)), None)
+
+
+def _is_file(path: Path) -> bool:
+    """pathlib's ``is_file``, False (not a traceback) for a name over 255 bytes."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False

@@ -420,12 +420,15 @@ class Analysis:
         """trainer → its data-loading worker processes."""
         out: dict[str, list[str]] = {}
         for trainer in sorted(self.ranks) or [p.id for p in self.graph.of_kind("process")]:
-            ancestors = self.ancestors(trainer)
-            # children (torch DataLoader workers) and processes feeding it over local IPC
+            # children (torch DataLoader workers) and processes feeding it over local IPC,
+            # but not its ancestors (the shell that started it talks to it over pipes): only
+            # a peer can be one (a child that is an ancestor is a cycle), and walking every
+            # process's ancestors made a deep process tree quadratic
             candidates = set(self.children(trainer))
+            others = self.ranks | self.profiler
             if trainer in self.ranks:
                 candidates |= {p for p, e in self.talks(trainer) if e.get("transport") in _IPC}
-            others = self.ranks | ancestors | self.profiler
+                others = others | self.ancestors(trainer)
             workers = sorted(c for c in candidates - others if self._is_loader(trainer, c))
             if workers:
                 out[trainer] = workers

@@ -7,8 +7,14 @@ same finding in both reports when its id (``rule@subject``) is the same.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from wp_mcp.graph.safetext import excerpt
 
 from .report import PRIORITIES, Finding, Report, _line
+
+if TYPE_CHECKING:
+    from wp_mcp.graph import Graph
 
 
 @dataclass
@@ -18,6 +24,7 @@ class FindingsDiff:
     unchanged: list[tuple[Finding, Finding]] = field(default_factory=list)  # (before, after)
     before_counts: dict[str, int] = field(default_factory=dict)
     after_counts: dict[str, int] = field(default_factory=dict)
+    warning: str | None = None  # the two are not of the same machines: said before the counts
 
     def counts(self) -> dict[str, int]:
         return {"resolved": len(self.resolved), "new": len(self.new),
@@ -29,7 +36,8 @@ class FindingsDiff:
         def tally(counts: dict[str, int]) -> str:
             return " ".join(f"{p}={counts.get(p, 0)}" for p in PRIORITIES)
 
-        out = [
+        out = [_line(f"warning: {self.warning}")] if self.warning else []
+        out += [
             f"findings: {len(self.resolved)} resolved · {len(self.new)} new · "
             f"{len(self.unchanged)} unchanged (before {tally(self.before_counts)}, after "
             f"{tally(self.after_counts)})"
@@ -49,13 +57,35 @@ class FindingsDiff:
             "unchanged_ids": [now.id for _, now in self.unchanged],
             "before": self.before_counts,
             "after": self.after_counts,
+            **({"warning": self.warning} if self.warning else {}),
         }
 
 
-def compare_findings(before: Report, after: Report) -> FindingsDiff:
+def unrelated(before: Graph, after: Graph) -> str | None:
+    """Why two snapshots are not before and after of one change (they share no host), or
+    None: their findings resolved and new would compare different machines."""
+    old, new = set(before.meta.hosts or ()), set(after.meta.hosts or ())
+    if not old or not new or old & new:
+        return None
+
+    def named(hosts: set[str]) -> str:
+        return ", ".join(excerpt(host, 40) for host in sorted(hosts)[:3]) + (" …" if len(hosts) > 3 else "")  # fmt: skip
+
+    return (
+        f"BEFORE ({named(old)}) and AFTER ({named(new)}) share no host: the findings "
+        "resolved and new below compare different machines, not one change"
+    )
+
+
+def compare_findings(
+    before: Report, after: Report, graphs: tuple[Graph, Graph] | None = None
+) -> FindingsDiff:
+    """The findings of two reports matched by id; with their ``graphs``, a warning when the
+    two are of different machines."""
     old = {f.id: f for f in before.findings}
     new = {f.id: f for f in after.findings}
     return FindingsDiff(
+        warning=unrelated(*graphs) if graphs else None,
         resolved=[f for i, f in old.items() if i not in new],
         new=[f for i, f in new.items() if i not in old],
         unchanged=[(f, new[i]) for i, f in old.items() if i in new],

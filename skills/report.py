@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wp_mcp.graph.errors import UserError
-from wp_mcp.graph.safetext import escape, excerpt
+from wp_mcp.graph.safetext import escape, excerpt, json_inert
 
 Priority = Literal["P0", "P1", "P2"]
 PRIORITIES: tuple[Priority, ...] = ("P0", "P1", "P2")
@@ -49,6 +49,18 @@ def code(value: Any) -> str:
     prose: a backtick or pipe in it can neither close the span nor split a table cell."""
     text = str(value)
     return f"`{text}`" if _PLAIN_CODE.match(text) else safe(text)
+
+
+# What turns Markdown prose into HTML or a link: a crafted graph id in a title or an action
+# (`proc:1<img …>`, `[x](javascript:…)`) is shown as text. The prose of rules keeps its own
+# code spans and emphasis, so only these are escaped in the lines that carry ids.
+_MARKUP = re.compile(r"[<>\[\]]")
+
+
+def prose(text: Any) -> str:
+    """A composed sentence (a finding's title, impact or action, which name graph ids) with
+    the characters that would make Markdown HTML or a link escaped."""
+    return _MARKUP.sub(r"\\\g<0>", str(text))
 
 
 def _line(text: Any) -> str:
@@ -107,17 +119,17 @@ class Finding:
 
     def to_markdown(self) -> str:
         lines = [
-            f"#### {self.priority} · {self.title}",
+            f"#### {self.priority} · {prose(self.title)}",
             f"- finding {code(self.id)} · rule {code(self.rule_id)} · "
             f"confidence {self.confidence:.2f}",
             f"- {self.metric} = **{_fmt(self.value)}** (threshold {self.threshold}; "
             f"{_source(self.threshold_kind, self.threshold_source)})",
         ]
         if self.impact:
-            lines.append(f"- impact: {self.impact}")
+            lines.append(f"- impact: {prose(self.impact)}")
         lines.append("- evidence:")
         lines.extend(f"  - {ev.to_markdown()}" for ev in self.evidence)
-        lines.append(f"- action: {self.action}")
+        lines.append(f"- action: {prose(self.action)}")
         if self.verified:
             lines.append(f"- {self.verified}")
         if self.command:
@@ -273,7 +285,7 @@ class Report:
         top = [f for f in self.ranked() if f.priority != "P2"][:5]
         if top:
             lines.append("")
-            lines.extend(_line(f"- {f.priority} {f.title}") for f in top)
+            lines.extend(_line(f"- {f.priority} {prose(f.title)}") for f in top)
         if self.notes:
             lines.append("")
             lines.extend(_line(f"> {note}") for note in self.notes)
@@ -318,7 +330,9 @@ class Report:
         for step, item in enumerate(ranked, 1):
             where = f"layer {item.layer}" if item.layer else item.skill
             command = f" — {_code_span(item.command)}" if item.command else ""
-            lines.append(_line(f"{step}. **{item.priority}** ({where}) {item.action}{command}"))
+            lines.append(
+                _line(f"{step}. **{item.priority}** ({where}) {prose(item.action)}{command}")
+            )
         return "\n".join(lines)
 
 
@@ -330,7 +344,7 @@ def stored_report_text(
     import orjson
 
     def dumps(value: Any) -> str:
-        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        return json_inert(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
     if section is None and finding is None:
         return dumps(data) if fmt == "json" else markdown

@@ -13,8 +13,9 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -347,3 +348,40 @@ def _shifted(value: Any, copy: int) -> Any:
                 if isinstance(out.get(key), str):
                     out[key] = f"{out[key]}-{copy}"
     return out
+
+
+# ---------------------------------------------------------------------------- hostile traces
+
+
+def many_steps_trace(steps: int, pid: int = 4242) -> bytes:
+    """A Kineto trace of ``steps`` short ProfilerSteps, each with a DataLoader span and a
+    gloo all_reduce (20,000 of each are ~4.7 MB): what made the per-step derivation, which
+    rebuilt the collective list for every step, quadratic."""
+    events = []
+    for step in range(steps):
+        t0 = step * 100.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
+             "tid": pid, "ts": t0, "dur": 90.0},
+            {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#x",
+             "pid": pid, "tid": pid, "ts": t0 + 1, "dur": 10.0},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
+             "tid": pid, "ts": t0 + 20, "dur": 30.0},
+        ]  # fmt: skip
+    doc = {"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+           "traceEvents": events}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+MINIMAL_KERNEL = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1}'
+
+
+def minimal_kernels_trace(mib: float) -> Iterator[bytes]:
+    """About ``mib`` MiB of a trace holding nothing but minimal kernel events (each ~70
+    bytes, so ~15,000 per MiB), in chunks of a MiB or so, for a file written as it is made."""
+    per_chunk = (1 << 20) // (len(MINIMAL_KERNEL) + 1)
+    chunk = b",".join([MINIMAL_KERNEL] * per_chunk)
+    yield b'{"traceEvents":[' + MINIMAL_KERNEL
+    for _ in range(max(1, round(mib * (1 << 20) / len(chunk)))):
+        yield b"," + chunk
+    yield b"]}"

@@ -32,6 +32,7 @@ from typing import Any
 
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
+from wp_mcp.graph.redact import redact_graph, set_user_patterns, user_patterns
 from wp_mcp.graph.safetext import excerpt
 
 from ..base import Context
@@ -201,8 +202,7 @@ def _run_on_nodes(ray: Any, nodes: list[RayNode], ctx: Context, node_timeout_s: 
     collect = ray.remote(num_cpus=0, max_retries=0)(node_task)
     clock = ray.remote(num_cpus=0, max_retries=0)(node_clock)
     start_at = time.time() + START_LEAD_S
-    params = {"window_s": ctx.window_s, "ebpf": ctx.ebpf, "redact": ctx.redact,
-              "start_at": start_at}  # fmt: skip
+    params = node_params(ctx, start_at)
     pending: dict[Any, RayNode] = {}
     for node in nodes:
         on_node = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
@@ -215,6 +215,8 @@ def _run_on_nodes(ray: Any, nodes: list[RayNode], ctx: Context, node_timeout_s: 
     deadline = start_at + ctx.window_s + node_timeout_s
     graphs, missing = _gather(ray, pending, ctx, deadline)
     for label, graph in graphs.items():
+        if ctx.redact:  # what a node sends is redacted here too, with this process's rules
+            redact_graph(graph)
         if clocks.get(label) is not None:
             graph.meta.clock = clocks[label]  # type: ignore[attr-defined]
     return graphs, missing
@@ -307,6 +309,13 @@ def node_clock() -> float:
     return time.time()
 
 
+def node_params(ctx: Context, start_at: float) -> dict[str, Any]:
+    """What each node's task is given: the window, the tier, and redaction as this process
+    has it (the config's ``redaction.patterns`` too: a Ray worker reads no config)."""
+    return {"window_s": ctx.window_s, "ebpf": ctx.ebpf, "redact": ctx.redact,
+            "patterns": user_patterns(), "start_at": start_at}  # fmt: skip
+
+
 def node_task(params: dict[str, Any]) -> Iterator[bytes]:
     """Runs on one node: collect it and stream its graph back, gzip-compressed, in chunks
     (a Ray generator task: no chunk is bigger than ``CHUNK_BYTES`` in the object store).
@@ -316,6 +325,7 @@ def node_task(params: dict[str, Any]) -> Iterator[bytes]:
     the processes of its own namespace.
     """
     ctx = Context(window_s=params["window_s"], ebpf=params["ebpf"], redact=params["redact"])
+    set_user_patterns(params.get("patterns", []))
     netns = own_netns_inode()
     scope = netns if netns != netns_inode("/proc/1/ns/net") else None
     graph = collect_node(ctx, start_at=params["start_at"], netns=scope)

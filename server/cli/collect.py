@@ -64,12 +64,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if args.out:
         check_target(args.out)  # a refused --out is said before the window, not after it
+    store = open_store(args)
+    store.check_writable("cannot store the snapshot")  # likewise a read-only store
     graph = _run(ctx, interactive=sys.stderr.isatty(), collect=_collector(args))
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
         native.dump(graph, args.out)
-    snapshot_id = open_store(args).put(graph, label=args.label)
+    snapshot_id = store.put(graph, label=args.label)
     print(snapshot_id)
     return 0
 

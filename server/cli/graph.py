@@ -10,6 +10,7 @@ import orjson
 from wp_mcp.graph import Graph, formats, native, trace, witty
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import escape, excerpt
+from wp_mcp.graph.settings import MAX_COUNT, cli_number
 from wp_mcp.graph.store import Store
 
 
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", metavar="SNAPSHOT",
                    help="traces: join them to this snapshot's processes and devices "
                    "(stored as a new snapshot)")  # fmt: skip
+    p.add_argument("--force-pid", action="store_true",
+                   help="--to: join each rank to the process with its pid even when its name "
+                   "or start time differs from the trace's")  # fmt: skip
     p.add_argument("--label", help="a note to show in `snapshots`")
     p.add_argument("--no-redact", action="store_true",
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
@@ -38,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the older spelling
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=cli_number(1, MAX_COUNT), default=None,
+                   help="the newest N snapshots")  # fmt: skip
     p.set_defaults(handler=cmd_snapshots)
 
     p = sub.add_parser("export", help="write a stored snapshot to a file or stdout")
@@ -71,7 +76,10 @@ def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:
     """One graph file as it is; trace files as a snapshot of their own, or joined (--to) to a
     stored snapshot, which stays as it was: the join is stored as a new one."""
     if args.to:
-        return trace.join_copy(store.get(args.to), trace.read_ranks(args.files))
+        ranks = trace.read_ranks(args.files)
+        return trace.join_copy(store.get(args.to), ranks, args.force_pid)
+    if args.force_pid:
+        raise UserError("--force-pid is for traces joined --to a snapshot")
     if len(args.files) == 1:
         return formats.load_any(args.files[0], redact=not args.no_redact)
     if not all(trace.looks_like_trace(path) for path in args.files):

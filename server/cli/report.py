@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import orjson
 from wp_mcp.graph import UserError
-from wp_mcp.graph.safetext import escape
+from wp_mcp.graph.safetext import escape, json_inert
+from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from .graph import open_store
 from .show import load_source
@@ -64,7 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("after", nargs="?", default="latest", metavar="AFTER",
                    help="graph file or snapshot id/prefix (default: latest)")  # fmt: skip
     p.add_argument("--format", choices=("txt", "json"), default="txt", help="output format")
-    p.add_argument("--max-tokens", type=int, default=2000, help="page budget (default 2000)")
+    p.add_argument(
+        "--max-tokens",
+        type=cli_number(1, MAX_COUNT),
+        default=2000,
+        help="page budget (default 2000)",
+    )
     p.add_argument("--cursor", help="next page: the cursor the previous page printed")
     add_fail_on(p, "AFTER has new findings")
     p.set_defaults(handler=cmd_diff)
@@ -101,12 +107,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     # a file's name is the user's text: shown escaped, like every host string
     names = [sid or escape(src, 120, "line") for sid, src in ((before_id, args.before),
                                                               (after_id, args.after))]  # fmt: skip
-    findings = compare_findings(diagnose(before), diagnose(after))
+    findings = compare_findings(diagnose(before), diagnose(after), (before, after))
     changes = diff_graphs(before, after)
     if args.format == "json":
         body = {"before": names[0], "after": names[1],
                 "findings": findings.to_dict(), "graph": changes.counts()}  # fmt: skip
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(json_inert(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         page = render_diff(
             changes, before_id=names[0], after_id=names[1],

@@ -104,7 +104,11 @@ def serve(args: argparse.Namespace) -> int:
     )
     server = build_server(state)
     if args.transport == "stdio":
-        server.run("stdio")
+        import anyio
+
+        from ..mcp.stdio import serve_stdio  # the SDK's transport, answering unreadable lines
+
+        anyio.run(serve_stdio, server)
         return 0
     sessions = {"max_sessions": args.max_sessions, "session_idle_timeout": args.session_idle_s}
     _serve_http(server, state, args.host, args.port, read_token(args), args.allow_host, sessions)

@@ -22,6 +22,7 @@ from wp_mcp.converters.catalog import VIEWS
 from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
 from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from ..errors import UserError
 from .log_setup import configure_logging
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cursor", help="cursor from the previous page's last line")
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=cli_number(1, MAX_COUNT),
         default=DEFAULT_MAX_TOKENS,
         help=f"token budget per page (default {DEFAULT_MAX_TOKENS}, at most {HARD_MAX_TOKENS})",
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 from wp_mcp.graph import Graph, UserError, formats, trace
 from wp_mcp.graph.outfile import check_target, write_output
+from wp_mcp.graph.safetext import json_inert
 from wp_mcp.skills import (
     SKILL_NAMES,
     Report,
@@ -55,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="append", metavar="DIR",
                    help="--live: PyTorch profiler traces of the job (files or folders, one "
                    "file per rank) joined to the snapshot; docs/traces.md")  # fmt: skip
+    p.add_argument("--force-pid", action="store_true",
+                   help="--trace: join by pid alone, even when the process's name or start "
+                   "time differs from the trace's")  # fmt: skip
     _output_args(p)
     p.set_defaults(handler=cmd_diagnose)
 
@@ -113,11 +117,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     # traces are read before collecting: a bad one costs no collection window
     ranks = trace.read_ranks(args.trace) if args.trace else None
     store = open_store(args)
+    if not args.source:
+        store.check_writable("cannot store the snapshot")  # before the window, not after
     if args.source:
         graph, snapshot_id = _load(store, args.source)
     else:
         graph = _collect(args)
-        graph = trace.join(graph, ranks) if ranks else graph
+        graph = trace.join(graph, ranks, args.force_pid) if ranks else graph
         snapshot_id = store.put(graph, label="diagnose --live")
     report = diagnose(graph)
     if not args.source:  # this process collected: its own busy window is no finding
@@ -204,7 +210,9 @@ def _emit(store, snapshot_id: str, report: Report, args: argparse.Namespace) -> 
     """Store and print the report; the exit status --fail-on asks for."""
     markdown = report.to_markdown()
     if args.format == "json":
-        body = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        body = (
+            json_inert(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode()) + "\n"
+        )
     else:
         body = markdown
     if args.out:  # first: a file that cannot be written (disk full) leaves no report stored

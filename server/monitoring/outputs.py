@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -45,7 +46,7 @@ def event_line(event: dict[str, Any]) -> str:
 
 class EventsFile:
     """JSON lines appended to a regular file (never through a link or into a device),
-    created 0600 and rotated to ``.1``…``.N`` beyond ``max_bytes``."""
+    0600 (one there before is made so too) and rotated to ``.1``…``.N`` beyond ``max_bytes``."""
 
     def __init__(self, config: EventsFileConfig) -> None:
         assert config.path is not None
@@ -61,6 +62,9 @@ class EventsFile:
                 self._rotate()
             check_target(self.path)
             fd = os.open(self.path, _APPEND_FLAGS, 0o600)
+            mode = os.fstat(fd).st_mode
+            if mode & 0o077:  # a file there before, readable by others: events name processes
+                os.fchmod(fd, stat.S_IMODE(mode) & 0o600)
             with os.fdopen(fd, "ab") as out:
                 out.write(data)
         except (OSError, UserError) as exc:  # a full disk loses lines, not the monitor

@@ -222,10 +222,17 @@ def rank_id(cluster: Cluster, label: str, node: str) -> str:
 
 
 def test_the_cluster_graph_holds_every_rank_and_the_joined_lossy_flows(ray_cluster, tmp_path):
-    done = collect_cluster(ray_cluster, tmp_path / "cluster.json.gz", "--duration", "1")
+    # the config's redaction patterns apply on every node (each rank's command line holds
+    # its script, which calls init_process_group): a Ray worker reads no config of its own
+    config = tmp_path / "config.toml"
+    config.write_text('[redaction]\npatterns = ["init_process_group"]\n')
+    env = {**ray_cluster.env, "WP_MCP_CONFIG": str(config)}
+    done = collect_cluster(ray_cluster, tmp_path / "cluster.json.gz", "--duration", "1", env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""  # on a pipe: nothing but the snapshot id, no Ray chatter
     graph = native.load(tmp_path / "cluster.json.gz")
+    rank_cmdlines = [n.cmdline for n in graph.of_kind("process") if "torch" in (n.cmdline or "")]
+    assert len(rank_cmdlines) >= 3 and not any("init_process_group" in c for c in rank_cmdlines)
     labels = labels_by_node(graph)
     assert len(graph.meta.hosts) == 3 and set(labels) == set(NODES)
     # the cluster's token, in every Ray process's environment, never reaches the graph

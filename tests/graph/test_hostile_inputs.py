@@ -8,6 +8,7 @@ import copy
 import gzip
 import json
 import re
+import signal
 import subprocess
 import sys
 import zlib
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.converters import VIEWS
+from wp_mcp.graph import trace
 from wp_mcp.graph.check import POSSIBLE_CPUS_FLOOR
 from wp_mcp.graph.cpulist import MAX_CPUS, CpuListTooLarge, parse_cpulist, parse_cpumask
 from wp_mcp.graph.errors import FormatError
@@ -23,6 +25,7 @@ from wp_mcp.graph.query import cpu_set
 from wp_mcp.graph.rawio import MAX_NESTING
 from wp_mcp.graph.store import Store
 from wp_mcp.server.cli import main
+from wp_synthetic import many_steps_trace, minimal_kernels_trace
 from wp_testdata import WITTY_GRAPH
 
 # A process reading a refused file may grow by its interpreter and libraries, never by the
@@ -418,3 +421,198 @@ def test_a_live_process_tree_1000_shells_deep_renders_and_diagnoses(
         assert code == 0 and shown and "RecursionError" not in err, (view, err[-1000:])
     code, report, err = cli(capsys, store, "diagnose", "latest")
     assert code == 0 and report, err[-1000:]
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def test_a_trace_of_20000_steps_and_collectives_imports_in_linear_time(tmp_path, capsys):
+    """The per-step derivation rebuilt (and sliced) the whole collective and DataLoader lists
+    for every step: 82 s for this trace. A hang guard, not a timing assert: linear work takes
+    about a second here."""
+    path = write(tmp_path / "steps.json", many_steps_trace(20_000))
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(30)
+    try:
+        code, out, err = cli(capsys, tmp_path / "store", "import", str(path))
+    finally:
+        signal.alarm(0)
+    assert code == 0, err
+    graph = Store(tmp_path / "store").get(out.strip())
+    (process,) = graph.of_kind("process")
+    assert process.trace_steps == 20_000
+    assert process.trace_cpu_comm_pct == 33.33 and process.trace_input_wait_pct == 11.11
+
+
+def _too_slow(*_):
+    raise AssertionError("did not finish: a derivation is quadratic in its input")
+
+
+def write_kernels_trace(path: Path, mib: float) -> Path:
+    with path.open("wb") as out:
+        for chunk in minimal_kernels_trace(mib):
+            out.write(chunk)
+    return path
+
+
+def test_a_trace_over_the_memory_budget_is_refused_while_streaming(tmp_path, capsys, monkeypatch):
+    """What the events keep is charged to the import's budget after every batch: a trace
+    whose kernels would not fit is one line, and nothing is stored (at 1 GiB, the 1,000 MiB
+    trace of minimal kernel events that reached 6.2 GB and a MemoryError)."""
+    path = write_kernels_trace(tmp_path / "kernels.json", 12)  # ~180,000 kernels, ~18 MB kept
+    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 8 << 20)
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(path))
+    assert code == 2
+    assert "memory budget of 8 MiB" in err and len(err.strip().splitlines()) == 1
+    refused_after = int(re.search(r"after ([\d,]+) events", err).group(1).replace(",", ""))
+    assert refused_after < 150_000  # while streaming, not after the whole file
+    assert snapshot_count(tmp_path / "store") == 0
+    # two traces share one budget: each alone fits, together they do not
+    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 15 << 20)
+    small = write_kernels_trace(tmp_path / "small.json", 8)
+    assert cli(capsys, tmp_path / "store", "import", str(small))[0] == 0
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(small), str(small))
+    assert code == 2 and "memory budget" in err
+
+
+def test_a_large_trace_of_minimal_kernels_imports_in_bounded_memory(tmp_path):
+    """Derived from the typed arrays by index, not a tuple per kernel: 50 MiB of minimal kernel
+    events (750,000 kernels) peaked at ~370 MiB before, and the 1,000 MiB one at 6.2 GB
+    (benchmarks/bench_trace.py --hostile runs that one)."""
+    path = write_kernels_trace(tmp_path / "kernels.json", 50)
+    message, peak_mib = read_in_subprocess(path)
+    assert message == "accepted"
+    assert peak_mib < PEAK_CAP_MIB
+
+
+# ---------------------------------------------------------------------------- one line
+
+
+NCCL_TRACE = Path(__file__).resolve().parents[1] / "fixtures/traces/gpu-nccl-collectives.json.gz"
+LONG_REF = "a" * 60_000  # SQLite refused the LIKE pattern of such a reference: a traceback
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", LONG_REF],
+        ["export", LONG_REF],
+        ["delete", LONG_REF],
+        ["diagnose", LONG_REF],
+        ["diff", LONG_REF, "latest"],
+        ["diff", "latest", LONG_REF],
+        ["report", LONG_REF],
+        ["baseline", "set", LONG_REF],
+        ["skill", "run", "bottleneck-identification", LONG_REF],
+        ["import", str(NCCL_TRACE), "--to", LONG_REF],
+    ],
+    ids=lambda argv: " ".join(a[:12] for a in argv),
+)
+def test_a_reference_of_60000_characters_is_one_short_line(tmp_path, capsys, argv):
+    store = tmp_path / "store"
+    assert cli(capsys, store, "import", str(WITTY_GRAPH))[0] == 0
+    code, _, err = cli(capsys, store, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and len(err) < 1200, err[:300]
+    assert "Traceback" not in err and ("no snapshot" in err or "no report" in err)
+
+
+def test_a_long_reference_is_a_tool_error_over_mcp(tmp_path):
+    import anyio
+    from mcp import Client
+    from wp_mcp.server.mcp.server import build_server
+    from wp_mcp.server.mcp.state import ServerState
+
+    server = build_server(ServerState(store_path=tmp_path / "store"))
+
+    async def call():
+        async with Client(server) as client:
+            return await client.call_tool("wp_layer", {"snapshot": LONG_REF, "view": "layer1"})
+
+    result = anyio.run(call)
+    text = " ".join(block.text for block in result.content if block.type == "text")
+    assert result.is_error and "internal error" not in text.lower(), text[:300]
+    assert "no snapshot" in text and len(text) < 1200
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "latest", "--max-tokens", "99999999999999999999"],
+        ["snapshots", "--limit", "1e23"],
+        ["snapshots", "--limit", "99999999999999999999"],
+        ["snapshots", "--limit", "0"],  # said "the store is empty"
+        ["diff", "latest", "--max-tokens", "nan"],
+    ],
+)
+def test_numbers_a_flag_cannot_hold_are_one_line(tmp_path, capsys, argv):
+    store = tmp_path / "store"
+    assert cli(capsys, store, "import", str(WITTY_GRAPH))[0] == 0
+    with pytest.raises(SystemExit) as exit_:
+        cli(capsys, store, *argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert f"argument {argv[-2]}: '{argv[-1]}' is not a whole number" in err
+
+
+LONG_NAME = "n" * 100_000  # one path component over 255 bytes: ENAMETOOLONG
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["import", f"/tmp/{LONG_NAME}"],
+        ["import", f"/tmp/{LONG_NAME[:300]}/x.json"],
+        ["show", f"/tmp/{LONG_NAME[:300]}"],
+        ["--config", f"/tmp/{LONG_NAME}", "snapshots"],
+    ],
+    ids=["import", "import-below", "show", "config"],
+)
+def test_a_path_component_over_255_bytes_is_one_short_line(tmp_path, capsys, argv):
+    code = main(argv if argv[0] == "--config" else ["--store", str(tmp_path / "s"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and len(err) < 600, err[:300]
+
+
+@pytest.mark.parametrize(
+    ("trace_doc", "says"),
+    [
+        ('{"distributedInfo": ' + '{"a": ' * 300 + "1" + "}" * 300 + ", ", "nested too deeply"),
+        ('{"x": 1, ', None),
+    ],
+    ids=["distributedInfo-300-deep", "plain"],
+)
+def test_hostile_trace_headers_and_categories(tmp_path, capsys, trace_doc, says):
+    events = [
+        {"ph": "X", "cat": ["kernel"], "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": {"kernel": 1}, "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
+    ]
+    path = write(
+        tmp_path / "t.json", (trace_doc + '"traceEvents": ' + json.dumps(events) + "}").encode()
+    )
+    code, _, err = cli(capsys, tmp_path / "store", "import", str(path))
+    if says is None:
+        assert code == 0, err  # a category that is no string is no Kineto category
+    else:
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_diagnosis_of_a_process_chain_10000_deep_is_linear():
+    """Finding each process's DataLoader workers walked every process's ancestors: a chain
+    10,000 deep took 27 s. A hang guard, not a timing assert (a few seconds here)."""
+    from wp_mcp.graph.graph import Graph
+    from wp_mcp.skills import diagnose
+
+    graph = Graph()
+    graph.add("host", "host", hostname="h")
+    for pid in range(1, 10_001):
+        graph.add("process", f"proc:{pid}", pid=pid, name=f"p{pid}", cpu_pct=1.0)
+        if pid > 1:
+            graph.link("parent_of", f"proc:{pid - 1}", f"proc:{pid}")
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(60)
+    try:
+        report = diagnose(graph)
+    finally:
+        signal.alarm(0)
+    assert report.to_markdown()

@@ -4,12 +4,14 @@ into `--out` files, the store, views or exports."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -44,6 +46,15 @@ TEXT_EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("amqp://guest:p@ss@mq:5672//", f"amqp://guest:{R}@mq:5672//"),
         ("--db=https://u:pw5@h/p?q=1", f"--db=https://u:{R}@h/p?q=1"),
     ],
+    "url-user-token": [
+        ("https://0a1b2c3d4e5f6a7b8c9d@github.com/o/r.git", f"https://{R}@github.com/o/r.git"),
+        ("--repo=https://oauth2Tok3nValue_xyz@gitlab.local/", f"--repo=https://{R}@gitlab.local/"),
+    ],
+    "url-query-secret": [
+        ("https://api.x.com/v1?api_key=qk1&n=2", f"https://api.x.com/v1?api_key={R}&n=2"),
+        ("https://h/p?token=qk2", f"https://h/p?token={R}"),
+        ("http://h/p?a=1&access_token=qk3#top", f"http://h/p?a=1&access_token={R}#top"),
+    ],
     "bare-credentials": [
         ("admin:pw6@rabbit:5672", f"admin:{R}@rabbit:5672"),
         ("--broker=admin:pw7@mq.local", f"--broker=admin:{R}@mq.local"),
@@ -74,7 +85,11 @@ TEXT_EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "github-token": [(GHP, R), (f"--repo-token={GHP}", f"--repo-token={R}")],
     "huggingface-token": [(HF, R)],
     "sk-api-key": [(SK, R), ("OPENAI=" + SK, "OPENAI=" + R)],
-    "aws-access-key-id": [(AKIA, R)],
+    "aws-access-key-id": [
+        (AKIA, R),
+        (f"aws_key_{AKIA}", f"aws_key_{R}"),
+        (f"s3://b/{AKIA}_prod", f"s3://b/{R}_prod"),
+    ],
     "slack-token": [(XOXB, R)],
     "gitlab-token": [("glpat-" + "Gl5v" * 5, R)],
     "google-api-key": [("AIza" + "G" * 35, R)],
@@ -106,6 +121,23 @@ PROGRAM_EXAMPLES: dict[str, list[tuple[list[str], list[str]]]] = {
         (["ldapsearch", "-D", "cn=a", "-w", "pw"], ["ldapsearch", "-D", "cn=a", "-w", R])
     ],
     "mongo-tools": [(["mongosh", "-u", "a", "-p", "pw"], ["mongosh", "-u", "a", "-p", R])],
+    "registry-login": [
+        (
+            ["docker", "login", "-p", "pw", "-u", "bob", "r.io"],
+            ["docker", "login", "-p", R, "-u", "bob", "r.io"],
+        ),  # fmt: skip
+        (["podman", "login", "-ppw", "r.io"], ["podman", "login", f"-p{R}", "r.io"]),
+        (
+            ["docker", "run", "-p", "8080:80", "nginx"],
+            ["docker", "run", "-p", "8080:80", "nginx"],
+        ),  # fmt: skip
+    ],
+    "openssl-key": [
+        (
+            ["openssl", "enc", "-aes-256-cbc", "-k", "pw", "-in", "f"],
+            ["openssl", "enc", "-aes-256-cbc", "-k", R, "-in", "f"],
+        ),  # fmt: skip
+    ],
 }
 
 # flag and key names (secret_name_kind), whatever the program
@@ -142,6 +174,27 @@ NAME_EXAMPLES: list[tuple[list[str], list[str]]] = [
         ["sh", "-c", "mysql -ppw db && redis-cli -a pw2"],
         ["sh", "-c", f"mysql -p{R} db && redis-cli -a {R}"],
     ),
+    (
+        ["bash", "-c", "sleep 9; curl -u bob:pw https://x"],
+        ["bash", "-c", f"sleep 9; curl -u bob:{R} https://x"],
+    ),  # fmt: skip
+    (["bash", "-lc", "redis-cli -a pw"], ["bash", "-lc", f"redis-cli -a {R}"]),
+    # a shell script's arguments ("$0 $@") read with the flags of the program it runs
+    (["sh", "-c", 'mysql "$@"', "sh", "-ppw"], ["sh", "-c", 'mysql "$@"', "sh", f"-p{R}"]),
+    (
+        ["sh", "-c", 'redis-cli "$@"', "sh", "-a", "pw"],
+        ["sh", "-c", 'redis-cli "$@"', "sh", "-a", R],
+    ),  # fmt: skip
+    (
+        ["sh", "-c", 'exec "$@"', "sh", "sshpass", "-p", "pw", "ssh", "-p", "22", "h"],
+        ["sh", "-c", 'exec "$@"', "sh", "sshpass", "-p", R, "ssh", "-p", "22", "h"],
+    ),
+    # htpasswd -b: the password is the last argument
+    (
+        ["htpasswd", "-b", "/etc/htpasswd", "bob", "pw"],
+        ["htpasswd", "-b", "/etc/htpasswd", "bob", R],
+    ),  # fmt: skip
+    (["/usr/bin/htpasswd", "-nbB", "bob", "pw"], ["/usr/bin/htpasswd", "-nbB", "bob", R]),
 ]
 
 # ordinary command lines: nothing to redact
@@ -172,6 +225,11 @@ UNTOUCHED: list[list[str]] = [
     ["sshpass", "-f", "/run/pw", "ssh", "-p", "22", "host"],
     ["kill", "-p", "1234"],
     ["redis-server", "/etc/redis.conf", "--port", "6379"],
+    ["git", "clone", "ssh://git@github.com/org/repo.git", "https://deploy-user@host/x"],
+    ["curl", "https://example.com/search?q=token&page=2&sort=asc"],
+    ["sh", "-c", "sleep 1", "sh", "-p", "22"],
+    ["htpasswd", "/etc/htpasswd", "bob"],
+    ["openssl", "s_client", "-connect", "h:443"],
 ]
 
 
@@ -246,6 +304,8 @@ HOSTILE = {
     "YAML fields": "a: " * 43690,
     "one long flag name": "--" + "a-" * 65536,
     "unended private key": "-----BEGIN PRIVATE KEY-----" + "a" * 131072,
+    "query separators": "x://h/?" + "&a" * 65536 + "&password=pw",
+    "a long URL user": "x://" + "a1" * 65536 + "@h",
 }
 
 
@@ -275,6 +335,9 @@ def test_the_witty_sample_loses_nothing_to_redaction(witty_path):
 # ============================================================================ end to end
 
 SECRETS = [f"Sx{n:02d}Zq" for n in range(1, 27)] + [GHP, HF, SK, AKIA, XOXB, JWT]
+# the forms issue 32 found leaking, each with a secret of its own
+AKIA2 = "AKIAJ7Q2EXAMPLE2ZZZZ"
+LATER = [f"Lx{n:02d}Zq" for n in range(1, 12)] + ["Tok3nAsUser0123abcdXY", AKIA2]
 
 
 def _planted_argv(s: list[str]) -> list[str]:
@@ -291,6 +354,9 @@ def _planted_argv(s: list[str]) -> list[str]:
         f"mysql -uroot -p{s[20]} db", f"CREATE USER x IDENTIFIED BY '{s[21]}'",
         f"sshpass -p {s[0]}ssh ssh -p 22 host",
         "--private-key", s[22], *s[26:],
+        f"https://api.x.com/v1?api_key={LATER[0]}&n=2", f"https://h/p?token={LATER[1]}",
+        f"http://h/p?a=1&access_token={LATER[2]}", f"https://{LATER[11]}@github.com/o/r.git",
+        f"aws_key_{AKIA2}",
     ]  # fmt: skip
 
 
@@ -300,6 +366,21 @@ def _program_argvs(s: list[str]) -> list[list[str]]:
         ["mysql", "-uroot", f"-p{s[23]}"],
         ["redis-cli", "-a", s[24]],
         ["curl", "-u", f"bob:{s[25]}"],
+        ["docker", "login", "-p", LATER[3], "registry.local"],
+        ["openssl", "enc", "-aes-256-cbc", "-k", LATER[4]],
+        ["htpasswd", "-b", "/tmp/absent-htpasswd", "bob", LATER[5]],
+    ]
+
+
+def _shell_argvs() -> list[list[str]]:
+    """Real shells that sleep, holding secrets in their scripts and in the arguments after
+    them (their "$0 $@", read with the flags of the program the script runs)."""
+    return [
+        ["sh", "-c", f"sleep 120; curl -u bob:{LATER[6]} https://x", "sh"],
+        ["sh", "-c", 'sleep 120; mysql "$@"', "sh", f"-p{LATER[7]}"],
+        ["sh", "-c", 'sleep 120; redis-cli "$@"', "sh", "-a", LATER[8]],
+        ["sh", "-c", 'sleep 120; exec "$@"', "sh", "sshpass", "-p", LATER[9], "ssh", "h"],
+        ["bash", "-c", f"sleep 120; mysql -uroot -p{LATER[10]} db"],
     ]
 
 
@@ -332,6 +413,8 @@ def test_collected_secrets_reach_no_output(tmp_path, capsys):
     procs = [_start("python3", _planted_argv(SECRETS), bin_dir)]
     try:
         procs += [_start(argv[0], argv[1:], bin_dir) for argv in _program_argvs(SECRETS)]
+        # in a session of their own: their sleeping children go with them
+        procs += [subprocess.Popen(argv, start_new_session=True) for argv in _shell_argvs()]
         pids = [arg for proc in procs for arg in ("--pid", str(proc.pid))]
         assert wp_mcp(["--store", str(store), "collect", "--duration", "0", "--ebpf", "off",
                        "--out", str(out), *pids]) == 0  # fmt: skip
@@ -345,16 +428,18 @@ def test_collected_secrets_reach_no_output(tmp_path, capsys):
         exported = capsys.readouterr().out
     finally:
         for proc in procs:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL) if proc.args[0] in ("sh", "bash") else proc.kill()  # fmt: skip
             proc.wait()
+    secrets = SECRETS + LATER
     main_cmdline = formats.load_any(out, redact=False).node(f"proc:{procs[0].pid}").cmdline
     assert f"--password {R} --password={R} --hf-token {R}" in main_cmdline  # names stay
     assert all(f"proc:{proc.pid}" in view for proc, view in zip(procs, views, strict=True))
     assert "--password <redacted>" in views[0]  # the view shows the command line
-    assert _leaks(out.read_bytes(), SECRETS) == []
-    assert _leaks(_stored_blobs(store), SECRETS) == []
-    assert _leaks("".join(views), SECRETS) == []
-    assert _leaks(exported, SECRETS) == []
+    assert _leaks(out.read_bytes(), secrets) == []
+    assert _leaks(_stored_blobs(store), secrets) == []
+    assert _leaks("".join(views), secrets) == []
+    assert _leaks(exported, secrets) == []
 
 
 def _witty_with_secrets(witty_path: Path, secrets: list[str]) -> dict:
@@ -388,3 +473,39 @@ def test_imported_witty_secrets_are_redacted_unless_asked(tmp_path, witty_path, 
     assert _leaks(import_and_export(), secrets) == []
     assert _leaks(witty.to_witty(formats.load_any(source)).__repr__(), secrets) == []
     assert _leaks(import_and_export("--no-redact"), secrets) == secrets  # the opt-out keeps all
+
+
+NODE_TASK = """
+import gzip, json, sys
+from wp_mcp.collectors.cluster.on_ray import node_task
+print(gzip.decompress(b"".join(node_task(json.loads(sys.argv[1])))).decode())
+"""
+
+
+def test_config_patterns_reach_every_cluster_node(tmp_path):
+    """`collect --cluster ray` dropped `redaction.patterns` on every node, the head's
+    included: a node's task runs in a Ray worker, which reads no config. The driver now hands
+    its patterns to each node's task, which applies them before anything leaves the node (and
+    redacts what a node sends once more itself)."""
+    from wp_mcp.collectors.base import Context
+    from wp_mcp.collectors.cluster.on_ray import node_params
+    from wp_mcp.graph.redact import set_user_patterns
+
+    site_secret = "Zq7Site0451"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    planted = _start("python3", ["--site", site_secret], bin_dir)
+    set_user_patterns([r"Zq7Site\d+"])
+    try:
+        params = node_params(Context(window_s=0.0, ebpf="off"), time.time())
+        assert params["patterns"] == [r"Zq7Site\d+"]
+        # a fresh process, as a Ray worker is: no config, no patterns of its own
+        done = subprocess.run([sys.executable, "-c", NODE_TASK, orjson.dumps(params).decode()],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        set_user_patterns([])
+        planted.kill()
+        planted.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"proc:{planted.pid}" in done.stdout  # the planted process was collected
+    assert site_secret not in done.stdout and f"--site {R}" in done.stdout

@@ -240,6 +240,27 @@ def test_a_read_only_store_is_readable_and_only_writes_are_refused(
         assert "the store is read-only" in err
 
 
+def test_a_collection_says_a_read_only_store_before_its_window(small_disk, capsys):
+    """It was found only after the whole window, the collection then lost. A hang guard: a
+    300 s window, refused at once."""
+    store_path = small_disk.root / "store"
+    Store(store_path).close()
+    small_disk.make_read_only()
+    signal.signal(signal.SIGALRM, _window_ran)
+    signal.alarm(60)
+    try:
+        for command in (["collect", "--duration", "300"], ["diagnose", "--live", "--duration", "300"]):  # fmt: skip
+            assert main(["--store", str(store_path), *command, "--ebpf", "off"]) == 2
+            err = capsys.readouterr().err
+            assert "the store is read-only" in err and err.count("\n") == 1
+    finally:
+        signal.alarm(0)
+
+
+def _window_ran(*_):
+    raise AssertionError("the collection ran its window before the store refused it")
+
+
 def test_a_read_only_store_from_before_monitoring_has_no_events_nor_baseline(
     small_disk, fixture_graph
 ):

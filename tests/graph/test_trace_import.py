@@ -290,11 +290,12 @@ def test_a_folder_without_traces_is_refused(tmp_path):
 
 def job_snapshot() -> Graph:
     """What a live collection of the two ranks' host would hold: their processes (with a
-    thread each) and both GPUs."""
+    thread each; named as the traces name them, `pyper:trainer:0:N`, within the 15
+    characters of a comm) and both GPUs."""
     graph = Graph()
     graph.add("host", "host", hostname="trainer-0")
     for pid in (4037, 4045):
-        graph.add("process", f"proc:{pid}", pid=pid, name="python3", numa_locality=0.4)
+        graph.add("process", f"proc:{pid}", pid=pid, name="pyper:trainer:0", numa_locality=0.4)
         graph.add("thread", f"thr:{pid}", tid=pid, pid=pid)
         graph.link("has_thread", f"proc:{pid}", f"thr:{pid}")
     for index in (0, 1):
@@ -328,6 +329,76 @@ def test_join_to_a_snapshot_without_the_rank_process_stores_nothing(tmp_path, ca
     err = capsys.readouterr().err
     assert "no process 1074" in err and err.count("\n") == 1
     assert len(Store(store_dir).list()) == 1
+
+
+def kineto_trace(path: Path, pid: int, name: str | None, first_ts_us: float) -> Path:
+    """A one-rank trace of ``pid`` (named ``name`` by its metadata, when given) whose first
+    event is at ``first_ts_us`` (epoch microseconds, as Kineto writes them)."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
+               "tid": pid, "ts": first_ts_us + step * 1000.0, "dur": 900.0} for step in range(3)]  # fmt: skip
+    if name is not None:
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}))
+    return path
+
+
+TRACED_AT = 1_700_000_000.0  # epoch seconds of the trace's first event
+
+
+@pytest.mark.parametrize(
+    ("traced_name", "process", "says"),
+    [
+        # the issue's case: a trace naming pid 1 made the host's init an NCCL rank
+        (
+            "python3.10",
+            {"name": "systemd", "cmdline": "/sbin/init splash"},
+            "'systemd' in the snapshot",
+        ),  # fmt: skip
+        # the pid was reused: same program, started after the trace began
+        (
+            "python3.10",
+            {"name": "python3.10", "started_at": TRACED_AT + 3600},
+            "started 3,600 s after",
+        ),  # fmt: skip
+        # a trace that does not name its process cannot be told from the pid's next owner
+        (None, {"name": "python3.10"}, "does not name process 1"),
+    ],
+)
+def test_a_trace_joins_no_other_process_that_holds_its_pid(tmp_path, capsys, traced_name, process, says):  # fmt: skip
+    graph = Graph()
+    graph.add("host", "host", hostname="h")
+    graph.add("process", "proc:1", pid=1, **process)
+    store_dir = tmp_path / "store"
+    base = Store(store_dir).put(graph)
+    path = kineto_trace(tmp_path / "rank0.json", 1, traced_name, TRACED_AT * 1e6)
+    assert main(["--store", str(store_dir), "import", str(path), "--to", base]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "--force-pid" in err and err.count("\n") == 1
+    assert len(Store(store_dir).list()) == 1
+    # asked to, it joins by pid alone
+    assert main(["--store", str(store_dir), "import", str(path), "--to", base, "--force-pid"]) == 0
+    joined = Store(store_dir).get(capsys.readouterr().out.strip())
+    assert joined.node("proc:1").trace_steps == 3
+
+
+@pytest.mark.parametrize(
+    ("traced_name", "process"),
+    [
+        ("python3.10", {"name": "python3.10", "started_at": TRACED_AT - 60}),
+        # a comm is cut at 15 characters; the program's file name counts as well
+        ("pyper:trainer:0:1", {"name": "pyper:trainer:0"}),
+        ("python3.10", {"name": "pt_main_thread", "cmdline": "/usr/bin/python3.10 train.py"}),
+    ],
+)
+def test_a_trace_joins_the_process_that_agrees_on_name_and_start(tmp_path, capsys, traced_name, process):  # fmt: skip
+    graph = Graph()
+    graph.add("process", "proc:77", pid=77, **process)
+    store_dir = tmp_path / "store"
+    base = Store(store_dir).put(graph)
+    path = kineto_trace(tmp_path / "rank0.json", 77, traced_name, TRACED_AT * 1e6)
+    assert main(["--store", str(store_dir), "import", str(path), "--to", base]) == 0
+    joined = Store(store_dir).get(capsys.readouterr().out.strip())
+    assert joined.node("proc:77").trace_steps == 3
 
 
 def test_several_files_mixing_a_graph_and_a_trace_are_refused(tmp_path, capsys):
@@ -368,5 +439,6 @@ def test_wp_open_imports_a_rank_trace_alone_or_joined_to_a_snapshot(tmp_path):
             return await client.call_tool("wp_open", {"path": path, "to": base})
 
     joined = Store(tmp_path / "store").get(anyio.run(join_trace).structured_content["snapshot_id"])
-    assert joined.node("proc:4037").trace_rank == 0 and joined.node("proc:4037").name == "python3"
+    assert joined.node("proc:4037").trace_rank == 0
+    assert joined.node("proc:4037").name == "pyper:trainer:0", "the live snapshot's name stays"
     assert joined.node("thr:4037") is not None, "the live snapshot's threads are kept"

@@ -17,6 +17,7 @@ from wp_mcp.graph.redact import redact_text
 from wp_mcp.graph.store import Store
 from wp_mcp.server import config, config_file
 from wp_mcp.server.cli import main
+from wp_testdata import WITTY_GRAPH as WITTY
 
 GOOD = """\
 # a comment
@@ -104,6 +105,105 @@ def test_a_mistake_names_key_file_and_line(tmp_path, capsys, text, key, line, sa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err
     assert f"{path}, line {line}: {key}:" in err and says in err
+
+
+DEEP_ARRAY = "[" * 5000 + "]" * 5000
+MANY_URLS = ", ".join(['"http://127.0.0.1:9/hook"'] * 10_000)
+MANY_PATTERNS = ", ".join(['"x"'] * 100)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        # strict types: TOML's booleans are no numbers (pydantic's lax mode made them 1)
+        ("[store]\nkeep = true\n", "store.keep", "integer"),
+        ("[monitor]\ninterval_s = true\n", "monitor.interval_s", "number"),
+        ("[store]\nkeep = 3.0\n", "store.keep", "integer"),
+        ('[store]\nkeep = "3"\n', "store.keep", "integer"),
+        ("[outputs]\nstdout = 1\n", "outputs.stdout", "boolean"),
+        # finite numbers
+        ("[store]\ntiers = [[nan, 0]]\n", "store.tiers", "finite"),
+        ("[store]\ntiers = [[3600, nan]]\n", "store.tiers", "finite"),
+        ("[monitor]\nnoise_pct = inf\n", "monitor.noise_pct", "finite"),
+        ("[monitor]\nwindow_s = -inf\n", "monitor.window_s", "finite"),
+        # bounded sizes
+        ("[store]\nkeep = 99999999999999999999\n", "store.keep", "less than"),
+        (
+            "[outputs.events_file]\nmax_bytes = 9999999999999999999999\n",
+            "outputs.events_file.max_bytes",
+            "less than",
+        ),  # fmt: skip
+        (f"[outputs.webhooks]\nurls = [{MANY_URLS}]\n", "outputs.webhooks.urls", "at most"),
+        (f"[redaction]\npatterns = [{MANY_PATTERNS}]\n", "redaction.patterns", "at most"),
+        (f'[store]\npath = "{"a" * 5000}"\n', "store.path", "at most"),
+        # a webhook URL a request line cannot carry
+        ('[outputs.webhooks]\nurls = ["http://a b/"]\n', "outputs.webhooks.urls", "blank"),
+        ('[outputs.webhooks]\nurls = ["http://a/\\nb"]\n', "outputs.webhooks.urls", "blank"),
+        ('[outputs.webhooks]\nurls = ["http:///x"]\n', "outputs.webhooks.urls", "no host"),
+    ],
+)
+def test_hostile_values_are_refused_naming_the_key(tmp_path, capsys, text, key, says) -> None:
+    path = write(tmp_path, text)
+    assert main(["--config", str(path), "config", "show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and len(err) < 1200
+    assert f"{path}, line 2: {key}:" in err and says in err
+
+
+def test_every_bad_value_is_named_on_the_one_line(tmp_path, capsys) -> None:
+    path = write(
+        tmp_path, "[store]\nkeep = true\n\n[monitor]\ninterval_s = true\nnoise_pct = nan\n"
+    )
+    assert main(["--config", str(path), "config", "show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    for key, line in (("store.keep", 2), ("monitor.interval_s", 5), ("monitor.noise_pct", 6)):
+        assert f"line {line}: {key}:" in err
+
+
+def test_deeply_nested_toml_is_one_line(tmp_path, capsys) -> None:
+    path = write(tmp_path, f"[monitor]\ninterval_s = {DEEP_ARRAY}\n")
+    assert main(["--config", str(path), "config", "show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nested too deeply" in err and "\n" not in err
+
+
+def test_a_refused_config_deletes_no_snapshot(tmp_path, capsys) -> None:
+    """`keep = true` once became keep = 1 and the next write deleted every other snapshot."""
+    store = tmp_path / "s"
+    for n in range(3):
+        assert main(["--store", str(store), "import", str(WITTY), "--label", f"n{n}"]) == 0
+    capsys.readouterr()
+    path = write(tmp_path, "[store]\nkeep = true\n")
+    assert main(["--config", str(path), "--store", str(store), "import", str(WITTY)]) == 2
+    assert "store.keep" in capsys.readouterr().err
+    assert len(Store(store).list()) == 3
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WP_MCP_KEEP", "abc"),
+        ("WP_MCP_KEEP", "1e23"),
+        ("WP_MCP_KEEP", "-1"),
+        ("WP_MCP_MAX_FILE_MB", "2G"),
+        ("WP_MCP_MAX_FILE_MB", "nan"),
+    ],  # fmt: skip
+)
+def test_a_bad_environment_number_is_one_line_naming_it(tmp_path, variable, value) -> None:
+    env = {**os.environ, variable: value}
+    done = subprocess.run(
+        [sys.executable, "-m", "wp_mcp.server.cli", "--store", str(tmp_path / "s"),
+         "import", str(WITTY)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"${variable}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    # a command that reads no file and keeps no count is not broken by it
+    done = subprocess.run([sys.executable, "-m", "wp_mcp.server.cli", "--help"],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr
 
 
 def test_bad_toml_and_missing_file_are_one_line(tmp_path: Path, capsys) -> None:

@@ -101,3 +101,26 @@ def test_pages_stay_within_budget_and_cursor_walks_all_lines(before) -> None:
     assert f"most changed: thread.cpu_pct {len(seen)}" in first
     with pytest.raises(UserError, match="cursor"):
         render_diff(diff, before_id="a", after_id="b", cursor="d99999")
+
+
+def test_snapshots_of_different_machines_are_said_before_resolved_counts(
+    before, tmp_path, capsys
+) -> None:
+    """Two unrelated snapshots reported "N resolved" as though one change had fixed them."""
+    from wp_mcp.server.cli import main
+    from wp_mcp.skills import diagnose
+    from wp_mcp.skills.compare import compare_findings
+
+    before, other = copy(before), copy(before)
+    before.meta.hosts, other.meta.hosts = ["trainer-0"], ["elsewhere"]
+    unrelated = compare_findings(diagnose(before), diagnose(other), (before, other))
+    assert (
+        unrelated.lines()[0].startswith("warning: BEFORE (")
+        and "share no host" in unrelated.lines()[0]
+    )
+    assert unrelated.to_dict()["warning"]
+    same = compare_findings(diagnose(before), diagnose(copy(before)), (before, copy(before)))
+    assert same.warning is None and same.lines()[0].startswith("findings:")
+    files = [native.dump(graph, tmp_path / f"{name}.json") for name, graph in (("a", before), ("b", other))]  # fmt: skip
+    assert main(["--store", str(tmp_path / "s"), "diff", str(files[0]), str(files[1])]) == 0
+    assert "share no host" in capsys.readouterr().out

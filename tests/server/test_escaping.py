@@ -184,3 +184,45 @@ async def test_tool_errors_are_one_short_line_and_give_no_file_system_oracle(
         assert "outside the allowed roots" in text or where == "snapshot"
     exists, missing = (answers[k].content[0].text for k in ("exists", "missing"))
     assert exists.replace("exists", "NAME") == missing.replace("missing", "NAME")
+
+
+CRAFTED_ID = "proc:1<img src=x onerror=alert(1)>[link](javascript:alert(2))"
+
+
+def test_crafted_ids_make_no_html_or_link_in_markdown_reports() -> None:
+    """A graph id a file crafted reaches a finding's title, impact and action and the roadmap
+    as text: no tag and no link survives Markdown (a report is rendered as HTML by viewers)."""
+    from wp_mcp.skills.report import Evidence, Finding, Report, Section
+
+    finding = Finding(
+        id="f1", rule_id="L1.x", skill="s", layer=1, priority="P0",
+        title=f"{CRAFTED_ID} is busy", metric="cpu_pct", value=99, threshold="≥ 90",
+        threshold_source="test", threshold_kind="proposed",
+        evidence=[Evidence("entity", [CRAFTED_ID], {"cpu_pct": 99})], confidence=0.9,
+        action=f"Move {CRAFTED_ID} elsewhere (`taskset -c 2 …`).", impact=f"{CRAFTED_ID} slows",
+        subject=CRAFTED_ID,
+    )  # fmt: skip
+    report = Report(skill="s", title="t", findings=[finding],
+                    sections=[Section("Layer 1", "findings", finding_ids=["f1"])])  # fmt: skip
+    markdown = report.to_markdown()
+    assert "<img" not in markdown.replace("\\<img", "") and "](" not in markdown.replace("\\](", "")
+    assert "`taskset -c 2 …`" in markdown  # the rule's own code span stays one
+
+
+def test_json_views_and_reports_carry_no_raw_format_character(
+    hostile_file: Path, store_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSON leaves U+202E, U+200B and U+0085 raw: every JSON answer writes them escaped,
+    the same strings once decoded."""
+    code, out, err = run_cli(capsys, store_dir, "import", str(hostile_file))
+    assert code == 0, err
+    snapshot = out.strip()
+    runs = {f"show {view}": ["show", snapshot, "--view", view, "--format", "json"]
+            for view in VIEWS if view != "entity"}  # fmt: skip
+    runs["diagnose"] = ["diagnose", snapshot, "--format", "json"]
+    for where, argv in runs.items():
+        code, out, err = run_cli(capsys, store_dir, *argv)
+        assert code == 0, f"{where}: {err}"
+        assert not RAW.search(out.replace("\n", "")), f"{where}: {RAW.search(out)!r}"
+    decoded = orjson.loads(run_cli(capsys, store_dir, *runs["diagnose"])[1])
+    assert "\u202e" in orjson.dumps(decoded).decode()  # escaped, not lost

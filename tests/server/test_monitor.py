@@ -61,7 +61,18 @@ def test_a_day_keeps_one_per_ten_minutes_and_a_week_one_per_hour() -> None:
 
 
 def test_nothing_outlives_the_last_tier() -> None:
-    assert ages_kept([WEEK + 1, 2 * WEEK]) == []
+    assert ages_kept([0.0, WEEK + 1, 2 * WEEK]) == [0.0]
+
+
+def test_no_tiers_drop_the_newest_snapshot_and_non_finite_ones_are_refused() -> None:
+    # the snapshot just stored survives tiers that keep nothing (the config refuses these;
+    # the store does not rely on it)
+    now = 10 * WEEK
+    rows = [("new", now - 5.0), ("old", now - 50.0)]
+    assert thinned(rows, ((1.0, 0.0),), now) == ["old"]
+    for tiers in (((float("nan"), 0.0),), ((HOUR, float("nan")),), ((float("inf"), 0.0),)):
+        with pytest.raises(ValueError, match="finite"):
+            thinned(rows, tiers, now)
 
 
 def test_thinning_as_time_moves_on_never_drops_what_an_older_tier_kept() -> None:

@@ -144,6 +144,17 @@ def test_events_file_rotates_and_keeps_backups(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_an_existing_events_file_readable_by_others_is_made_0600(tmp_path: Path) -> None:
+    """Events name processes and findings: a file there before (0644, as `touch` makes it)
+    is no longer readable by other users once the monitor writes to it."""
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"kind": "earlier"}\n')
+    path.chmod(0o644)
+    EventsFile(EventsFileConfig(path=str(path))).write([json.dumps({"kind": "x"})])
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.read_text().splitlines()[0] == '{"kind": "earlier"}'  # appended, not replaced
+
+
 def test_events_file_is_never_a_link_or_device(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("keep\n")

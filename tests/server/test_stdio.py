@@ -141,3 +141,37 @@ def test_every_byte_on_stdout_is_protocol_json(store_dir: Path, allowed: Path) -
         message = json.loads(line)
         assert message["jsonrpc"] == "2.0", line[:200]
         assert set(message) <= {"jsonrpc", "id", "result", "error", "method", "params"}
+
+
+def test_unreadable_lines_get_json_rpc_error_replies(store_dir: Path, allowed: Path) -> None:
+    """A line that is no JSON gets -32700, a request with `"params": "x"` gets -32600 with
+    its id (the SDK's transport logged both and answered nothing: the client hung), and the
+    session goes on answering."""
+    lines = [
+        "{not json",
+        json.dumps({"jsonrpc": "2.0", "id": 41, "method": "tools/list", "params": "x"}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized", "params": 7}),
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    ]  # fmt: skip
+    proc = subprocess.Popen(serve_command(store_dir, "--allow-dir", str(allowed)),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=server_env())  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(line + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    replies = []
+    try:
+        while not any(reply.get("id") == 2 for reply in replies):
+            line = proc.stdout.readline()
+            assert line, f"server closed stdout early: {proc.stderr.read().decode()[-2000:]}"
+            replies.append(json.loads(line))
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    errors = [reply for reply in replies if "error" in reply]
+    assert [(e["id"], e["error"]["code"]) for e in errors] == [(None, -32700), (41, -32600)]
+    assert any(reply.get("id") == 1 and "result" in reply for reply in replies)

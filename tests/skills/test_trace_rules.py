@@ -160,8 +160,13 @@ def test_published_gpu_job_devices_are_judged_from_the_trace():
 
 
 def input_bound_trace(path: Path, pid: int) -> Path:
-    """A one-rank trace of process ``pid``: 4 steps of 100 ms, 40 ms of each in DataLoader."""
-    events = []
+    """A one-rank trace of process ``pid``, a Python started as ``sys.executable`` (named, as
+    Kineto names it, by its program's file name): 4 steps of 100 ms, 40 ms of each in
+    DataLoader."""
+    name = Path(sys.executable).name
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+    ]
     for step in range(4):
         start = 1000.0 + step * 100_000
         events += [

@@ -41,7 +41,9 @@ def wp_diff(
     diff = state.cached((old, new, "diff"), lambda: diff_graphs(state.graph(old), state.graph(new)))
     findings = state.cached(
         (old, new, "findings"),
-        lambda: compare_findings(diagnosis(state, old), diagnosis(state, new)),
+        lambda: compare_findings(
+            diagnosis(state, old), diagnosis(state, new), (state.graph(old), state.graph(new))
+        ),
     )
     page = render_diff(
         diff, before_id=old, after_id=new, max_tokens=max_tokens, cursor=cursor,

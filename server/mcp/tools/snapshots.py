@@ -37,6 +37,9 @@ def wp_open(
     path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
     label: Annotated[str | None, Field(max_length=200)] = None,
     to: Annotated[str | None, Field(max_length=64, description="snapshot id a trace joins")] = None,
+    force_pid: Annotated[
+        bool, Field(description="`to`: join by pid even if name or start time differ")
+    ] = False,
 ) -> CallToolResult:
     from wp_mcp.graph import trace
     from wp_mcp.graph.formats import load_any
@@ -44,7 +47,7 @@ def wp_open(
     real = state.check_import_path(path)
     if to:
         ranks = trace.read_ranks([real], state.max_file_bytes)
-        graph = trace.join_copy(state.store.get(to), ranks)
+        graph = trace.join_copy(state.store.get(to), ranks, force_pid)
     else:
         graph = load_any(real, max_bytes=state.max_file_bytes)
     snapshot_id = state.put(graph, label or real.name)
