@@ -171,8 +171,12 @@ def _serve_http(
             f"--host {excerpt(host)} is not loopback: set a bearer token with --token-file or "
             f"${TOKEN_ENV}"
         )
+    listener = bind_listener(host, port)
+    # the bound port, not the asked one: --port 0 picks a free port a script must learn, and
+    # the Host check must know it (built from port 0 it refused every request with 421)
+    bound_port = listener.getsockname()[1]
     names = _host_names(host, extra_hosts)
-    addresses = sorted({f"{name}:{port}" for name in names} | names)
+    addresses = sorted({f"{name}:{bound_port}" for name in names} | names)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=addresses,
@@ -183,9 +187,6 @@ def _serve_http(
     app = server.streamable_http_app(transport_security=security, host=host, **sessions)
     if token:
         app = BearerAuth(app, token)
-    listener = bind_listener(host, port)
-    # the bound port, not the asked one: --port 0 picks a free port a script must learn
-    bound_port = listener.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     print(f"listening on http://{shown_host}:{bound_port}/mcp", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning")

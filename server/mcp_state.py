@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
 from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, excerpt
+from wp_mcp.graph.singleflight import SingleFlight
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -55,13 +56,28 @@ class _Lru:
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._flights = SingleFlight()
 
     def get_or_make(self, key: Hashable, make: Callable[[], T]) -> T:
+        found = self._get(key)
+        if found is not None:
+            return found[0]
+        # outside the lock: other keys stay servable while this one loads; concurrent misses
+        # of this key wait for the first caller's answer instead of computing one each
+        return self._flights.run(key, lambda: self._make(key, make))
+
+    def _get(self, key: Hashable) -> tuple[Any] | None:
         with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key][0]
-        value = make()  # outside the lock: other keys stay servable while this one loads
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return (self._items[key][0],)
+
+    def _make(self, key: Hashable, make: Callable[[], T]) -> T:
+        found = self._get(key)  # made meanwhile by a call that just finished
+        if found is not None:
+            return found[0]  # type: ignore[no-any-return]
+        value = make()
         weight = self._weigh(value)
         with self._lock:
             if key not in self._items:
