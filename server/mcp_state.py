@@ -109,6 +109,9 @@ class ServerState:
     store_path: str | Path | None = None
     allow_dirs: Sequence[str | Path] = ()
     max_file_mb: float = DEFAULT_MAX_FILE_MB
+    # stdio: the assistant started the server where its user works, so the cwd is allowed
+    # and relative paths are read from it; over HTTP neither (a daemon's cwd is its own)
+    allow_cwd: bool = True
     _store: Store | None = field(default=None, init=False, repr=False)
     _store_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _answers: _Lru = field(
@@ -241,7 +244,7 @@ class ServerState:
     def allowed_roots(self) -> list[Path]:
         cwd = Path.cwd()
         # Some clients (Claude Desktop) start servers in "/": that would allow every file.
-        roots = [] if cwd == Path(cwd.anchor) else [cwd]
+        roots = [] if cwd == Path(cwd.anchor) or not self.allow_cwd else [cwd]
         roots += [*map(Path, self.allow_dirs), self.store.path]
         resolved: list[Path] = []
         for root in roots:
@@ -260,6 +263,11 @@ class ServerState:
         """
         roots = self.allowed_roots()
         listed = ", ".join(str(r) for r in roots) or "(none)"
+        if not self.allow_cwd and not Path(path).expanduser().is_absolute():
+            raise UserError(
+                f"{excerpt(path, MAX_PATH_EXCERPT)} is relative: over HTTP give an absolute "
+                f"path below an allowed root ({listed})"
+            )
         real = _resolve(path)
         if real is None or not any(real == root or real.is_relative_to(root) for root in roots):
             raise UserError(
