@@ -64,13 +64,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if args.out:
         check_target(args.out)  # a refused --out is said before the window, not after it
+    result = sys.stdout
+    if args.cluster and args.cluster.startswith("ray"):
+        from .stdout_guard import stdout_for_result
+
+        result = stdout_for_result()  # Ray's own lines go to stderr, never before the id
     graph = _run(ctx, interactive=sys.stderr.isatty(), collect=_collector(args))
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
         native.dump(graph, args.out)
     snapshot_id = open_store(args).put(graph, label=args.label)
-    print(snapshot_id)
+    print(snapshot_id, file=result)
     return 0
 
 
