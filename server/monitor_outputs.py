@@ -163,7 +163,7 @@ class WebhookCounters:
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        families = {
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "sent": CounterMetricFamily("wp_webhook_sent", "events delivered", labels=["receiver"]),
             "failures": CounterMetricFamily("wp_webhook_failures", "delivery attempts that failed", labels=["receiver"]),
             "dropped": CounterMetricFamily("wp_webhook_dropped", "events given up (queue full, refused, left at a stop)", labels=["receiver"]),

@@ -139,7 +139,7 @@ class Outbound:
         """POST ``body`` as JSON within the deadline; the answer's status and the first
         ``max_response_bytes`` of its body. Raises one of ``ERRORS`` when there is none."""
         timeouts = dict.fromkeys(("connect", "read", "write", "pool"), self.deadline_s)
-        headers = {"Content-Type": "application/json", "User-Agent": "wp-mcp"}
+        headers = [("Content-Type", "application/json"), ("User-Agent", "wp-mcp")]
         self._backend.deadline.at = time.monotonic() + self.deadline_s
         try:
             with self._pool.stream(
