@@ -203,7 +203,7 @@ def _serve_http(
     add_picture_route(server, state, set(addresses))
     add_health_route(server)
     # the SDK's own limit only backs ours up: SessionLimit closes the oldest session first
-    limits = {**sessions, "max_sessions": 2 * sessions["max_sessions"]}
+    limits = {**sessions, "max_sessions": 2 * sessions["max_sessions"] + 1}
     app = server.streamable_http_app(transport_security=security, host=host, **limits)
     app = SessionLimit(app, sessions["max_sessions"])
     if token:

@@ -82,11 +82,11 @@ class SessionLimit:
                 self._used.pop(session, None)
             await self.app(scope, receive, send)
             return
-        if method == "POST":
-            while len(self._used) >= self.max_sessions:
-                oldest, _ = self._used.popitem(last=False)
-                await self._close(oldest, scope)
         await self.app(scope, receive, self._learning(send))
+        # only a session that was opened makes room: a refused request closes nothing
+        while len(self._used) > self.max_sessions:
+            oldest, _ = self._used.popitem(last=False)
+            await self._close(oldest, scope)
 
     def _learning(self, send: Any) -> Any:
         """``send`` that notes the session id a new session's answer carries."""

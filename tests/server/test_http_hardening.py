@@ -185,3 +185,47 @@ def test_idle_sessions_expire_and_their_places_go_to_new_ones(
         timeout=30,
     )
     assert gone.status_code == 404
+
+
+def test_a_refused_new_session_closes_no_open_one() -> None:
+    """SessionLimit makes room only once a session was opened (in-process, a fake app)."""
+    from wp_mcp.server.http_access import SessionLimit
+
+    closed: list[str] = []
+    made = iter(range(100))
+
+    async def app(scope: dict, receive: object, send) -> None:
+        headers = dict(scope["headers"])
+        if scope["method"] == "DELETE":
+            closed.append(headers[b"mcp-session-id"].decode())
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        elif headers.get(b"x-refuse"):
+            await send({"type": "http.response.start", "status": 400, "headers": []})
+        else:
+            session = f"s{next(made)}".encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"mcp-session-id", session)]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b""})
+
+    limit = SessionLimit(app, max_sessions=2)
+
+    async def post(*headers: tuple[bytes, bytes]) -> None:
+        scope = {"type": "http", "path": "/mcp", "method": "POST",
+                 "headers": [(b"host", b"127.0.0.1:1"), *headers]}  # fmt: skip
+
+        async def send(message: dict) -> None:
+            pass
+
+        await limit(scope, None, send)
+
+    async def scenario() -> None:
+        await post()
+        await post()
+        for _ in range(5):
+            await post((b"x-refuse", b"1"))
+        assert closed == [] and limit.open_sessions == 2
+        await post((b"mcp-session-id", b"s0"))  # s0 used: s1 is now the least recent
+        await post()
+        assert closed == ["s1"] and limit.open_sessions == 2
+
+    asyncio.run(scenario())
