@@ -142,6 +142,8 @@ class Webhook:
                     return False
             except ERRORS as exc:
                 self._failed(f"unreachable: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # an unusable URL (a bad port…): the sender never dies
+                self._failed(f"cannot send: {type(exc).__name__}: {exc}")
             self._stopped.wait(min(BACKOFF_CAP_S, 0.2 * 2**attempt))
             attempt = min(attempt + 1, 10)
             with self._wake:
