@@ -66,7 +66,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         check_target(args.out)  # a refused --out is said before the window, not after it
     result = sys.stdout
     if args.cluster and args.cluster.startswith("ray"):
-        from .stdout_guard import stdout_for_result
+        from wp_mcp.server.stdout_guard import stdout_for_result
 
         result = stdout_for_result()  # Ray's own lines go to stderr, never before the id
     graph = _run(ctx, interactive=sys.stderr.isatty(), collect=_collector(args))

@@ -178,8 +178,7 @@ def _serve_http(
     import anyio
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
-
-    from .http_access import SessionLimit, local_token
+    from wp_mcp.server.http_access import SessionLimit, local_token
 
     if not _is_loopback(host) and not token:
         raise UserError(

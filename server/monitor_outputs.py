@@ -25,11 +25,11 @@ from typing import IO, Any
 
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
+from wp_mcp.server.metrics_http import MetricsServer
+from wp_mcp.server.webhooks import DRAIN_S, Webhook, event_line
 
 from .config import Config, EventsFileConfig, WebhooksConfig, parse_bind
-from .metrics_http import MetricsServer
 from .monitor import FAMILIES
-from .webhooks import DRAIN_S, Webhook, event_line
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import WebhooksConfig
-from .outbound_http import ERRORS, Outbound
+from wp_mcp.server.config import WebhooksConfig
+from wp_mcp.server.outbound_http import ERRORS, Outbound
 
 log = logging.getLogger(__name__)
 
