@@ -14,7 +14,8 @@ most 10 % more than before the checks (compare with bench_graph.py's "native rea
 ``--parallel-hosts N`` (0: skipped) then stores a snapshot of N synthetic hosts (300: the
 ~72 MiB one of issue 32.1) and runs 1 and then 12 concurrent ``wp_layer fmt=json`` calls on
 it in a fresh server process (tests/server/parallel_reads.py): the 12 must peak ≤ 1.5× the
-one. Before one computation per cache key, 6 such calls peaked at 3.9 GB.
+one. Before one computation per cache key, 6 such calls peaked at 3.9 GB; with it, on this
+2-CPU VM: 1 call added 627 MiB in 24 s, 12 calls 629 MiB in 27 s.
 """
 
 from __future__ import annotations
