@@ -13,9 +13,9 @@ rank environment). So a bearer token is required on loopback too:
 
 Sessions: the SDK refuses every new session with 503 once ``max_sessions`` are open, so one
 client that never closes its sessions locked every other client out until they expired.
-``SessionLimit`` closes the least recently used session instead (the SDK's own DELETE, as
-a client ends one), so a new client is always let in, and a client that hoards sessions
-loses its oldest ones.
+``SessionLimit`` closes a session instead (the SDK's own DELETE, as a client ends one): the
+least recently used of the client (peer address) that holds the most, so a new client is
+always let in, and a client that hoards sessions loses its own oldest ones.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import contextlib
 import os
 import secrets
 import stat
-import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,8 @@ class SessionLimit:
     def __init__(self, app: Any, max_sessions: int) -> None:
         self.app = app
         self.max_sessions = max_sessions
-        self._used: OrderedDict[str, float] = OrderedDict()  # session id -> last request
+        # session id -> the client (its address) that opened it; least recently used first
+        self._used: OrderedDict[str, str] = OrderedDict()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("path") != MCP_PATH:
@@ -77,25 +77,32 @@ class SessionLimit:
         if session is not None:
             if session in self._used:
                 self._used.move_to_end(session)
-                self._used[session] = time.monotonic()
             if method == "DELETE":
                 self._used.pop(session, None)
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, self._learning(send))
+        await self.app(scope, receive, self._learning(send, _client(scope)))
         # only a session that was opened makes room: a refused request closes nothing
         while len(self._used) > self.max_sessions:
-            oldest, _ = self._used.popitem(last=False)
-            await self._close(oldest, scope)
+            await self._close(self._victim(), scope)
 
-    def _learning(self, send: Any) -> Any:
+    def _victim(self) -> str:
+        """The least recently used session of the client that holds the most: a client
+        that hoards sessions loses its own, not another client's."""
+        held = Counter(self._used.values())
+        most = max(held.values())
+        session = next(s for s, client in self._used.items() if held[client] == most)
+        del self._used[session]
+        return session
+
+    def _learning(self, send: Any, client: str) -> Any:
         """``send`` that notes the session id a new session's answer carries."""
 
         async def wrapped(message: dict) -> None:
             if message["type"] == "http.response.start":
                 for name, value in message.get("headers") or []:
                     if name.lower() == b"mcp-session-id":
-                        self._used[value.decode("latin-1")] = time.monotonic()
+                        self._used[value.decode("latin-1")] = client
             await send(message)
 
         return wrapped
@@ -118,6 +125,12 @@ class SessionLimit:
     @property
     def open_sessions(self) -> int:
         return len(self._used)
+
+
+def _client(scope: dict) -> str:
+    """Who opened a session: the peer's address (every local client shares 127.0.0.1)."""
+    peer = scope.get("client")
+    return str(peer[0]) if peer else "?"
 
 
 def _header(scope: dict, name: bytes) -> str | None:

@@ -209,8 +209,8 @@ def test_a_refused_new_session_closes_no_open_one() -> None:
 
     limit = SessionLimit(app, max_sessions=2)
 
-    async def post(*headers: tuple[bytes, bytes]) -> None:
-        scope = {"type": "http", "path": "/mcp", "method": "POST",
+    async def post(*headers: tuple[bytes, bytes], client: str = "10.0.0.1") -> None:
+        scope = {"type": "http", "path": "/mcp", "method": "POST", "client": (client, 5000),
                  "headers": [(b"host", b"127.0.0.1:1"), *headers]}  # fmt: skip
 
         async def send(message: dict) -> None:
@@ -227,5 +227,42 @@ def test_a_refused_new_session_closes_no_open_one() -> None:
         await post((b"mcp-session-id", b"s0"))  # s0 used: s1 is now the least recent
         await post()
         assert closed == ["s1"] and limit.open_sessions == 2
+
+    asyncio.run(scenario())
+
+
+def test_the_client_that_hoards_sessions_loses_its_own() -> None:
+    """Past the limit, the session closed is the least recent one of the client holding the
+    most: a client that opens sessions in a loop cannot push another one out."""
+    from wp_mcp.server.http_access import SessionLimit
+
+    closed: list[str] = []
+    made = iter(range(100))
+
+    async def app(scope: dict, receive: object, send) -> None:
+        if scope["method"] == "DELETE":
+            closed.append(dict(scope["headers"])[b"mcp-session-id"].decode())
+            headers = []
+        else:
+            headers = [(b"mcp-session-id", f"s{next(made)}".encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    limit = SessionLimit(app, max_sessions=4)
+
+    async def open_from(client: str) -> None:
+        scope = {"type": "http", "path": "/mcp", "method": "POST", "client": (client, 1),
+                 "headers": [(b"host", b"127.0.0.1:1")]}  # fmt: skip
+
+        async def send(message: dict) -> None:
+            pass
+
+        await limit(scope, None, send)
+
+    async def scenario() -> None:
+        await open_from("10.0.0.7")  # s0: the quiet client's one session, the oldest
+        for _ in range(10):
+            await open_from("10.0.0.9")  # s1… the hoarder's
+        assert "s0" not in closed and limit.open_sessions == 4
+        assert closed == [f"s{n}" for n in range(1, 8)]
 
     asyncio.run(scenario())
