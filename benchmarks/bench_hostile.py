@@ -10,6 +10,12 @@ sparse and costs no disk). Before the bounded reader (issue 11) the 5 MB gzip bo
 
 Targets: every refusal ≤ 1 s and ≤ 100 MiB above the baseline; a valid graph's read costs at
 most 10 % more than before the checks (compare with bench_graph.py's "native read").
+
+``--parallel-hosts N`` (0: skipped) then stores a snapshot of N synthetic hosts (300: the
+~72 MiB one of issue 32.1) and runs 1 and then 12 concurrent ``wp_layer fmt=json`` calls on
+it in a fresh server process (tests/server/parallel_reads.py): the 12 must peak ≤ 1.5× the
+one. Before one computation per cache key, 6 such calls peaked at 3.9 GB; with it, on this
+2-CPU VM: 1 call added 627 MiB in 24 s, 12 calls 629 MiB in 27 s.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import orjson
 OUT = Path(__file__).parent / "out"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # wp_synthetic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "server"))
 
 READ = r"""
 import sys, time
@@ -82,6 +89,7 @@ def main() -> None:
     parser.add_argument("--bomb-mib", type=float, default=5.0)
     parser.add_argument("--nul-mib", type=int, default=1000)
     parser.add_argument("--witty-mb", type=float, default=50.0)
+    parser.add_argument("--parallel-hosts", type=int, default=300)
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     cases = [
@@ -95,6 +103,24 @@ def main() -> None:
     for name, path in cases:
         seconds, peak, answer = measure(path)
         print(f"{name:28} {seconds:8.3f} {peak:9.0f}  {answer[:90]}")
+    if args.parallel_hosts:
+        parallel_reads(args.parallel_hosts)
+
+
+def parallel_reads(hosts: int) -> None:
+    import shutil
+
+    from parallel_reads import build_store, measure
+
+    store = OUT / f"parallel-{hosts}"
+    shutil.rmtree(store, ignore_errors=True)
+    small, big = build_store(store, hosts)
+    print(f"\n{'parallel reads, ' + str(hosts) + ' hosts':28} {'seconds':>8} {'added MiB':>9}")
+    for calls in (1, 12):
+        row = measure(store, small, big, calls)
+        errors = f"  errors: {row['errors'][:2]}" if row["errors"] else ""
+        print(f"{str(calls) + ' calls':28} {row['seconds']:8.2f} {row['added_mib']:9.0f}{errors}")
+    shutil.rmtree(store, ignore_errors=True)
 
 
 if __name__ == "__main__":

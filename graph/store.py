@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import UserError
 from .gcpause import release_frozen
+from .membudget import graph_cache_bytes
 from .outfile import describe_os_error, shown
 from .safetext import error_line, excerpt
 from .settings import env_number
+from .singleflight import SingleFlight
 
 if TYPE_CHECKING:  # the model (pydantic) loads only when a whole graph is read or written
     from .graph import Graph
@@ -56,7 +58,8 @@ def env_keep() -> float:
 # Graphs kept parsed in memory (views of one snapshot must not re-read it), bounded by what
 # they weigh: ~1.2 KB per node or edge once parsed and indexed (a 640-host cluster graph,
 # 1.6M of them, holds ~1.9 GB), so one such graph fits and a second evicts the oldest.
-_CACHE_BYTES = int(float(os.environ.get("WP_MCP_GRAPH_CACHE_MB", "2048")) * 2**20)
+# The budget is also at most a quarter of the memory this process may use (membudget.py).
+_CACHE_BYTES = graph_cache_bytes(os.environ.get("WP_MCP_GRAPH_CACHE_MB"))
 _BYTES_PER_ELEMENT = 1200
 # Below this much free space an I/O error is the disk being full: SQLite reports a full
 # disk met while mapping its shared-memory file as "disk I/O error".
@@ -240,6 +243,7 @@ class Store:
         self._cache: OrderedDict[str, tuple[Graph, int]] = OrderedDict()
         self._cache_bytes = 0
         self._cache_lock = _thread.allocate_lock()
+        self._loads = SingleFlight()
         self._pages_table: bool | None = None
         self._node_set_columns: set[str] | None = None
         db = self._connect()  # an unusable store is said now, not at the first read
@@ -486,11 +490,24 @@ class Store:
 
     def get(self, ref: str) -> Graph:
         snapshot_id = self.resolve(ref)
+        cached = self._cached(snapshot_id)
+        if cached is not None:
+            return cached
+        # concurrent misses of one snapshot wait for the first read, not read a copy each
+        return self._loads.run(snapshot_id, lambda: self._load(snapshot_id))
+
+    def _cached(self, snapshot_id: str) -> Graph | None:
         with self._cache_lock:
             cached = self._cache.get(snapshot_id)
-            if cached is not None:
-                self._cache.move_to_end(snapshot_id)
-                return cached[0]
+            if cached is None:
+                return None
+            self._cache.move_to_end(snapshot_id)
+            return cached[0]
+
+    def _load(self, snapshot_id: str) -> Graph:
+        cached = self._cached(snapshot_id)  # read meanwhile by a call that just finished
+        if cached is not None:
+            return cached
         row = (
             self._connect()
             .execute("SELECT data, nodes, edges FROM snapshots WHERE id=?", (snapshot_id,))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wp_mcp.graph import Graph, UserError, native
-from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
+from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES, MAX_GZIP_RATIO
 from wp_mcp.graph.redact import redact_graph, set_user_patterns, user_patterns
 from wp_mcp.graph.safetext import excerpt
 
@@ -49,6 +49,10 @@ POLL_S = 0.2
 CONNECT_TIMEOUT_S = 5.0
 TOKEN_PROBE_TIMEOUT_S = 30.0  # importing Ray in a child takes 0.6 s idle, more under load
 CHUNK_BYTES = 4 << 20  # per object in Ray's object store
+# Decompressed bytes every node's stream may hold at once, together (a stream is parsed, and
+# its bytes freed, as soon as it ends): one graph file's limit, not one per node.
+CLUSTER_RAW_BYTES = DEFAULT_MAX_BYTES
+_RATIO_FLOOR_BYTES = 16 << 10  # a small stream may inflate past the ratio (rawio's floor)
 CLOCK_SAMPLES = 3
 CLOCK_TIMEOUT_S = 5.0  # one reading; a node that cannot answer gets no clock entry
 
@@ -236,7 +240,8 @@ def _gather(ray: Any, pending: dict[Any, RayNode], ctx: Context, deadline: float
     """Take each node's chunks as they come; a node's graph is parsed when its stream ends."""
     graphs: dict[str, Graph] = {}
     missing: dict[str, str] = {}
-    streams = {stream: GraphStream(node.label) for stream, node in pending.items()}
+    budget = StreamBudget()
+    streams = {stream: GraphStream(node.label, budget=budget) for stream, node in pending.items()}
     while pending:
         if ctx.cancel.is_set():
             _cancel(ray, pending, missing, "collection was cancelled")
@@ -255,6 +260,7 @@ def _gather(ray: Any, pending: dict[Any, RayNode], ctx: Context, deadline: float
                 graphs[node.label] = streams[stream].graph()
                 ctx.report("cluster", node.label, "done")
             except Exception as exc:  # the node's failure, said in one line
+                streams[stream].release()
                 missing[node.label] = _failure(exc)
                 ctx.report("cluster", node.label, f"failed: {missing[node.label]}")
             del pending[stream]
@@ -278,27 +284,89 @@ def _failure(exc: BaseException) -> str:
     return excerpt(f"{type(cause).__name__}: {text[-1] if text else ''}", 160, quoted=False)
 
 
+class StreamBudget:
+    """What every node's stream of one collection may hold decompressed at once: a node
+    whose stream would pass it is refused (a hundred nodes cannot each hold the graph-file
+    limit at the same time). A stream's graph is parsed as soon as its last byte is in, and
+    its bytes are given back then."""
+
+    def __init__(self, limit: int = CLUSTER_RAW_BYTES) -> None:
+        self.limit, self.held = limit, 0
+
+    @property
+    def left(self) -> int:
+        return max(0, self.limit - self.held)
+
+
 class GraphStream:
     """One node's gzip-compressed graph, decompressed chunk by chunk as it arrives and
-    refused as soon as it passes the graph-file size limit (a node cannot make the driver
-    hold more than that)."""
+    refused as soon as it passes the graph-file size limit, inflates more than
+    ``MAX_GZIP_RATIO`` to one (a gzip bomb: 1.5 MB of zeros would be 2.2 GB), passes the
+    collection's ``StreamBudget``, or carries bytes after its end. Decompression is bounded
+    by all three before it happens, so a hostile node costs the driver at most a few MB
+    more than the budget it is refused at."""
 
-    def __init__(self, label: str, limit: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, label: str, limit: int = DEFAULT_MAX_BYTES,
+                 budget: StreamBudget | None = None) -> None:  # fmt: skip
         self.label, self.limit = label, limit
+        self.budget = budget if budget is not None else StreamBudget(limit)
         self.inflater = zlib.decompressobj(wbits=31)
         self.raw = bytearray()
+        self.consumed = 0  # compressed bytes decompressed so far
+        self._graph: Graph | None = None
 
     def feed(self, chunk: bytes) -> None:
-        self.raw += self.inflater.decompress(chunk, self.limit - len(self.raw) + 1)
-        if len(self.raw) > self.limit or self.inflater.unconsumed_tail:
+        try:
+            self._feed(chunk)
+        except BaseException:
+            self.release()
+            raise
+
+    def _feed(self, chunk: bytes) -> None:
+        data = chunk
+        while data and not self.inflater.eof:
+            room = min(self.limit - len(self.raw), self.budget.left, self._ratio_room())
+            out = self.inflater.decompress(data, max(room, 0) + 1)
+            self.consumed += len(data) - len(self.inflater.unconsumed_tail)
+            self.raw += out
+            self.budget.held += len(out)
+            self._check()
+            data = self.inflater.unconsumed_tail
+        if self.inflater.eof:
+            if data or self.inflater.unused_data:
+                raise UserError(f"the graph of {excerpt(self.label)} has data after its end")
+            self._parse()
+
+    def _ratio_room(self) -> int:
+        return MAX_GZIP_RATIO * max(self.consumed, _RATIO_FLOOR_BYTES) - len(self.raw)
+
+    def _check(self) -> None:
+        if len(self.raw) > self.limit:
             raise UserError(f"the graph of {excerpt(self.label)} is over the size limit "
                             "for graph files (WP_MCP_MAX_FILE_MB)")  # fmt: skip
+        if self._ratio_room() < 0:
+            raise UserError(f"the graph of {excerpt(self.label)} decompresses over "
+                            f"{MAX_GZIP_RATIO}:1, more than any graph does (a gzip bomb?)")  # fmt: skip
+        if self.budget.held > self.budget.limit:
+            raise UserError(f"the graph of {excerpt(self.label)} does not fit in what the "
+                            f"nodes' streams may hold at once ({self.budget.limit >> 20} MiB)")  # fmt: skip
+
+    def _parse(self) -> None:
+        try:
+            self._graph = native.loads(bytes(self.raw), origin=f"ray node {self.label}")
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Give the decompressed bytes (and their share of the budget) back."""
+        self.budget.held -= len(self.raw)
+        self.raw = bytearray()
 
     def graph(self) -> Graph:
-        self.raw += self.inflater.flush()
-        if not self.inflater.eof:
+        if self._graph is None:
+            self.release()
             raise UserError(f"the graph of {excerpt(self.label)} ended before its last chunk")
-        return native.loads(bytes(self.raw), origin=f"ray node {self.label}")
+        return self._graph
 
 
 # --------------------------------------------------------------------------- on each node

@@ -66,13 +66,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
         check_target(args.out)  # a refused --out is said before the window, not after it
     store = open_store(args)
     store.check_writable("cannot store the snapshot")  # likewise a read-only store
+    result = sys.stdout
+    if args.cluster and args.cluster.startswith("ray"):
+        from wp_mcp.server.cli.stdout_guard import stdout_for_result
+
+        result = stdout_for_result()  # Ray's own lines go to stderr, never before the id
     graph = _run(ctx, interactive=sys.stderr.isatty(), collect=_collector(args))
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
         native.dump(graph, args.out)
     snapshot_id = store.put(graph, label=args.label)
-    print(snapshot_id)
+    print(snapshot_id, file=result)
     return 0
 
 

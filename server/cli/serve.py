@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve the graph, views and skills to assistants over MCP",
         description=(
             "Run the wp-mcp MCP server. stdio is for assistants that spawn it (Claude Code, "
-            "Claude Desktop, IDEs); http serves streamable HTTP on loopback, or on another "
-            f"address only with a bearer token (--token-file, ${TOKEN_ENV} or --token)."
+            "Claude Desktop, IDEs); http serves streamable HTTP behind a bearer token "
+            f"(--token-file, ${TOKEN_ENV} or --token; on loopback without one, the server's "
+            "own, kept in the store's folder)."
         ),
     )
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
@@ -50,11 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--token", help="http: the bearer token itself (visible in `ps`: prefer --token-file)"
     )
     p.add_argument(
+        "--allow-local-users",
+        action="store_true",
+        help="http on loopback: no token; every local user may then use the server (and its rights)",
+    )
+    p.add_argument(
         "--max-sessions",
         type=int,
         default=DEFAULT_MAX_SESSIONS,
         metavar="N",
-        help=f"http: most sessions open at once; more are refused (default {DEFAULT_MAX_SESSIONS})",
+        help=f"http: most sessions open at once; a new one closes the least recently used (default {DEFAULT_MAX_SESSIONS})",
     )
     p.add_argument(
         "--session-idle-s",
@@ -100,8 +106,9 @@ def serve(args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             raise UserError(f"--allow-dir {excerpt(folder, MAX_PATH_EXCERPT)} is not a directory")
     state = ServerState(
-        store_path=args.store, allow_dirs=tuple(args.allow_dir), max_file_mb=args.max_file_mb
-    )
+        store_path=args.store, allow_dirs=tuple(args.allow_dir), max_file_mb=args.max_file_mb,
+        allow_cwd=args.transport == "stdio",  # a daemon's cwd is not its HTTP clients' folder
+    )  # fmt: skip
     server = build_server(state)
     if args.transport == "stdio":
         import anyio
@@ -111,7 +118,11 @@ def serve(args: argparse.Namespace) -> int:
         anyio.run(serve_stdio, server)
         return 0
     sessions = {"max_sessions": args.max_sessions, "session_idle_timeout": args.session_idle_s}
-    _serve_http(server, state, args.host, args.port, read_token(args), args.allow_host, sessions)
+    token = read_token(args)
+    if token is None and args.allow_local_users and not _is_loopback(args.host):
+        raise UserError("--allow-local-users is for loopback; off loopback set a token")
+    _serve_http(server, state, args.host, args.port, token, args.allow_host, sessions,
+                local_users=args.allow_local_users)  # fmt: skip
     return 0
 
 
@@ -164,19 +175,29 @@ def _serve_http(
     token: str | None,
     extra_hosts: list[str],
     sessions: dict[str, Any],
+    local_users: bool = False,
 ) -> None:
-    """Streamable HTTP with Host/Origin checks; a bearer token is required off loopback."""
+    """Streamable HTTP with Host/Origin checks behind a bearer token: the one given, else on
+    loopback the server's own (``http_access.local_token``), unless ``local_users``."""
     import anyio
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
+    from wp_mcp.server.mcp.http_access import SessionLimit, local_token
 
     if not _is_loopback(host) and not token:
         raise UserError(
             f"--host {excerpt(host)} is not loopback: set a bearer token with --token-file or "
             f"${TOKEN_ENV}"
         )
+    token_file = None
+    if not token and not local_users:
+        token, token_file = local_token(state.store.path)
+    listener = bind_listener(host, port)
+    # the bound port, not the asked one: --port 0 picks a free port a script must learn, and
+    # the Host check must know it (built from port 0 it refused every request with 421)
+    bound_port = listener.getsockname()[1]
     names = _host_names(host, extra_hosts)
-    addresses = sorted({f"{name}:{port}" for name in names} | names)
+    addresses = sorted({f"{name}:{bound_port}" for name in names} | names)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=addresses,
@@ -184,14 +205,17 @@ def _serve_http(
     )
     add_picture_route(server, state, set(addresses))
     add_health_route(server)
-    app = server.streamable_http_app(transport_security=security, host=host, **sessions)
+    # the SDK's own limit only backs ours up: SessionLimit closes the oldest session first
+    limits = {**sessions, "max_sessions": 2 * sessions["max_sessions"] + 1}
+    app = server.streamable_http_app(transport_security=security, host=host, **limits)
+    app = SessionLimit(app, sessions["max_sessions"])
     if token:
         app = BearerAuth(app, token)
-    listener = bind_listener(host, port)
-    # the bound port, not the asked one: --port 0 picks a free port a script must learn
-    bound_port = listener.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     print(f"listening on http://{shown_host}:{bound_port}/mcp", file=sys.stderr, flush=True)
+    if token_file is not None:
+        print(f"bearer token: the first line of {token_file} (Authorization: Bearer …)",
+              file=sys.stderr, flush=True)  # fmt: skip
     config = uvicorn.Config(app, log_level="warning")
     anyio.run(uvicorn.Server(config).serve, [listener])
 

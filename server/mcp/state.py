@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.rawio import DEFAULT_MAX_BYTES
 from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, excerpt
+from wp_mcp.graph.singleflight import SingleFlight
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
@@ -55,13 +56,28 @@ class _Lru:
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._flights = SingleFlight()
 
     def get_or_make(self, key: Hashable, make: Callable[[], T]) -> T:
+        found = self._get(key)
+        if found is not None:
+            return found[0]
+        # outside the lock: other keys stay servable while this one loads; concurrent misses
+        # of this key wait for the first caller's answer instead of computing one each
+        return self._flights.run(key, lambda: self._make(key, make))
+
+    def _get(self, key: Hashable) -> tuple[Any] | None:
         with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key][0]
-        value = make()  # outside the lock: other keys stay servable while this one loads
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return (self._items[key][0],)
+
+    def _make(self, key: Hashable, make: Callable[[], T]) -> T:
+        found = self._get(key)  # made meanwhile by a call that just finished
+        if found is not None:
+            return found[0]  # type: ignore[no-any-return]
+        value = make()
         weight = self._weigh(value)
         with self._lock:
             if key not in self._items:
@@ -93,6 +109,9 @@ class ServerState:
     store_path: str | Path | None = None
     allow_dirs: Sequence[str | Path] = ()
     max_file_mb: float = DEFAULT_MAX_FILE_MB
+    # stdio: the assistant started the server where its user works, so the cwd is allowed
+    # and relative paths are read from it; over HTTP neither (a daemon's cwd is its own)
+    allow_cwd: bool = True
     _store: Store | None = field(default=None, init=False, repr=False)
     _store_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _answers: _Lru = field(
@@ -225,7 +244,7 @@ class ServerState:
     def allowed_roots(self) -> list[Path]:
         cwd = Path.cwd()
         # Some clients (Claude Desktop) start servers in "/": that would allow every file.
-        roots = [] if cwd == Path(cwd.anchor) else [cwd]
+        roots = [] if cwd == Path(cwd.anchor) or not self.allow_cwd else [cwd]
         roots += [*map(Path, self.allow_dirs), self.store.path]
         resolved: list[Path] = []
         for root in roots:
@@ -244,6 +263,11 @@ class ServerState:
         """
         roots = self.allowed_roots()
         listed = ", ".join(str(r) for r in roots) or "(none)"
+        if not self.allow_cwd and not Path(path).expanduser().is_absolute():
+            raise UserError(
+                f"{excerpt(path, MAX_PATH_EXCERPT)} is relative: over HTTP give an absolute "
+                f"path below an allowed root ({listed})"
+            )
         real = _resolve(path)
         if real is None or not any(real == root or real.is_relative_to(root) for root in roots):
             raise UserError(

@@ -3,9 +3,9 @@
 - **stdout**: one JSON object per line per event (`wp-mcp monitor | jq`);
 - **events file**: the same lines appended to a file, rotated beyond a size (`.1`, `.2`…);
 - **webhooks**: each event POSTed as JSON to each URL by one sender thread per URL, in
-  order, with a timeout and back-off: a receiver that is down or slow is waited for, and
-  costs at most ``queue`` events of memory (the oldest are dropped, and counted), never a
-  stalled cycle; one that answers with an HTTP error gets ``retries`` more tries;
+  order, with a total deadline and back-off (``webhooks.py``): a receiver that is down or
+  slow is waited for, and costs at most ``queue`` events of memory, never a stalled cycle;
+  a stop delivers what is queued first; delivery counts are on ``/metrics``;
 - **Prometheus**: `/metrics` on a loopback address (prometheus-client, a registry of our own).
 
 Event text comes from the host (process names, rule titles quoting them): JSON escapes
@@ -14,22 +14,20 @@ every control character, so a line can never be forged.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
 import logging
 import os
 import stat
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
+from wp_mcp.server.monitoring.metrics_http import MetricsServer
+from wp_mcp.server.monitoring.webhooks import DRAIN_S, Webhook, event_line
 
 from ..config import Config, EventsFileConfig, WebhooksConfig, parse_bind
 from .monitor import FAMILIES
@@ -37,11 +35,7 @@ from .monitor import FAMILIES
 log = logging.getLogger(__name__)
 
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-_BACKOFF_CAP_S = 30.0
-
-
-def event_line(event: dict[str, Any]) -> str:
-    return json.dumps(event, ensure_ascii=True, sort_keys=True, default=str)
+__all__ = ["EventsFile", "Metrics", "Outputs", "Webhook", "event_line"]
 
 
 class EventsFile:
@@ -94,88 +88,12 @@ def _reason(exc: Exception) -> str:
     return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
 
 
-class Webhook:
-    """One receiver: a bounded queue and a daemon thread that POSTs, retrying with back-off."""
-
-    def __init__(self, url: str, config: WebhooksConfig) -> None:
-        self.url = url
-        self.config = config
-        self.queue: collections.deque[bytes] = collections.deque(maxlen=config.queue)
-        self.dropped = 0  # events lost: pushed out of a full queue, or refused `retries` times
-        self.sent = 0
-        self.failures = 0  # attempts that failed (down, slow, or an HTTP error)
-        self._wake = threading.Condition()
-        self._stopped = threading.Event()  # the back-off sleeps on it, not on new events
-        self._thread = threading.Thread(target=self._run, name="wp-mcp-webhook", daemon=True)
-        self._thread.start()
-
-    def put(self, event: dict[str, Any]) -> None:
-        with self._wake:
-            if len(self.queue) == self.queue.maxlen:
-                self.dropped += 1  # the deque drops the oldest itself
-            self.queue.append(event_line(event).encode())
-            self._wake.notify()
-
-    def close(self) -> None:
-        with self._wake:
-            self._stopped.set()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self.queue and not self._stopped.is_set():
-                    self._wake.wait()
-                if self._stopped.is_set():
-                    return
-                body = self.queue[0]
-            delivered = self._deliver(body)
-            with self._wake:
-                if self.queue and self.queue[0] is body:
-                    self.queue.popleft()
-                self.sent += delivered
-
-    def _deliver(self, body: bytes) -> bool:
-        """True once delivered; False once the receiver refused it ``retries`` more times
-        (an HTTP error: the next event goes on) or it was pushed out of the queue. A receiver that is down or too slow is waited
-        for with back-off as long as it takes: the bounded queue is what limits memory."""
-        refused = attempt = 0
-        while not self._stopped.is_set():
-            try:
-                self._post(body)
-                return True
-            except urllib.error.HTTPError as exc:
-                self.failures += 1
-                refused += 1
-                if refused > self.config.retries:
-                    log.warning("webhook %s: gave up on one event: HTTP %s", self.url, exc.code)
-                    with self._wake:
-                        self.dropped += 1
-                    return False
-            except (OSError, urllib.error.URLError) as exc:
-                self.failures += 1
-                log.info("webhook %s: unreachable: %s", self.url, exc)
-            self._stopped.wait(min(_BACKOFF_CAP_S, 0.2 * 2**attempt))
-            attempt = min(attempt + 1, 10)
-            with self._wake:
-                if not self.queue or self.queue[0] is not body:
-                    return False  # pushed out of the full queue meanwhile (and counted)
-        return False
-
-    def _post(self, body: bytes) -> None:
-        request = urllib.request.Request(
-            self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-            response.read()  # errors (4xx, 5xx) raise HTTPError
-
-
 class Metrics:
     """`/metrics` for Prometheus: findings, per-rank and per-flow metrics, collector
     durations and statuses, snapshot age, cycles, events and missed deadlines."""
 
-    def __init__(self, bind: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+    def __init__(self, bind: str, webhooks: Callable[[], list[Webhook]] = list) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.registry = registry = CollectorRegistry()
         self.finding = Gauge("wp_finding", "1 per current finding",
@@ -193,12 +111,18 @@ class Metrics:
               registry=registry).set_function(self._age)  # fmt: skip
         self.cycles = Counter("wp_monitor_cycles", "cycles stored", registry=registry)
         self.events = Counter("wp_monitor_events", "events by kind", ["kind"], registry=registry)
+        registry.register(WebhookCounters(webhooks))
         host, port = parse_bind(bind)
         try:
-            self.server, _ = start_http_server(port, addr=host, registry=registry)
+            self.server = MetricsServer(host, port, self._exposition)
         except OSError as exc:
             raise UserError(f"cannot serve /metrics on {bind}: {describe_os_error(exc)}") from None
         self.port = self.server.server_port
+
+    def _exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     def _age(self) -> float:
         return time.time() - self.last_snapshot if self.last_snapshot else float("nan")
@@ -233,6 +157,29 @@ class Metrics:
         self.server.server_close()
 
 
+class WebhookCounters:
+    """Each receiver's delivery counts, read when /metrics is scraped; a receiver is
+    labelled by its scheme, host and port (its path and query may hold a secret)."""
+
+    def __init__(self, webhooks: Callable[[], list[Webhook]]) -> None:
+        self._webhooks = webhooks
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "sent": CounterMetricFamily("wp_webhook_sent", "events delivered", labels=["receiver"]),
+            "failures": CounterMetricFamily("wp_webhook_failures", "delivery attempts that failed", labels=["receiver"]),
+            "dropped": CounterMetricFamily("wp_webhook_dropped", "events given up (queue full, refused, left at a stop)", labels=["receiver"]),
+            "queued": GaugeMetricFamily("wp_webhook_queued", "events waiting to be delivered", labels=["receiver"]),
+        }  # fmt: skip
+        for index, hook in enumerate(self._webhooks()):
+            label = f"{index}:{hook.shown}"  # two URLs on one host stay apart
+            for name, value in hook.stats().items():
+                families[name].add_metric([label], value)
+        return list(families.values())
+
+
 class Outputs:
     """Every output the config switches on; the monitor calls ``cycle`` and ``events``."""
 
@@ -254,7 +201,7 @@ class Outputs:
             self.metrics.close()
             self.metrics = None
         if bind is not None and self.metrics is None:
-            self.metrics = Metrics(bind)
+            self.metrics = Metrics(bind, lambda: self.webhooks)
         self._metrics_bind = bind
         self.webhooks = self._webhooks(out.webhooks)
 
@@ -267,11 +214,11 @@ class Outputs:
             hook = running.pop(url, None)
             if hook is None or hook.config != config:
                 if hook is not None:
-                    hook.close()
+                    hook.close(drain_s=0)
                 hook = Webhook(url, config)
             hooks.append(hook)
         for hook in running.values():
-            hook.close()
+            hook.close(drain_s=0)  # a receiver the config dropped gets nothing more
         return hooks
 
     def cycle(self, cycle: Any) -> None:
@@ -296,7 +243,12 @@ class Outputs:
             self.metrics.count(events)
 
     def close(self) -> None:
+        """Deliver what the webhooks hold (all of them together, within ``DRAIN_S``), then
+        stop every output."""
         for hook in self.webhooks:
-            hook.close()
+            hook.drain()
+        deadline = time.monotonic() + DRAIN_S
+        for hook in self.webhooks:
+            hook.close(drain_s=deadline - time.monotonic())
         if self.metrics is not None:
             self.metrics.close()

@@ -125,32 +125,40 @@ def open_session(port: int) -> httpx2.Response:
     )
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+def ping(port: int, session: str) -> int:
+    """The status a request in ``session`` gets: 200 while it is open, 404 once closed."""
+    return httpx2.post(
+        f"http://127.0.0.1:{port}/mcp",
+        json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        headers={
+            "Authorization": f"Bearer {TOKEN}",
+            "Accept": "application/json, text/event-stream",
+            "mcp-session-id": session,
+        },
+        timeout=30,
+    ).status_code
 
 
 @pytest.mark.parametrize("capped_server", [(20, 600)], indirect=True)
-def test_sessions_never_closed_are_capped_and_a_closed_one_frees_its_place(
+def test_sessions_never_closed_are_capped_and_never_lock_a_new_client_out(
     capped_server: tuple[int, int],
 ) -> None:
-    port, pid = capped_server
-    admitted = [open_session(port) for _ in range(20)]
-    assert [r.status_code for r in admitted] == [200] * 20
-    before = rss_kib(pid)
-    refused = [open_session(port).status_code for _ in range(300)]
-    after = rss_kib(pid)
-    print(f"20 sessions open, 300 more refused: RSS {before} KiB -> {after} KiB")
-    assert refused == [503] * 300  # the 300 extra sessions hold nothing
-    session = admitted[0].headers["mcp-session-id"]
+    """A client that opens sessions and never closes them loses its oldest ones; a new
+    client is always let in (the SDK alone answered 503 to everyone for 10 minutes)."""
+    port, _ = capped_server
+    opened = [open_session(port) for _ in range(320)]
+    assert [r.status_code for r in opened] == [200] * 320
+    sessions = [r.headers["mcp-session-id"] for r in opened]
+    assert [ping(port, s) for s in sessions[-20:]] == [200] * 20  # the 20 most recent
+    assert [ping(port, s) for s in sessions[:20]] == [404] * 20  # closed for them
+    session = sessions[-1]
     closed = httpx2.delete(
         f"http://127.0.0.1:{port}/mcp",
         headers={"Authorization": f"Bearer {TOKEN}", "mcp-session-id": session},
     )
     assert closed.status_code == 200
     assert open_session(port).status_code == 200
+    assert ping(port, sessions[-2]) == 200  # a freed place: nobody else was closed
 
 
 @pytest.mark.parametrize("capped_server", [(2, 1)], indirect=True)
@@ -177,3 +185,84 @@ def test_idle_sessions_expire_and_their_places_go_to_new_ones(
         timeout=30,
     )
     assert gone.status_code == 404
+
+
+def test_a_refused_new_session_closes_no_open_one() -> None:
+    """SessionLimit makes room only once a session was opened (in-process, a fake app)."""
+    from wp_mcp.server.mcp.http_access import SessionLimit
+
+    closed: list[str] = []
+    made = iter(range(100))
+
+    async def app(scope: dict, receive: object, send) -> None:
+        headers = dict(scope["headers"])
+        if scope["method"] == "DELETE":
+            closed.append(headers[b"mcp-session-id"].decode())
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        elif headers.get(b"x-refuse"):
+            await send({"type": "http.response.start", "status": 400, "headers": []})
+        else:
+            session = f"s{next(made)}".encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"mcp-session-id", session)]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b""})
+
+    limit = SessionLimit(app, max_sessions=2)
+
+    async def post(*headers: tuple[bytes, bytes], client: str = "10.0.0.1") -> None:
+        scope = {"type": "http", "path": "/mcp", "method": "POST", "client": (client, 5000),
+                 "headers": [(b"host", b"127.0.0.1:1"), *headers]}  # fmt: skip
+
+        async def send(message: dict) -> None:
+            pass
+
+        await limit(scope, None, send)
+
+    async def scenario() -> None:
+        await post()
+        await post()
+        for _ in range(5):
+            await post((b"x-refuse", b"1"))
+        assert closed == [] and limit.open_sessions == 2
+        await post((b"mcp-session-id", b"s0"))  # s0 used: s1 is now the least recent
+        await post()
+        assert closed == ["s1"] and limit.open_sessions == 2
+
+    asyncio.run(scenario())
+
+
+def test_the_client_that_hoards_sessions_loses_its_own() -> None:
+    """Past the limit, the session closed is the least recent one of the client holding the
+    most: a client that opens sessions in a loop cannot push another one out."""
+    from wp_mcp.server.mcp.http_access import SessionLimit
+
+    closed: list[str] = []
+    made = iter(range(100))
+
+    async def app(scope: dict, receive: object, send) -> None:
+        if scope["method"] == "DELETE":
+            closed.append(dict(scope["headers"])[b"mcp-session-id"].decode())
+            headers = []
+        else:
+            headers = [(b"mcp-session-id", f"s{next(made)}".encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    limit = SessionLimit(app, max_sessions=4)
+
+    async def open_from(client: str) -> None:
+        scope = {"type": "http", "path": "/mcp", "method": "POST", "client": (client, 1),
+                 "headers": [(b"host", b"127.0.0.1:1")]}  # fmt: skip
+
+        async def send(message: dict) -> None:
+            pass
+
+        await limit(scope, None, send)
+
+    async def scenario() -> None:
+        await open_from("10.0.0.7")  # s0: the quiet client's one session, the oldest
+        for _ in range(10):
+            await open_from("10.0.0.9")  # s1… the hoarder's
+        assert "s0" not in closed and limit.open_sessions == 4
+        assert closed == [f"s{n}" for n in range(1, 8)]
+
+    asyncio.run(scenario())

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from server_helpers import serve_command, server_env
 
 from wp_mcp import __version__
@@ -55,6 +57,19 @@ def test_the_listening_line_names_the_bound_port_and_the_health_probe_needs_no_t
     health = httpx2.get(f"http://127.0.0.1:{served_port}/healthz", timeout=30)
     assert health.status_code == 200
     assert health.json() == {"status": "ok", "server": "wp-mcp", "version": __version__}
+
+
+@pytest.mark.anyio
+async def test_a_server_on_port_0_answers_tools_list(served_port: int) -> None:
+    """The Host check knows the port the listener got (built from 0 it answered 421)."""
+    url = f"http://127.0.0.1:{served_port}/mcp"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        tools = await client.list_tools()
+    assert any(tool.name == "wp_snapshots" for tool in tools.tools)
 
 
 def test_the_health_probe_opens_nothing_else_without_the_token(served_port: int) -> None:

@@ -231,3 +231,15 @@ def test_a_reload_the_outputs_refuse_keeps_the_running_config(
     kinds = [json.loads(line)["kind"] for line in stdout.getvalue().splitlines()]
     assert kinds[0] == "config.rejected" and "finding.appeared" in kinds
     assert monitor.config is running and outputs.metrics is None
+
+
+def test_an_unusable_url_is_said_and_its_sender_keeps_running(caplog) -> None:
+    hook = Webhook("http://127.0.0.1:99999/events", WebhooksConfig(timeout_s=0.3))
+    try:
+        with caplog.at_level("WARNING"):
+            hook.put({"kind": "x"})
+            wait_for(lambda: hook.failures >= 2, "two failed attempts")
+        assert hook._thread.is_alive()
+        assert "cannot send: ValueError" in caplog.text
+    finally:
+        hook.close(drain_s=0)
