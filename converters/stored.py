@@ -14,16 +14,20 @@ its text and cursors are identical (tests/graph/test_store_entities.py).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import orjson
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, wrap_trusted
-from wp_mcp.graph.store import ID_FRAME, NAME_FRAME
+from wp_mcp.graph.native import element_dumps
+from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.graph.store import EdgeRow, NodeRow, Store
 
 from . import render_view
 from .index import carry_fingerprint, index_for
+from .pages import keep_pages, walk
 from .render import Page
 from .search import (
     COUNT_CAP,
@@ -34,28 +38,18 @@ from .search import (
     rank,
     searched_values,
 )
+from .show_path import entity_view
 from .text import word
 
-if TYPE_CHECKING:
-    from wp_mcp.graph.store import Store
+log = logging.getLogger(__name__)
 
-
-class IndexedNode(NamedTuple):
-    """A node's row of the node index: its id and record, and what a search compares,
-    lower-cased as converters/search.py lower-cases it: the id, the name and the rest of the
-    searchable text (:func:`~.search.haystack` is the id, the name and the rest), each framed
-    (the id by ``ID_FRAME``, the name by ``NAME_FRAME``, the rest by line breaks): a query
-    without a frame finds where the id or the name starts and ends, and every character of a
-    column is inside one of its trigrams."""
-
-    id: str
-    key: str
-    name: str
-    other: str
-    record: bytes
-
-
-EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, dst, record)
+# A node's row (graph/store/index.py NodeRow) holds what a search compares, lower-cased as
+# converters/search.py lower-cases it: the id, the name and the rest of the searchable text
+# (:func:`~.search.haystack` is the id, the name and the rest), each framed (the id by
+# ``ID_FRAME``, the name by ``NAME_FRAME``, the rest by line breaks): a query without a frame
+# finds where the id or the name starts and ends, and every character of a column is inside
+# one of its trigrams.
+ID_FRAME, NAME_FRAME = "\x01", "\x02"
 _NO_IDS: list[str] = []  # what an empty query finds (never changed)
 # Needles of fewer characters have no trigram of their own: the index's are looked up
 TRIGRAM = 3
@@ -65,10 +59,26 @@ TRIGRAM = 3
 _UNQUERIED = frozenset((ID_FRAME, NAME_FRAME, "\x00"))
 
 
-def index_rows(graph: Graph) -> tuple[str, list[IndexedNode], Iterator[EdgeRow]]:
-    """The whole graph's fingerprint and the rows of its node index."""
-    from wp_mcp.graph.native import element_dumps  # only to build: an answer reads rows
+def build_node_index(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """Store the rows an entity or a search of this snapshot reads instead of the graph
+    (unless the current format's are stored already)."""
+    if store.read_only or store.index.fingerprint(snapshot_id) is not None:
+        return
+    store.index.write(snapshot_id, *index_rows(graph))
 
+
+def build_node_index_quietly(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """:func:`build_node_index` for a caller that has its answer already: an index that
+    cannot be built (a full disk, a host string SQLite cannot hold) is logged, and entities
+    and searches of the snapshot are answered from the graph."""
+    try:
+        build_node_index(store, snapshot_id, graph)
+    except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
+        log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+
+
+def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
+    """The whole graph's fingerprint and the rows of its node index."""
     nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
     edges = (
         (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
@@ -76,14 +86,14 @@ def index_rows(graph: Graph) -> tuple[str, list[IndexedNode], Iterator[EdgeRow]]
     return index_for(graph).fingerprint, nodes, edges
 
 
-def _indexed(node: Node, record: bytes) -> IndexedNode:
+def _indexed(node: Node, record: bytes) -> NodeRow:
     name, others = searched_values(node)
     lower_name = name_key(node)
     other = "\n".join(others).lower()
     cut = None if name is None else name.lower()  # the name as the haystack holds it
     if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
         other = f"{cut}\n{other}"
-    return IndexedNode(
+    return NodeRow(
         node.id,
         f"{ID_FRAME}{node.id.lower()}{ID_FRAME}",
         f"{NAME_FRAME}{lower_name}{NAME_FRAME}",
@@ -105,7 +115,7 @@ def entity_page(
     )
 
 
-def entity_pages(
+def store_entity_pages(
     store: Store,
     snapshot_id: str,
     entity: str,
@@ -114,23 +124,30 @@ def entity_pages(
     budget: int,
     count: int,
     cursor: str | None = None,
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``count`` pages of an entity's view from ``cursor`` on, rendered from its node
-    index's part once (converters/pages.py ``walk``): what ``Store.keep_entity_pages``
-    stores."""
-    from .pages import walk
-
+) -> None:
+    """Store ``count`` pages of an entity's view from ``cursor`` on, rendered from its node
+    index's part once: the next call of any of them reads its row as a view's stored page
+    is read (converters/show_path.py), without the index's rows or the token encoder."""
     part = _entity_part(store, snapshot_id, entity, depth)
-    if part is None:
-        return iter(())
+    if part is None or store.read_only:
+        return
     options = {"entity": entity, "depth": depth}
-    return walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
+    pages = walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
+    keep_pages(store, snapshot_id, (entity_view(entity, depth), fmt, budget), pages)
+
+
+def store_entity_pages_quietly(store: Store, snapshot_id: str, entity: str, *args: Any) -> None:
+    """:func:`store_entity_pages` after the answer is out: a failure is logged."""
+    try:
+        store_entity_pages(store, snapshot_id, entity, *args)
+    except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
+        log.warning("pages of entity %s not stored: %s", excerpt(entity), error_line(exc))
 
 
 def _entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
     """The part of the graph an entity's pages show, carrying the whole graph's fingerprint
     (so its cursors are the whole graph's); None when the snapshot has no node index."""
-    fingerprint = store.node_index(snapshot_id)
+    fingerprint = store.index.fingerprint(snapshot_id)
     if fingerprint is None:
         return None
     part = _neighbourhood(store, snapshot_id, entity, depth)
@@ -146,11 +163,11 @@ def search_page(
     with a line break inside (it can match across two values of the searchable text, which
     the index keeps apart: the graph answers it)."""
     needle = needle_of(query)
-    if "\n" in needle or store.node_index(snapshot_id) is None:
+    if "\n" in needle or store.index.fingerprint(snapshot_id) is None:
         return None
     limit = clamp_limit(limit)
     total, best = _found(store, snapshot_id, needle, limit)
-    by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, best))}
+    by_id = {node.id: node for node in _nodes(store.index.node_records(snapshot_id, best))}
     # the label a snapshot's pages carry (render.snapshot_label with a snapshot id)
     snap = word(snapshot_id, 40)
     return found_page(query, [by_id[node_id] for node_id in best], total, max_tokens, snap)
@@ -162,14 +179,15 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
     if not needle or not _encodable(needle):
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         return 0, _NO_IDS
-    if not _UNQUERIED.isdisjoint(needle) or not store.has_search_index(snapshot_id):
-        return store.search_scan(snapshot_id, needle, limit, COUNT_CAP + 1)  # see its doc
+    if not _UNQUERIED.isdisjoint(needle) or not store.index.has_search_index(snapshot_id):
+        return store.index.search_scan(snapshot_id, needle, limit, COUNT_CAP + 1)  # see its doc
     tiers = _tiers(store, snapshot_id, needle)
-    total = store.search_count(snapshot_id, tiers[-1][1], COUNT_CAP + 1) if tiers[-1][1] else 0
+    last = tiers[-1][1]
+    total = store.index.search_count(snapshot_id, last, COUNT_CAP + 1) if last else 0
     best: list[str] = []
     for place, match in tiers if total else ():
         # each tier's candidates in id order: the first `limit` of that rank are its best
-        for node_id, name in store.search_matches(snapshot_id, match) if match else ():
+        for node_id, name in store.index.search_matches(snapshot_id, match) if match else ():
             found = rank(node_id, name, needle, "")  # "": any match at all is a rank 4 one
             if (4 if found is None else found) == place:
                 best.append(node_id)
@@ -207,7 +225,7 @@ def _holding(store: Store, snapshot_id: str, text: str) -> str:
     leading frame is at the column's start: those start with it)."""
     if len(text) >= TRIGRAM:
         return _phrase(text)
-    grams = store.search_trigrams(snapshot_id, text, 0 if text[0] in _UNQUERIED else 1)
+    grams = store.index.search_trigrams(snapshot_id, text, 0 if text[0] in _UNQUERIED else 1)
     return " OR ".join(_phrase(gram) for gram in grams)
 
 
@@ -232,7 +250,7 @@ def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> G
     ring = [entity]
     edges: dict[int, tuple[str, str, bytes]] = {}
     for _hop in range(2 if depth == 2 else 1):
-        found = store.edge_records(snapshot_id, ring)
+        found = store.index.edge_records(snapshot_id, ring)
         edges.update(found)
         ring = []
         for src, dst, _data in found.values():
@@ -240,7 +258,7 @@ def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> G
                 if end not in node_ids:
                     node_ids.add(end)
                     ring.append(end)
-    return _graph(store.node_records(snapshot_id, sorted(node_ids)), edges)
+    return _graph(store.index.node_records(snapshot_id, sorted(node_ids)), edges)
 
 
 def _graph(node_records: list[bytes], edges: dict[int, tuple[str, str, bytes]]) -> Graph:

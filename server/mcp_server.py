@@ -246,10 +246,11 @@ OVERVIEW_RENDER_ELEMENTS = 5_000
 
 def _overview_summary(state: ServerState, snapshot_id: str, graph: Any) -> str:
     """The snapshot's summary, stored or cheap to render; else where to read it soon."""
+    from wp_mcp.converters.pages import stored_page
     from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS
 
     # the summary is one page of at most 300 tokens: the stored one is the one asked for
-    stored = state.store.page(snapshot_id, "summary", max_tokens=DEFAULT_MAX_TOKENS)
+    stored = stored_page(state.store, snapshot_id, "summary", max_tokens=DEFAULT_MAX_TOKENS)
     if stored is not None:
         return stored.text
     if len(graph.nodes) + graph.edge_count <= OVERVIEW_RENDER_ELEMENTS:

@@ -138,11 +138,12 @@ class ServerState:
     def render(self, ref: str, view: str, **options: Any) -> tuple[Any, str]:
         """One page of a view of a stored snapshot and the snapshot's id: the stored page
         when there is one (read from its row), else rendered from the graph and cached."""
+        from wp_mcp.converters.pages import stored_page
         from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS
 
         snapshot_id = self.resolve_snapshot(ref)
         options.setdefault("max_tokens", DEFAULT_MAX_TOKENS)  # render_view's default
-        stored = self.store.page(snapshot_id, view, **options)
+        stored = stored_page(self.store, snapshot_id, view, **options)
         if stored is not None:
             return stored, snapshot_id
         key = (snapshot_id, view, tuple(sorted((k, repr(v)) for k, v in options.items())))
@@ -188,7 +189,7 @@ class ServerState:
 
     def put(self, graph: Graph, label: str | None) -> str:
         """Store a graph and answer at once; its pages are built in the background."""
-        snapshot_id = self.store.put(graph, label=label, pages=False)
+        snapshot_id = self.store.put(graph, label=label)
         self.warm(snapshot_id, graph)
         return snapshot_id
 
@@ -203,10 +204,13 @@ class ServerState:
                 return running
 
             def build() -> None:
+                from wp_mcp.converters.pages import build_pages_quietly
+                from wp_mcp.converters.stored import build_node_index_quietly
+
                 try:
-                    self.store.build_pages_quietly(snapshot_id, graph)
-                    self.store.build_node_index_quietly(snapshot_id, graph)
-                    self.store.build_pages_quietly(snapshot_id, graph, limit=None)
+                    build_pages_quietly(self.store, snapshot_id, graph)
+                    build_node_index_quietly(self.store, snapshot_id, graph)
+                    build_pages_quietly(self.store, snapshot_id, graph, limit=None)
                 finally:
                     self.store.remember(snapshot_id, graph)  # entities, filters: no re-read
                     self._fresh.pop(snapshot_id, None)
