@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wp_mcp.graph.blake import blake2b
 from wp_mcp.graph.gcpause import cyclic_gc_paused
@@ -20,8 +20,9 @@ from wp_mcp.graph.safetext import escape
 
 from . import cursor as cursors
 from . import filters as filtering
-from .catalog import SPECIAL, VIEWS  # noqa: F401 (pages.py imports VIEWS from here)
+from .catalog import SPECIAL
 from .cursor import CursorState, ViewError
+from .entity import entity_items
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Form, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
@@ -33,9 +34,7 @@ from .tokens import (
     count_tokens,
     tokens_at_most,
 )
-
-if TYPE_CHECKING:
-    from .views import View
+from .views import View, names, view_named
 
 # Up to this many items, every page boundary is computed so the header's "page k/n" is
 # exact; above it n is estimated from the current page (and marked "~").
@@ -94,9 +93,7 @@ def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
 
 
 def check_request(view: str, fmt: str) -> None:
-    if view not in SPECIAL and _view(view) is None:
-        from .views import names
-
+    if view not in SPECIAL and view_named(view) is None:
         raise ViewError(
             f"unknown view {escape(str(view), 40)}; views: {', '.join(names())} (start with summary)"
         )
@@ -129,23 +126,13 @@ def view_items(
 
 def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> list[Item]:
     if view == "entity":
-        from .entity import entity_items
-
         return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
     return index.items(view, _registered(view).build)
 
 
-def _view(name: str) -> View | None:
-    """The view ``name`` (its module alone imported: a page of the entity view, its own
-    module and the only one many fresh processes show, loads none of them)."""
-    from .views import view_named
-
-    return view_named(name)
-
-
 def _registered(name: str) -> View:
-    """The view ``name``, which ``check_request`` found."""
-    found = _view(name)
+    """The view ``name``, which ``check_request`` found (its module alone imported)."""
+    found = view_named(name)
     if found is None:
         raise ViewError(f"unknown view {escape(str(name), 40)}")
     return found

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from wp_fresh import fresh_python
-from wp_mcp.converters import render_view, search
+from wp_mcp.converters import render_view, search, show_path
 from wp_mcp.converters.pages import build_pages, page_record, stored_page
 from wp_mcp.converters.stored import build_node_index
 from wp_mcp.graph import witty
@@ -41,13 +41,12 @@ HEAVY = {"pydantic", "tiktoken", "wp_mcp.graph.model", "wp_mcp.converters.render
 # datetime; the row is read with json), dataclasses, logging (it logs nothing), hashlib,
 # shutil (argparse measures the terminal only to write help).
 NOT_FOR_A_STORED_PAGE = {"orjson", "dataclasses", "logging", "hashlib", "_hashlib", "shutil"}
-# What a small witty file's page needs none of: logging, a trace's code and statistics, OpenSSL
-# (blake2b is hashlib's own _blake2), shutil, msgspec (a file under 2 MiB is parsed whole),
-# the other views' modules, the diagrams' and the skills' code.
+# What a small witty file's page needs none of: msgspec (a file under 2 MiB is parsed whole),
+# a trace's code, the other views' modules, the diagrams' and the skills' code.
 NOT_FOR_A_SMALL_FILE = {
-    "logging", "statistics", "hashlib", "_hashlib", "shutil", "msgspec", "wp_mcp.graph.trace",
-    "wp_mcp.converters.views.memory", "wp_mcp.converters.views.network",
-    "wp_mcp.converters.cluster", "wp_mcp.converters.picture", "wp_mcp.skills",
+    "msgspec", "wp_mcp.graph.trace", "wp_mcp.converters.views.memory",
+    "wp_mcp.converters.views.network", "wp_mcp.converters.cluster", "wp_mcp.converters.picture",
+    "wp_mcp.skills",
 }  # fmt: skip
 
 
@@ -77,6 +76,17 @@ def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder
         assert out == page.text + "\n"
         assert not HEAVY & loaded, sorted(HEAVY & loaded)
         assert not NOT_FOR_A_STORED_PAGE & loaded, sorted(NOT_FOR_A_STORED_PAGE & loaded)
+
+
+def test_the_show_paths_rules_are_written_in_its_module_and_in_contributing():
+    """The rules this file checks are where the next engineer reads them: at the top of the
+    one module they govern, and in CONTRIBUTING's section that names it."""
+    guide = (Path(__file__).resolve().parents[2] / "CONTRIBUTING.md").read_text()
+    section = guide.split("## Speed rules: the show path", 1)[1].split("\n## ", 1)[0]
+    assert "`converters/show_path.py`" in section
+    for module in sorted(NOT_FOR_A_STORED_PAGE - {"_hashlib"}):
+        assert f"``{module}``" in show_path.__doc__, module
+        assert f"`{module}`" in section, module
 
 
 def test_the_first_show_of_a_view_renders_it_and_stores_its_pages_for_the_next(store_dir):
