@@ -37,8 +37,12 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from bench_graph import OUT, ensure_cluster, ensure_witty  # noqa: E402
 from bench_mcp import RawClient  # noqa: E402
-from wp_mcp.converters.pages import STORED_VIEWS, build_pages, stored_page  # noqa: E402
-from wp_mcp.converters.stored import build_node_index  # noqa: E402
+from wp_mcp.converters.pages import (  # noqa: E402
+    STORED_VIEWS,
+    build_node_index,  # noqa: E402
+    build_pages,
+    stored_page,
+)
 from wp_mcp.graph import native, witty  # noqa: E402
 from wp_mcp.graph.store import Store  # noqa: E402
 from wp_testdata import WITTY_GRAPH  # noqa: E402

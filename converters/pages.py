@@ -1,4 +1,5 @@
-"""Pages rendered once per stored snapshot, and served from the store ever after.
+"""What the converters hand to the store: pages rendered once per stored snapshot (served
+from the store ever after) and the rows of its node index (read by converters/stored.py).
 
 A stored snapshot never changes, so every page a caller can ask for without filters is
 known once it is stored: the summary, then each view followed from its first page through
@@ -28,13 +29,18 @@ from typing import Any
 
 import orjson
 from wp_mcp.graph.graph import Graph
-from wp_mcp.graph.safetext import error_line
-from wp_mcp.graph.store import Store
+from wp_mcp.graph.model import Node
+from wp_mcp.graph.native import element_dumps
+from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.graph.store import EdgeRow, NodeRow, Store
 
 from . import render_view
 from .catalog import VIEWS
+from .index import index_for
 from .render import Page
-from .show_path import page_fields, page_key
+from .search import name_key, searched_values
+from .show_path import entity_view, page_fields, page_key
+from .stored import ID_FRAME, NAME_FRAME, entity_part
 from .tokens import DEFAULT_MAX_TOKENS
 
 log = logging.getLogger(__name__)
@@ -154,3 +160,87 @@ def page_record(page: Page) -> dict[str, Any]:
 def encoded(page: Page) -> bytes:
     """The row of a page (converters/show_path.py :func:`~.show_path.page_fields` reads it)."""
     return zlib.compress(orjson.dumps(page_record(page)), 1)
+
+
+# ---------------------------------------------------------------------- node index
+
+
+def build_node_index(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """Store the rows an entity or a search of this snapshot reads instead of the graph
+    (unless the current format's are stored already)."""
+    if store.read_only or store.index.fingerprint(snapshot_id) is not None:
+        return
+    store.index.write(snapshot_id, *index_rows(graph))
+
+
+def build_node_index_quietly(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """:func:`build_node_index` for a caller that has its answer already: an index that
+    cannot be built (a full disk, a host string SQLite cannot hold) is logged, and entities
+    and searches of the snapshot are answered from the graph."""
+    try:
+        build_node_index(store, snapshot_id, graph)
+    except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
+        log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
+
+
+def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
+    """The whole graph's fingerprint and the rows of its node index."""
+    nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
+    edges = (
+        (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
+    )
+    return index_for(graph).fingerprint, nodes, edges
+
+
+def _indexed(node: Node, record: bytes) -> NodeRow:
+    name, others = searched_values(node)
+    lower_name = name_key(node)
+    other = "\n".join(others).lower()
+    cut = None if name is None else name.lower()  # the name as the haystack holds it
+    if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
+        other = f"{cut}\n{other}"
+    return NodeRow(
+        node.id,
+        f"{ID_FRAME}{node.id.lower()}{ID_FRAME}",
+        f"{NAME_FRAME}{lower_name}{NAME_FRAME}",
+        f"\n{other}\n",
+        record,
+    )
+
+
+def store_entity_pages(
+    store: Store,
+    snapshot_id: str,
+    entity: str,
+    depth: int,
+    fmt: str,
+    budget: int,
+    count: int,
+    cursor: str | None = None,
+) -> None:
+    """Store ``count`` pages of an entity's view from ``cursor`` on, rendered from its node
+    index's part once: the next call of any of them reads its row as a view's stored page
+    is read (converters/show_path.py), without the index's rows or the token encoder."""
+    part = entity_part(store, snapshot_id, entity, depth)
+    if part is None or store.read_only:
+        return
+    options = {"entity": entity, "depth": depth}
+    pages = walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
+    keep_pages(store, snapshot_id, (entity_view(entity, depth), fmt, budget), pages)
+
+
+def store_entity_pages_quietly(
+    store: Store,
+    snapshot_id: str,
+    entity: str,
+    depth: int,
+    fmt: str,
+    budget: int,
+    count: int,
+    cursor: str | None = None,
+) -> None:
+    """:func:`store_entity_pages` after the answer is out: a failure is logged."""
+    try:
+        store_entity_pages(store, snapshot_id, entity, depth, fmt, budget, count, cursor)
+    except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
+        log.warning("pages of entity %s not stored: %s", excerpt(entity), error_line(exc))

@@ -4,44 +4,30 @@ An entity page shows one node, its attributes and its edges with their neighbour
 2, the neighbours' edges and their other ends too); a search compares the query with each
 node's id, name and searchable text. Neither needs the rest of the graph, so the store keeps
 per snapshot one row per node (its record), one per node's name and searchable text, and one
-per edge (its record, found by either end, with its place in the graph's order). They are
-built the first time an entity or a search of the snapshot is answered from the graph (or by
-the MCP server's background build). An answer then reads only the rows it shows: the node,
-its edges and neighbours, or the matching rows; it builds that small part of the graph and
-renders it with the same code as the whole graph, carrying the whole graph's fingerprint, so
-its text and cursors are identical (tests/graph/test_store_entities.py).
+per edge (its record, found by either end, with its place in the graph's order): this
+converters/pages.py makes them (``build_node_index``), graph/store/index.py keeps and
+searches them, and this module reads them. They are built the first time an entity or a search of the snapshot is answered from
+the graph (or by the MCP server's background build). An answer then reads only the rows it
+shows: the node, its edges and neighbours, or the matching rows; it builds that small part
+of the graph and renders it with the same code as the whole graph, carrying the whole
+graph's fingerprint, so its text and cursors are identical (tests/graph/
+test_store_entities.py).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, wrap_trusted
-from wp_mcp.graph.native import element_dumps
-from wp_mcp.graph.safetext import error_line, excerpt
-from wp_mcp.graph.store import EdgeRow, NodeRow, Store
+from wp_mcp.graph.store import Store
 
 from . import render_view
-from .index import carry_fingerprint, index_for
-from .pages import keep_pages, walk
+from .index import carry_fingerprint
 from .render import Page
-from .search import (
-    COUNT_CAP,
-    clamp_limit,
-    found_page,
-    name_key,
-    needle_of,
-    rank,
-    searched_values,
-)
-from .show_path import entity_view
+from .search import COUNT_CAP, clamp_limit, found_page, needle_of, rank
 from .text import word
-
-log = logging.getLogger(__name__)
 
 # A node's row (graph/store/index.py NodeRow) holds what a search compares, lower-cased as
 # converters/search.py lower-cases it: the id, the name and the rest of the searchable text
@@ -59,55 +45,12 @@ TRIGRAM = 3
 _UNQUERIED = frozenset((ID_FRAME, NAME_FRAME, "\x00"))
 
 
-def build_node_index(store: Store, snapshot_id: str, graph: Graph) -> None:
-    """Store the rows an entity or a search of this snapshot reads instead of the graph
-    (unless the current format's are stored already)."""
-    if store.read_only or store.index.fingerprint(snapshot_id) is not None:
-        return
-    store.index.write(snapshot_id, *index_rows(graph))
-
-
-def build_node_index_quietly(store: Store, snapshot_id: str, graph: Graph) -> None:
-    """:func:`build_node_index` for a caller that has its answer already: an index that
-    cannot be built (a full disk, a host string SQLite cannot hold) is logged, and entities
-    and searches of the snapshot are answered from the graph."""
-    try:
-        build_node_index(store, snapshot_id, graph)
-    except Exception as exc:  # noqa: BLE001 - the snapshot is stored; this is a cache
-        log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
-
-
-def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
-    """The whole graph's fingerprint and the rows of its node index."""
-    nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
-    edges = (
-        (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
-    )
-    return index_for(graph).fingerprint, nodes, edges
-
-
-def _indexed(node: Node, record: bytes) -> NodeRow:
-    name, others = searched_values(node)
-    lower_name = name_key(node)
-    other = "\n".join(others).lower()
-    cut = None if name is None else name.lower()  # the name as the haystack holds it
-    if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
-        other = f"{cut}\n{other}"
-    return NodeRow(
-        node.id,
-        f"{ID_FRAME}{node.id.lower()}{ID_FRAME}",
-        f"{NAME_FRAME}{lower_name}{NAME_FRAME}",
-        f"\n{other}\n",
-        record,
-    )
-
-
 def entity_page(
     store: Store, snapshot_id: str, entity: Any, depth: Any, **options: Any
 ) -> Page | None:
     """``render_view(graph, "entity", ...)`` of the stored snapshot, read from its node
     index; None when the snapshot has none yet (the caller renders from the graph)."""
-    part = _entity_part(store, snapshot_id, entity, depth)
+    part = entity_part(store, snapshot_id, entity, depth)
     if part is None:
         return None
     return render_view(
@@ -115,36 +58,7 @@ def entity_page(
     )
 
 
-def store_entity_pages(
-    store: Store,
-    snapshot_id: str,
-    entity: str,
-    depth: int,
-    fmt: str,
-    budget: int,
-    count: int,
-    cursor: str | None = None,
-) -> None:
-    """Store ``count`` pages of an entity's view from ``cursor`` on, rendered from its node
-    index's part once: the next call of any of them reads its row as a view's stored page
-    is read (converters/show_path.py), without the index's rows or the token encoder."""
-    part = _entity_part(store, snapshot_id, entity, depth)
-    if part is None or store.read_only:
-        return
-    options = {"entity": entity, "depth": depth}
-    pages = walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
-    keep_pages(store, snapshot_id, (entity_view(entity, depth), fmt, budget), pages)
-
-
-def store_entity_pages_quietly(store: Store, snapshot_id: str, entity: str, *args: Any) -> None:
-    """:func:`store_entity_pages` after the answer is out: a failure is logged."""
-    try:
-        store_entity_pages(store, snapshot_id, entity, *args)
-    except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
-        log.warning("pages of entity %s not stored: %s", excerpt(entity), error_line(exc))
-
-
-def _entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
+def entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
     """The part of the graph an entity's pages show, carrying the whole graph's fingerprint
     (so its cursors are the whole graph's); None when the snapshot has no node index."""
     fingerprint = store.index.fingerprint(snapshot_id)

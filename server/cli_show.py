@@ -157,7 +157,7 @@ def _store_for_next_time(args: argparse.Namespace, graph: Graph, snapshot_id: st
     """After the answer is out: store what answers the next such call without the graph."""
     configure_logging(args.verbose)  # storing may warn
     if args.search is not None or args.view == "entity":
-        from wp_mcp.converters.stored import build_node_index_quietly
+        from wp_mcp.converters.pages import build_node_index_quietly
         from wp_mcp.graph.store import Store
 
         if not args.out:
@@ -172,7 +172,7 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
     budget in bytes): store its pages, which the next call of any of them reads as a view's
     stored page, without the node index's rows or the encoder (a page laid out from its
     bytes costs no more than that to answer again, so none is stored for it)."""
-    from wp_mcp.converters.stored import store_entity_pages_quietly
+    from wp_mcp.converters.pages import store_entity_pages_quietly
     from wp_mcp.graph.store import Store
 
     if not args.out:

@@ -199,8 +199,7 @@ class ServerState:
                 return running
 
             def build() -> None:
-                from wp_mcp.converters.pages import build_pages_quietly
-                from wp_mcp.converters.stored import build_node_index_quietly
+                from wp_mcp.converters.pages import build_node_index_quietly, build_pages_quietly
 
                 try:
                     build_pages_quietly(self.store, snapshot_id, graph)

@@ -14,9 +14,9 @@ import sqlite3
 import orjson
 import pytest
 from wp_mcp.converters import ViewError, render_view, search
-from wp_mcp.converters.pages import page_record
+from wp_mcp.converters.pages import build_node_index, page_record
 from wp_mcp.converters.search import COUNT_CAP
-from wp_mcp.converters.stored import build_node_index, entity_page, search_page
+from wp_mcp.converters.stored import entity_page, search_page
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
 from wp_synthetic import cluster_graph, scaled_capture

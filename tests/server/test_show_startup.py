@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from wp_fresh import fresh_python
 from wp_mcp.converters import render_view, search, show_path
-from wp_mcp.converters.pages import build_pages, page_record, stored_page
-from wp_mcp.converters.stored import build_node_index
+from wp_mcp.converters.pages import build_node_index, build_pages, page_record, stored_page
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
 from wp_testdata import WITTY_GRAPH
