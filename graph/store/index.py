@@ -45,24 +45,20 @@ EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, ds
 EdgeRecords = dict[int, tuple[str, str, bytes]]  # position → (src, dst, record)
 
 
-@dataclass(frozen=True)
 class IndexTables:
     """The tables of one snapshot's node index: node records by id, edge records by
     position (indexed by either end), the searched text of each node by position in id
-    order, and the full-text index of that text (FTS5, its content read from ``text``)."""
+    order, the full-text index of that text (FTS5, its content read from ``text``) and the
+    search index's trigrams, which a needle of one or two characters reads."""
 
-    nodes: str
-    edges: str
-    text: str
-    search: str
-    grams: str  # the search index's trigrams, which a needle of one or two characters reads
-
-    @classmethod
-    def of(cls, snapshot_id: str) -> IndexTables:
+    def __init__(self, snapshot_id: str) -> None:
         if not snapshot_id.isascii() or not snapshot_id.isalnum():  # ours: "s" and hex digits
             raise UserError(f"not a snapshot id: {excerpt(snapshot_id, 40)}")
-        parts = ("nodes", "edges", "text", "search", "grams")
-        return cls(*(f"ni_{part}_{snapshot_id}" for part in parts))
+        self.nodes = f"ni_nodes_{snapshot_id}"
+        self.edges = f"ni_edges_{snapshot_id}"
+        self.text = f"ni_text_{snapshot_id}"
+        self.search = f"ni_search_{snapshot_id}"
+        self.grams = f"ni_grams_{snapshot_id}"
 
 
 class NodeIndex:
@@ -93,7 +89,7 @@ class NodeIndex:
             if db.execute(query, (snapshot_id, NODE_INDEX_FORMAT)).fetchone():
                 return
             drop_node_index(db, snapshot_id)  # an earlier format's, or a build cut short
-            _write_index(db, IndexTables.of(snapshot_id), nodes, edges)
+            _write_index(db, IndexTables(snapshot_id), nodes, edges)
             db.execute(
                 "INSERT INTO node_sets VALUES (?,?,?)",
                 (snapshot_id, fingerprint, NODE_INDEX_FORMAT),
@@ -106,13 +102,13 @@ class NodeIndex:
 
     def node_records(self, snapshot_id: str, node_ids: Sequence[str]) -> list[bytes]:
         """The stored records of the nodes with these ids (those that exist)."""
-        table = IndexTables.of(snapshot_id).nodes
+        table = IndexTables(snapshot_id).nodes
         rows = self._rows_in(f"SELECT id, data FROM {table}", "id", node_ids)
         return [_whole(data, _node_head(node_id)) for node_id, data in rows]
 
     def edge_records(self, snapshot_id: str, node_ids: Sequence[str]) -> EdgeRecords:
         """Every edge from or to these nodes."""
-        tables = IndexTables.of(snapshot_id)
+        tables = IndexTables(snapshot_id)
         query = f"SELECT pos FROM {tables.nodes}"
         places = [pos for (pos,) in self._rows_in(query, "id", node_ids)]
         rows: dict[int, tuple[int, int, bytes]] = {}
@@ -145,13 +141,13 @@ class NodeIndex:
     def has_search_index(self, snapshot_id: str) -> bool:
         """Whether the snapshot's node index has its full-text index (not when a searched
         text holds a NUL); without it a search scans every row (:meth:`search_scan`)."""
-        return self._db.has_table(IndexTables.of(snapshot_id).search)
+        return self._db.has_table(IndexTables(snapshot_id).search)
 
     def search_count(self, snapshot_id: str, match: str, cap: int) -> int:
         """How many nodes the full-text query ``match`` finds, up to ``cap``: FTS5 with the
         trigram tokenizer, case-sensitive, over the columns ``key``, ``name`` and ``other``,
         counted in the index without reading the rows."""
-        table = IndexTables.of(snapshot_id).search
+        table = IndexTables(snapshot_id).search
         with self._db.errors("cannot search the node index"):
             query = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
             return int(self._db.connect().execute(query, (match, cap)).fetchone()[0])
@@ -159,7 +155,7 @@ class NodeIndex:
     def search_trigrams(self, snapshot_id: str, text: str, at: int) -> list[str]:
         """The trigrams of the snapshot's search index that hold ``text`` (one or two
         characters) at offset ``at``."""
-        table = IndexTables.of(snapshot_id).grams
+        table = IndexTables(snapshot_id).grams
         query = f"SELECT gram FROM {table} WHERE instr(CAST(gram AS BLOB), ?) > 0"
         with self._db.errors("cannot search the node index"):
             rows = self._db.connect().execute(query, (text.encode(),)).fetchall()
@@ -168,7 +164,7 @@ class NodeIndex:
     def search_matches(self, snapshot_id: str, match: str) -> Iterator[tuple[str, str]]:
         """The nodes ``match`` finds in id order, read as they are asked for: (id, lower-cased
         name)."""
-        tables = IndexTables.of(snapshot_id)
+        tables = IndexTables(snapshot_id)
         query = (
             f"SELECT t.id, t.key, t.name FROM {tables.search} AS s JOIN {tables.text} AS t "
             f"ON t.pos = s.rowid WHERE {tables.search} MATCH ? ORDER BY s.rowid"
@@ -187,7 +183,7 @@ class NodeIndex:
         index). Ranked as converters/search.py ranks: the id itself, an id starting or ending
         with it, the name itself, in the name, elsewhere; then by id (the rows are stored in
         id order). Compared as UTF-8 bytes, so that a NUL in a string ends nothing."""
-        table = IndexTables.of(snapshot_id).text
+        table = IndexTables(snapshot_id).text
         # the id and the name unframed (the needle may hold a frame); the rest is framed by
         # line breaks, which the needle does not hold
         rows = f"""FROM (SELECT pos, id, key,
@@ -217,7 +213,7 @@ class NodeIndex:
 
 def drop_node_index(db: sqlite3.Connection, snapshot_id: str) -> None:
     """A snapshot's node index, of any format."""
-    tables = IndexTables.of(snapshot_id)
+    tables = IndexTables(snapshot_id)
     for table in (tables.search, tables.text, tables.edges, tables.nodes, tables.grams):
         db.execute(f"DROP TABLE IF EXISTS {table}")
     for table in ("node_sets", "node_rows", "search_keys", "edge_rows"):
