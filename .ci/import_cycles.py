@@ -20,7 +20,6 @@ import grimp
 PACKAGE = "wp_mcp"
 
 KNOWN = {
-    frozenset({"wp_mcp.graph.store", "wp_mcp.converters.stored"}),
     frozenset({"wp_mcp.graph.witty", "wp_mcp.graph.witty_decode"}),
 }
 

@@ -37,7 +37,12 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from bench_graph import OUT, ensure_cluster, ensure_witty  # noqa: E402
 from bench_mcp import RawClient  # noqa: E402
-from wp_mcp.converters.pages import STORED_VIEWS  # noqa: E402
+from wp_mcp.converters.pages import (  # noqa: E402
+    STORED_VIEWS,
+    build_node_index,  # noqa: E402
+    build_pages,
+    stored_page,
+)
 from wp_mcp.graph import native, witty  # noqa: E402
 from wp_mcp.graph.store import Store  # noqa: E402
 from wp_testdata import WITTY_GRAPH  # noqa: E402
@@ -60,18 +65,18 @@ def stored_snapshot(store: Store, label: str, load: Callable) -> tuple[str, str]
     """The snapshot labelled ``label`` (stored now if missing) and a line about storing it."""
     for info in store.list():
         if info.label == label:
-            if store.node_index(info.id) is None:  # stored by a version without node indexes
-                store.build_node_index(info.id, store.get(info.id))
+            if store.index.fingerprint(info.id) is None:  # stored without a node index
+                build_node_index(store, info.id, store.get(info.id))
             return info.id, "stored earlier (--rebuild to time the store)"
     graph = load()
     started = time.perf_counter()
-    snapshot_id = store.put(graph, label=label, pages=False)
+    snapshot_id = store.put(graph, label=label)
     put_s = time.perf_counter() - started
     started = time.perf_counter()
-    store.build_pages(snapshot_id, graph)
+    build_pages(store, snapshot_id, graph)
     pages_s = time.perf_counter() - started
     started = time.perf_counter()
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     index_s = time.perf_counter() - started
     return snapshot_id, (
         f"put {put_s:.2f} s; built later: first pages {pages_s:.2f} s, node index {index_s:.2f} s"
@@ -79,7 +84,7 @@ def stored_snapshot(store: Store, label: str, load: Callable) -> tuple[str, str]
 
 
 def sizes(store: Store, snapshot_id: str) -> tuple[int, int, int]:
-    db = store._connect()
+    db = store.db.connect()
     graph_bytes = store.info(snapshot_id).size
     count, page_bytes = db.execute(
         "SELECT count(*), coalesce(sum(length(data)), 0) FROM pages WHERE snapshot_id=?",
@@ -104,7 +109,7 @@ READ = (
     "    print(time.process_time() - started)\n"
     "else:\n"
     "    query = 'SELECT data FROM snapshots WHERE id=?'\n"
-    "    blob = store._connect().execute(query, (snapshot_id,)).fetchone()[0]\n"
+    "    blob = store.db.connect().execute(query, (snapshot_id,)).fetchone()[0]\n"
     "    started = time.process_time()\n"
     "    document = trusted.stored_document(blob)\n"
     "    inflate = time.process_time() - started\n"
@@ -177,7 +182,7 @@ def floor(runs: int) -> tuple[float, float]:
 
 def sample_entity(store: Store, snapshot_id: str) -> tuple[str, str]:
     """An entity to show (the first of the compute view) and a query that finds it."""
-    first = store.page(snapshot_id, "compute", max_tokens=4000)
+    first = stored_page(store, snapshot_id, "compute", max_tokens=4000)
     entity = first.ids[0] if first and first.ids else "host"
     return entity, entity.rsplit(":", 1)[-1]
 
@@ -185,7 +190,7 @@ def sample_entity(store: Store, snapshot_id: str) -> tuple[str, str]:
 def cli_rows(store: Store, snapshot_id: str, runs: int) -> list[tuple[str, float, float, float]]:
     rows = []
     for view in STORED_VIEWS:
-        page = store.page(snapshot_id, view, max_tokens=4000)
+        page = stored_page(store, snapshot_id, view, max_tokens=4000)
         rows.append((f"{view} p1", *fresh_cli(["show", snapshot_id, "--view", view], runs)))
         if page is not None and page.next_cursor:
             args = ["show", snapshot_id, "--view", view, "--cursor", page.next_cursor]
@@ -205,7 +210,7 @@ def in_process_ms(snapshot_id: str) -> list[float]:
     for view in STORED_VIEWS:
         store = Store(STORE)
         started = time.perf_counter()
-        page = store.page(snapshot_id, view, max_tokens=4000)
+        page = stored_page(store, snapshot_id, view, max_tokens=4000)
         times.append((time.perf_counter() - started) * 1000)
         assert page is not None, view
         store.close()
@@ -237,7 +242,7 @@ def index_mb(store: Store, snapshot_id: str) -> float:
     """The node index's size: its tables and their indexes (SQLite's dbstat)."""
     query = "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE ?"
     try:
-        return store._connect().execute(query, (f"ni_%{snapshot_id}%",)).fetchone()[0] / 1e6
+        return store.db.connect().execute(query, (f"ni_%{snapshot_id}%",)).fetchone()[0] / 1e6
     except sqlite3.OperationalError:  # an SQLite built without dbstat
         return float("nan")
 

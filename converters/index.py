@@ -6,7 +6,7 @@ grows. Paging then only slices a list and renders the lines it shows.
 
 from __future__ import annotations
 
-import _thread  # threading's own locks; importing threading costs ~1 ms
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -32,10 +32,9 @@ class ViewIndex:
         self.layouts: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
         self.search_haystacks: list[tuple[Any, str]] | None = None  # built by search()
         self.summary_layers: dict[str, dict[str, Any]] | None = None  # built by the summary
-        self.parts: OrderedDict[tuple[Any, ...], Graph] = (
-            OrderedDict()
-        )  # host drill-downs (cluster.py)
-        self._lock = _thread.RLock()
+        # host drill-downs (cluster.py)
+        self.parts: OrderedDict[tuple[Any, ...], Graph] = OrderedDict()
+        self._lock = threading.RLock()
 
     def items(self, view: str, build: Callable[[Facts], list[Item]]) -> list[Item]:
         with self._lock:
@@ -75,7 +74,7 @@ class ViewIndex:
 # module-level cache (even a weak-keyed one, whose values would keep their keys alive) would
 # keep every graph ever viewed. As an attribute, graph and index go away together.
 _ATTRIBUTE = "_wp_view_index"
-_INDEXES_LOCK = _thread.allocate_lock()
+_INDEXES_LOCK = threading.Lock()
 
 
 def index_for(graph: Graph) -> ViewIndex:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wp_mcp.graph.blake import blake2b
 from wp_mcp.graph.gcpause import cyclic_gc_paused
@@ -20,8 +20,9 @@ from wp_mcp.graph.safetext import escape
 
 from . import cursor as cursors
 from . import filters as filtering
-from .catalog import SPECIAL, VIEWS  # noqa: F401 (pages.py imports VIEWS from here)
+from .catalog import SPECIAL
 from .cursor import CursorState, ViewError
+from .entity import entity_items
 from .formats import DIAGRAM_VIEWS, FORMAT_CLASSES, FORMATS, Form, Frame, dumps
 from .index import ViewIndex, index_for
 from .items import Item
@@ -33,9 +34,7 @@ from .tokens import (
     count_tokens,
     tokens_at_most,
 )
-
-if TYPE_CHECKING:
-    from .views import View
+from .views import View, names, view_named
 
 # Up to this many items, every page boundary is computed so the header's "page k/n" is
 # exact; above it n is estimated from the current page (and marked "~").
@@ -94,9 +93,7 @@ def clamp_budget(max_tokens: Any) -> tuple[int, str | None]:
 
 
 def check_request(view: str, fmt: str) -> None:
-    if view not in SPECIAL and _view(view) is None:
-        from .views import names
-
+    if view not in SPECIAL and view_named(view) is None:
         raise ViewError(
             f"unknown view {escape(str(view), 40)}; views: {', '.join(names())} (start with summary)"
         )
@@ -129,23 +126,13 @@ def view_items(
 
 def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> list[Item]:
     if view == "entity":
-        from .entity import entity_items
-
         return index.items(f"entity\0{entity}\0{depth}", lambda f: entity_items(f, entity, depth))
     return index.items(view, _registered(view).build)
 
 
-def _view(name: str) -> View | None:
-    """The view ``name`` (its module alone imported: a page of the entity view, its own
-    module and the only one many fresh processes show, loads none of them)."""
-    from .views import view_named
-
-    return view_named(name)
-
-
 def _registered(name: str) -> View:
-    """The view ``name``, which ``check_request`` found."""
-    found = _view(name)
+    """The view ``name``, which ``check_request`` found (its module alone imported)."""
+    found = view_named(name)
     if found is None:
         raise ViewError(f"unknown view {escape(str(name), 40)}")
     return found
@@ -155,6 +142,28 @@ def paged(graph: Graph, view: str, **options: Any) -> Page:
     """One page (see :func:`_paged`), without cyclic-GC passes over a huge heap meanwhile."""
     with cyclic_gc_paused():
         return _paged(graph, view, **options)
+
+
+@dataclass
+class _Request:
+    """One page asked for: the view's items after filters, where the page starts, and what
+    its frame says."""
+
+    view: str
+    fmt: str
+    form: Form
+    items: list[Item]
+    offset: int  # the page's first item
+    page_no: int
+    scope: str  # the filters' (and an entity's) digest, which cursors carry
+    scope_text: str  # the filters (and an entity) as the header shows them
+    filters: dict[str, Any]
+    fingerprint: str
+    snap: str
+    legend: str
+    budget: int
+    budget_note: str | None
+    layout_key: tuple[Any, ...]  # the page layout's, cached on the view index
 
 
 def _paged(
@@ -172,12 +181,35 @@ def _paged(
     legend: str | None = None,
 ) -> Page:
     index = index_for(graph)
+    request = _request(
+        index, graph, view, fmt, cursor, budget, budget_note, filters, entity, depth,
+        snapshot_id, legend,
+    )  # fmt: skip
+    whole = _whole_by_bound(request)
+    return whole if whole is not None else _laid_out(index, request)
+
+
+def _request(
+    index: ViewIndex,
+    graph: Graph,
+    view: str,
+    fmt: str,
+    cursor: str | None,
+    budget: int,
+    budget_note: str | None,
+    filters: Mapping[str, Any] | None,
+    entity: str | None,
+    depth: int,
+    snapshot_id: str | None,
+    legend: str | None,
+) -> _Request:
     parsed = filtering.parse(filters)
     all_items = _all_items(index, view, entity, depth)
     items = index.filtered((view, entity, depth, parsed.items), all_items, parsed.predicate(graph))
-    scope = parsed.digest
+    scope, scope_text = parsed.digest, parsed.describe()
     if view == "entity":  # the entity id can be long: the cursor keeps only a digest
         scope = blake2b(f"{scope}\0{entity}\0{depth}".encode(), digest_size=6).hexdigest()
+        scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
     offset, page_no = 0, 1
     if cursor:
         state = cursors.decode(cursor)
@@ -185,122 +217,157 @@ def _paged(
         if state.offset > len(items):
             raise ViewError("cursor points past the end of this view; call it without a cursor")
         offset, page_no = state.offset, state.page
-    form = FORMAT_CLASSES[fmt]()
-    snap = snapshot_label(index, snapshot_id)
-    legend = legend or _registered(view).legend
-    scope_text = parsed.describe()
-    if view == "entity":
-        scope_text = f"entity={word(entity, 60)} depth={depth} {scope_text}".strip()
-
-    def frame(first: int, count: int, pages: str, closing: str) -> Frame:
-        total = len(items)
-        shown = f"{first + 1}-{first + count}" if count else "0"
-        filters_part = f" {scope_text}" if scope_text else ""
-        note = f" ({budget_note})" if budget_note else ""
-        header = (
-            f"#wp {view} snap={snap} page {page_no}/{pages} items {shown} of {total}"
-            f"{filters_part} budget={budget}{note}"
-        )
-        info = {
-            "format": "wp-graph",
-            "version": 1,
-            "view": view,
-            "snapshot": snap,
-            "page": page_no,
-            "pages": int(pages.lstrip("~")),
-            "pages_exact": not pages.startswith("~"),
-            "total_items": total,
-            "first_item": first + 1 if count else 0,
-            "items_on_page": count,
-            "filters": dict(parsed.items) if parsed.items else {},
-            "budget": budget,
-        }
-        return Frame(header, f"#legend {legend}", closing, info)
-
-    # Reserve the frame at its worst: widest numbers and the longest cursor.
-    worst_cursor = cursors.encode(CursorState(view, fmt, scope, index.fingerprint, 10**9, 10**6))
-    worst = frame(
-        10**9, 10**6, f"~{10**6}", _closing(view, 10**9, 10**6, worst_cursor, scope_text, 10**9)
+    return _Request(
+        view=view,
+        fmt=fmt,
+        form=FORMAT_CLASSES[fmt](),
+        items=items,
+        offset=offset,
+        page_no=page_no,
+        scope=scope,
+        scope_text=scope_text,
+        filters=dict(parsed.items),
+        fingerprint=index.fingerprint,
+        snap=snapshot_label(index, snapshot_id),
+        legend=legend or _registered(view).legend,
+        budget=budget,
+        budget_note=budget_note,
+        layout_key=(view, entity, depth, parsed.items, fmt, budget),
     )
 
-    def available(count: Callable[[str], int]) -> int:
-        """Tokens left for items once the frame is reserved (``count``: exact or a bound)."""
-        reserve = (
-            count(worst.header) + count(worst.legend) + count(worst.closing) + form.envelope_cost()
-        )
-        if fmt == "json":
-            reserve += count(dumps(worst.info))
-        return max(1, int((budget - reserve) * (1 - MARGIN_SHARE)) - 4)
 
-    def exact_cost(item: Item) -> int:
-        return form.piece(item)[1]
+def _whole_by_bound(request: _Request) -> Page | None:
+    """The whole view on one page when the byte bound of every part fits: it is what exact
+    counting lays out then (each count is at most its bound, each room at least its
+    bound's), and no token is counted, no encoder loaded. None otherwise."""
+    items = request.items
+    if request.offset or len(items) > EXACT_LAYOUT_LIMIT:
+        return None
+    room = _room(request, tokens_at_most)
+    if not _within_bound(items, room, _bound_cost(request.form)):
+        return None
+    text, _none = _assemble(request, len(items), room, 1, True, _bound_cost(request.form))
+    if tokens_at_most(text) > request.budget:
+        return None
+    return _page(request, text, None, len(items), 1, True)
 
-    def bound_cost(item: Item) -> int:
-        return tokens_at_most(form.text(item)) + 1
 
-    def assemble(
-        stop: int, room: int, pages_total: int, exact: bool, cost: Callable[[Item], int]
-    ) -> tuple[str, str | None]:
-        remaining = len(items) - stop
-        next_cursor = None
-        if remaining:
-            next_cursor = cursors.encode(
-                CursorState(view, fmt, scope, index.fingerprint, stop, page_no + 1)
-            )
-        pages_text = f"{pages_total}" if exact else f"~{pages_total}"
-        closing = _closing(
-            view, remaining, max(0, pages_total - page_no), next_cursor, scope_text, len(items)
-        )
-        pieces = [_fit(form, item, room, cost) for item in items[offset:stop]]
-        return form.assemble(frame(offset, stop - offset, pages_text, closing), pieces), next_cursor
-
-    def page(text: str, next_cursor: str | None, end: int, pages: int, exact: bool) -> Page:
-        return Page(
-            text=text,
-            next_cursor=next_cursor,
-            page=page_no,
-            pages=pages,
-            total_items=len(items),
-            view=view,
-            fmt=fmt,
-            pages_exact=exact,
-            first_item=offset,
-            item_count=end - offset,
-            ids=tuple(i for item in items[offset:end] for i in item.ids),
-            max_tokens=budget,
-        )
-
-    if offset == 0 and len(items) <= EXACT_LAYOUT_LIMIT:
-        # The whole view on one page is what exact counting lays out whenever the byte
-        # bound of every part fits (each count is at most its bound, each room at least its
-        # bound's): then no token is counted, and no encoder loaded.
-        room = available(tokens_at_most)
-        if _within_bound(items, room, bound_cost):
-            text, _none = assemble(len(items), room, 1, True, bound_cost)
-            if tokens_at_most(text) <= budget:
-                return page(text, None, len(items), 1, True)
-
-    room = available(count_tokens)
-    end = _fill(items, offset, room, exact_cost)
-    layout_key = (view, entity, depth, parsed.items, fmt, budget)
-    pages_total, exact = _page_count(
-        index, layout_key, items, offset, end, page_no, room, exact_cost
-    )
-    text, next_cursor = assemble(end, room, pages_total, exact, exact_cost)
+def _laid_out(index: ViewIndex, request: _Request) -> Page:
+    """The page laid out by exact token counts, its tokens counted."""
+    cost = _exact_cost(request.form)
+    room = _room(request, count_tokens)
+    end = _fill(request.items, request.offset, room, cost)
+    pages_total, exact = _page_count(index, request, end, room, cost)
+    text, next_cursor = _assemble(request, end, room, pages_total, exact, cost)
     tokens = count_tokens(text)
-    while tokens > budget:
+    while tokens > request.budget:
         # Joined lines cost more than their parts (rare, odd Unicode): move the last item to
         # the next page, or cut the only one shorter.
-        if end > offset + 1:
+        if end > request.offset + 1:
             end -= 1
             exact = False
         else:
-            room = max(1, room - (tokens - budget) - 8)
-        text, next_cursor = assemble(end, room, pages_total, exact, exact_cost)
+            room = max(1, room - (tokens - request.budget) - 8)
+        text, next_cursor = _assemble(request, end, room, pages_total, exact, cost)
         tokens = count_tokens(text)
-    laid_out = page(text, next_cursor, end, pages_total, exact)
-    laid_out.tokens = tokens  # counted already: kept
-    return laid_out
+    page = _page(request, text, next_cursor, end, pages_total, exact)
+    page.tokens = tokens  # counted already: kept
+    return page
+
+
+def _exact_cost(form: Form) -> Callable[[Item], int]:
+    return lambda item: form.piece(item)[1]
+
+
+def _bound_cost(form: Form) -> Callable[[Item], int]:
+    return lambda item: tokens_at_most(form.text(item)) + 1
+
+
+def _frame(request: _Request, first: int, count: int, pages: str, closing: str) -> Frame:
+    """The page's header, legend, closing line and JSON facts (``pages``: "n" or "~n")."""
+    total = len(request.items)
+    shown = f"{first + 1}-{first + count}" if count else "0"
+    filters_part = f" {request.scope_text}" if request.scope_text else ""
+    note = f" ({request.budget_note})" if request.budget_note else ""
+    header = (
+        f"#wp {request.view} snap={request.snap} page {request.page_no}/{pages} items {shown} "
+        f"of {total}{filters_part} budget={request.budget}{note}"
+    )
+    info = {
+        "format": "wp-graph",
+        "version": 1,
+        "view": request.view,
+        "snapshot": request.snap,
+        "page": request.page_no,
+        "pages": int(pages.lstrip("~")),
+        "pages_exact": not pages.startswith("~"),
+        "total_items": total,
+        "first_item": first + 1 if count else 0,
+        "items_on_page": count,
+        "filters": request.filters,
+        "budget": request.budget,
+    }
+    return Frame(header, f"#legend {request.legend}", closing, info)
+
+
+def _room(request: _Request, count: Callable[[str], int]) -> int:
+    """Tokens left for items once the frame is reserved at its worst (widest numbers, the
+    longest cursor); ``count``: exact, or a bound."""
+    worst_cursor = cursors.encode(
+        CursorState(request.view, request.fmt, request.scope, request.fingerprint, 10**9, 10**6)
+    )
+    closing = _closing(request.view, 10**9, 10**6, worst_cursor, request.scope_text, 10**9)
+    worst = _frame(request, 10**9, 10**6, f"~{10**6}", closing)
+    reserve = count(worst.header) + count(worst.legend) + count(worst.closing)
+    reserve += request.form.envelope_cost()
+    if request.fmt == "json":
+        reserve += count(dumps(worst.info))
+    return max(1, int((request.budget - reserve) * (1 - MARGIN_SHARE)) - 4)
+
+
+def _assemble(
+    request: _Request, stop: int, room: int, pages_total: int, exact: bool,
+    cost: Callable[[Item], int],
+) -> tuple[str, str | None]:  # fmt: skip
+    """The text of the page holding items ``offset`` to ``stop``, and the next cursor."""
+    items, offset = request.items, request.offset
+    remaining = len(items) - stop
+    next_cursor = None
+    if remaining:
+        next_cursor = cursors.encode(
+            CursorState(
+                request.view, request.fmt, request.scope, request.fingerprint, stop,
+                request.page_no + 1,
+            )
+        )  # fmt: skip
+    closing = _closing(
+        request.view, remaining, max(0, pages_total - request.page_no), next_cursor,
+        request.scope_text, len(items),
+    )  # fmt: skip
+    pages_text = f"{pages_total}" if exact else f"~{pages_total}"
+    frame = _frame(request, offset, stop - offset, pages_text, closing)
+    pieces = [_fit(request.form, item, room, cost) for item in items[offset:stop]]
+    return request.form.assemble(frame, pieces), next_cursor
+
+
+def _page(
+    request: _Request, text: str, next_cursor: str | None, end: int, pages: int, exact: bool
+) -> Page:
+    items, offset = request.items, request.offset
+    return Page(
+        text=text,
+        next_cursor=next_cursor,
+        page=request.page_no,
+        pages=pages,
+        total_items=len(items),
+        view=request.view,
+        fmt=request.fmt,
+        pages_exact=exact,
+        first_item=offset,
+        item_count=end - offset,
+        ids=tuple(i for item in items[offset:end] for i in item.ids),
+        max_tokens=request.budget,
+    )
 
 
 def _within_bound(items: list[Item], room: int, bound: Callable[[Item], int]) -> bool:
@@ -343,31 +410,28 @@ def _fit(form: Form, item: Item, available: int, cost: Callable[[Item], int]) ->
 
 
 def _page_count(
-    index: ViewIndex,
-    key: tuple[Any, ...],
-    items: list[Item],
-    offset: int,
-    end: int,
-    page_no: int,
-    available: int,
-    cost: Callable[[Item], int],
+    index: ViewIndex, request: _Request, end: int, available: int, cost: Callable[[Item], int]
 ) -> tuple[int, bool]:
+    """How many pages the view has, and whether that is exact: every page boundary is
+    computed (once per layout) up to ``EXACT_LAYOUT_LIMIT`` items, else estimated from this
+    page's items."""
+    items, offset = request.items, request.offset
     if not items:
         return 1, True
     if len(items) <= EXACT_LAYOUT_LIMIT:
-        starts = index.layouts.get(key)
+        starts = index.layouts.get(request.layout_key)
         if starts is None:
             starts = [0]
             while (stop := _fill(items, starts[-1], available, cost)) < len(items):
                 starts.append(stop)
-            index.remember_layout(key, starts)
+            index.remember_layout(request.layout_key, starts)
         if offset in starts:
             return len(starts), True
     remaining = len(items) - end
     shown = max(1, end - offset)
     per_item = sum(cost(i) for i in items[offset:end]) / shown
     per_page = max(1, int(available / max(per_item, 1)))
-    return page_no + math.ceil(remaining / per_page), False
+    return request.page_no + math.ceil(remaining / per_page), False
 
 
 def _closing(

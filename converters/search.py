@@ -71,7 +71,7 @@ def needle_of(query: str) -> str:
 def rank(node_id: str, name: str, query: str, haystack: str) -> int | None:
     """How well a node matches ``query`` (0 best), from its id, :func:`name_key` and
     :func:`haystack`; None when it does not match. A match is in the haystack or the name.
-    The store's node index ranks in SQL the same way (graph/store.py, Store.search)."""
+    The node index ranks the same way (converters/stored.py; graph/store/index.py scans)."""
     node_id = node_id.lower()
     if node_id == query:
         return 0

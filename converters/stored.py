@@ -4,58 +4,38 @@ An entity page shows one node, its attributes and its edges with their neighbour
 2, the neighbours' edges and their other ends too); a search compares the query with each
 node's id, name and searchable text. Neither needs the rest of the graph, so the store keeps
 per snapshot one row per node (its record), one per node's name and searchable text, and one
-per edge (its record, found by either end, with its place in the graph's order). They are
-built the first time an entity or a search of the snapshot is answered from the graph (or by
-the MCP server's background build). An answer then reads only the rows it shows: the node,
-its edges and neighbours, or the matching rows; it builds that small part of the graph and
-renders it with the same code as the whole graph, carrying the whole graph's fingerprint, so
-its text and cursors are identical (tests/graph/test_store_entities.py).
+per edge (its record, found by either end, with its place in the graph's order): this
+converters/pages.py makes them (``build_node_index``), graph/store/index.py keeps and
+searches them, and this module reads them. They are built the first time an entity or a search of the snapshot is answered from
+the graph (or by the MCP server's background build). An answer then reads only the rows it
+shows: the node, its edges and neighbours, or the matching rows; it builds that small part
+of the graph and renders it with the same code as the whole graph, carrying the whole
+graph's fingerprint, so its text and cursors are identical (tests/graph/
+test_store_entities.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import orjson
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import EDGE_CLASSES, NODE_CLASSES, Edge, Meta, Node, wrap_trusted
-from wp_mcp.graph.store import ID_FRAME, NAME_FRAME
+from wp_mcp.graph.store import Store
 
 from . import render_view
-from .index import carry_fingerprint, index_for
+from .index import carry_fingerprint
 from .render import Page
-from .search import (
-    COUNT_CAP,
-    clamp_limit,
-    found_page,
-    name_key,
-    needle_of,
-    rank,
-    searched_values,
-)
+from .search import COUNT_CAP, clamp_limit, found_page, needle_of, rank
 from .text import word
 
-if TYPE_CHECKING:
-    from wp_mcp.graph.store import Store
-
-
-class IndexedNode(NamedTuple):
-    """A node's row of the node index: its id and record, and what a search compares,
-    lower-cased as converters/search.py lower-cases it: the id, the name and the rest of the
-    searchable text (:func:`~.search.haystack` is the id, the name and the rest), each framed
-    (the id by ``ID_FRAME``, the name by ``NAME_FRAME``, the rest by line breaks): a query
-    without a frame finds where the id or the name starts and ends, and every character of a
-    column is inside one of its trigrams."""
-
-    id: str
-    key: str
-    name: str
-    other: str
-    record: bytes
-
-
-EdgeRow = tuple[int, str, str, bytes]  # (position in the graph's order, src, dst, record)
+# A node's row (graph/store/index.py NodeRow) holds what a search compares, lower-cased as
+# converters/search.py lower-cases it: the id, the name and the rest of the searchable text
+# (:func:`~.search.haystack` is the id, the name and the rest), each framed (the id by
+# ``ID_FRAME``, the name by ``NAME_FRAME``, the rest by line breaks): a query without a frame
+# finds where the id or the name starts and ends, and every character of a column is inside
+# one of its trigrams.
+ID_FRAME, NAME_FRAME = "\x01", "\x02"
 _NO_IDS: list[str] = []  # what an empty query finds (never changed)
 # Needles of fewer characters have no trigram of their own: the index's are looked up
 TRIGRAM = 3
@@ -65,39 +45,12 @@ TRIGRAM = 3
 _UNQUERIED = frozenset((ID_FRAME, NAME_FRAME, "\x00"))
 
 
-def index_rows(graph: Graph) -> tuple[str, list[IndexedNode], Iterator[EdgeRow]]:
-    """The whole graph's fingerprint and the rows of its node index."""
-    from wp_mcp.graph.native import element_dumps  # only to build: an answer reads rows
-
-    nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
-    edges = (
-        (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
-    )
-    return index_for(graph).fingerprint, nodes, edges
-
-
-def _indexed(node: Node, record: bytes) -> IndexedNode:
-    name, others = searched_values(node)
-    lower_name = name_key(node)
-    other = "\n".join(others).lower()
-    cut = None if name is None else name.lower()  # the name as the haystack holds it
-    if cut is not None and not lower_name.startswith(cut):  # cut where lower() reads ahead
-        other = f"{cut}\n{other}"
-    return IndexedNode(
-        node.id,
-        f"{ID_FRAME}{node.id.lower()}{ID_FRAME}",
-        f"{NAME_FRAME}{lower_name}{NAME_FRAME}",
-        f"\n{other}\n",
-        record,
-    )
-
-
 def entity_page(
     store: Store, snapshot_id: str, entity: Any, depth: Any, **options: Any
 ) -> Page | None:
     """``render_view(graph, "entity", ...)`` of the stored snapshot, read from its node
     index; None when the snapshot has none yet (the caller renders from the graph)."""
-    part = _entity_part(store, snapshot_id, entity, depth)
+    part = entity_part(store, snapshot_id, entity, depth)
     if part is None:
         return None
     return render_view(
@@ -105,32 +58,10 @@ def entity_page(
     )
 
 
-def entity_pages(
-    store: Store,
-    snapshot_id: str,
-    entity: str,
-    depth: int,
-    fmt: str,
-    budget: int,
-    count: int,
-    cursor: str | None = None,
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``count`` pages of an entity's view from ``cursor`` on, rendered from its node
-    index's part once (converters/pages.py ``walk``): what ``Store.keep_entity_pages``
-    stores."""
-    from .pages import walk
-
-    part = _entity_part(store, snapshot_id, entity, depth)
-    if part is None:
-        return iter(())
-    options = {"entity": entity, "depth": depth}
-    return walk(part, snapshot_id, "entity", fmt, cursor, count, budget, **options)
-
-
-def _entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
+def entity_part(store: Store, snapshot_id: str, entity: Any, depth: Any) -> Graph | None:
     """The part of the graph an entity's pages show, carrying the whole graph's fingerprint
     (so its cursors are the whole graph's); None when the snapshot has no node index."""
-    fingerprint = store.node_index(snapshot_id)
+    fingerprint = store.index.fingerprint(snapshot_id)
     if fingerprint is None:
         return None
     part = _neighbourhood(store, snapshot_id, entity, depth)
@@ -146,11 +77,11 @@ def search_page(
     with a line break inside (it can match across two values of the searchable text, which
     the index keeps apart: the graph answers it)."""
     needle = needle_of(query)
-    if "\n" in needle or store.node_index(snapshot_id) is None:
+    if "\n" in needle or store.index.fingerprint(snapshot_id) is None:
         return None
     limit = clamp_limit(limit)
     total, best = _found(store, snapshot_id, needle, limit)
-    by_id = {node.id: node for node in _nodes(store.node_records(snapshot_id, best))}
+    by_id = {node.id: node for node in _nodes(store.index.node_records(snapshot_id, best))}
     # the label a snapshot's pages carry (render.snapshot_label with a snapshot id)
     snap = word(snapshot_id, 40)
     return found_page(query, [by_id[node_id] for node_id in best], total, max_tokens, snap)
@@ -162,14 +93,15 @@ def _found(store: Store, snapshot_id: str, needle: str, limit: int) -> tuple[int
     if not needle or not _encodable(needle):
         # a lone surrogate (from a command line argument) matches no stored text, as in a graph
         return 0, _NO_IDS
-    if not _UNQUERIED.isdisjoint(needle) or not store.has_search_index(snapshot_id):
-        return store.search_scan(snapshot_id, needle, limit, COUNT_CAP + 1)  # see its doc
+    if not _UNQUERIED.isdisjoint(needle) or not store.index.has_search_index(snapshot_id):
+        return store.index.search_scan(snapshot_id, needle, limit, COUNT_CAP + 1)  # see its doc
     tiers = _tiers(store, snapshot_id, needle)
-    total = store.search_count(snapshot_id, tiers[-1][1], COUNT_CAP + 1) if tiers[-1][1] else 0
+    last = tiers[-1][1]
+    total = store.index.search_count(snapshot_id, last, COUNT_CAP + 1) if last else 0
     best: list[str] = []
     for place, match in tiers if total else ():
         # each tier's candidates in id order: the first `limit` of that rank are its best
-        for node_id, name in store.search_matches(snapshot_id, match) if match else ():
+        for node_id, name in store.index.search_matches(snapshot_id, match) if match else ():
             found = rank(node_id, name, needle, "")  # "": any match at all is a rank 4 one
             if (4 if found is None else found) == place:
                 best.append(node_id)
@@ -207,7 +139,7 @@ def _holding(store: Store, snapshot_id: str, text: str) -> str:
     leading frame is at the column's start: those start with it)."""
     if len(text) >= TRIGRAM:
         return _phrase(text)
-    grams = store.search_trigrams(snapshot_id, text, 0 if text[0] in _UNQUERIED else 1)
+    grams = store.index.search_trigrams(snapshot_id, text, 0 if text[0] in _UNQUERIED else 1)
     return " OR ".join(_phrase(gram) for gram in grams)
 
 
@@ -232,7 +164,7 @@ def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> G
     ring = [entity]
     edges: dict[int, tuple[str, str, bytes]] = {}
     for _hop in range(2 if depth == 2 else 1):
-        found = store.edge_records(snapshot_id, ring)
+        found = store.index.edge_records(snapshot_id, ring)
         edges.update(found)
         ring = []
         for src, dst, _data in found.values():
@@ -240,7 +172,7 @@ def _neighbourhood(store: Store, snapshot_id: str, entity: Any, depth: Any) -> G
                 if end not in node_ids:
                     node_ids.add(end)
                     ring.append(end)
-    return _graph(store.node_records(snapshot_id, sorted(node_ids)), edges)
+    return _graph(store.index.node_records(snapshot_id, sorted(node_ids)), edges)
 
 
 def _graph(node_records: list[bytes], edges: dict[int, tuple[str, str, bytes]]) -> Graph:

@@ -26,6 +26,7 @@ from typing import Any, cast
 import orjson
 from isal import isal_zlib
 
+from . import native
 from .check import check_graph
 from .errors import FormatError
 from .gcpause import kept_out_of_collections
@@ -74,8 +75,6 @@ def unpack(blob: bytes, origin: str, counts: tuple[int, int]) -> Graph:
     """The graph a stored row holds; ``counts`` are the (nodes, edges) its listing records.
 
     Raises ``FormatError`` with one line for a row that is damaged or not a graph."""
-    from . import native
-
     document = stored_document(blob, origin)
     if blob.startswith(TAG):
         graph = _trusted_graph(document, counts)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from wp_mcp.converters.catalog import VIEWS
 from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS, HARD_MAX_TOKENS
 from wp_mcp.graph.outfile import check_target, write_output
-from wp_mcp.graph.safetext import error_line, excerpt
+from wp_mcp.graph.safetext import excerpt
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from ..errors import UserError
@@ -30,7 +30,6 @@ from .log_setup import configure_logging
 if TYPE_CHECKING:
     from wp_mcp.converters.render import Page
     from wp_mcp.graph.graph import Graph
-    from wp_mcp.graph.store import StoredPage
 
 FORMATS = ("txt", "json", "mermaid", "dot", "html", "svg")
 # Pages of an entity stored after an answer that counted tokens, from the one asked for on:
@@ -110,11 +109,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     atexit.register(gc.freeze)
     if args.out:
         check_target(args.out)  # before any slow work
-    stored = _stored_page(args)
-    answer = stored or _indexed_answer(args)
+    stored = _stored_text(args)
+    if stored is not None:
+        _emit(stored + "\n", args.out)
+        return 0
+    answer = _indexed_answer(args)
     if answer is not None:
         _emit(answer.text + "\n", args.out)
-        if stored is None and args.view == "entity" and "tiktoken" in sys.modules:
+        if args.view == "entity" and "tiktoken" in sys.modules:
             _store_entity_pages(args)
         return 0
     from wp_mcp.converters import render_view
@@ -155,11 +157,12 @@ def _store_for_next_time(args: argparse.Namespace, graph: Graph, snapshot_id: st
     """After the answer is out: store what answers the next such call without the graph."""
     configure_logging(args.verbose)  # storing may warn
     if args.search is not None or args.view == "entity":
+        from wp_mcp.converters.pages import build_node_index_quietly
         from wp_mcp.graph.store import Store
 
         if not args.out:
             sys.stdout.flush()
-        Store(getattr(args, "store", None)).build_node_index_quietly(snapshot_id, graph)
+        build_node_index_quietly(Store(getattr(args, "store", None)), snapshot_id, graph)
     else:
         _store_pages_of(args, graph, snapshot_id)
 
@@ -169,34 +172,23 @@ def _store_entity_pages(args: argparse.Namespace) -> None:
     budget in bytes): store its pages, which the next call of any of them reads as a view's
     stored page, without the node index's rows or the encoder (a page laid out from its
     bytes costs no more than that to answer again, so none is stored for it)."""
-    from wp_mcp.converters.stored import entity_pages
+    from wp_mcp.converters.pages import store_entity_pages_quietly
     from wp_mcp.graph.store import Store
 
     if not args.out:
         sys.stdout.flush()  # the caller has its answer while the pages are stored
     configure_logging(args.verbose)  # storing may warn
-    try:
-        store = Store(getattr(args, "store", None))
-        snapshot_id = store.resolve(args.source)
-        pages = entity_pages(
-            store, snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens,
-            ENTITY_PAGES, args.cursor,
-        )  # fmt: skip
-        store.keep_entity_pages(
-            snapshot_id, args.entity, args.depth, args.fmt, args.max_tokens, pages
-        )
-    except Exception as exc:  # noqa: BLE001 - the answer is out; this is a cache
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "pages of entity %s not stored: %s", excerpt(args.entity), error_line(exc)
-        )
+    store = Store(getattr(args, "store", None))
+    store_entity_pages_quietly(
+        store, store.resolve(args.source), args.entity, args.depth, args.fmt, args.max_tokens,
+        ENTITY_PAGES, args.cursor,
+    )  # fmt: skip
 
 
 def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) -> None:
     """After the answer is out: store the pages of the chain it belongs to, if any (the
     graph and this view's items are loaded now; a later process would read them again)."""
-    from wp_mcp.converters.pages import is_stored_chain
+    from wp_mcp.converters.pages import build_pages_quietly, is_stored_chain
     from wp_mcp.graph.store import Store
 
     plain = not args.filter and args.entity is None and args.depth == 1
@@ -204,28 +196,23 @@ def _store_pages_of(args: argparse.Namespace, graph: Graph, snapshot_id: str) ->
         if not args.out:
             sys.stdout.flush()  # the caller has its answer while the pages are stored
         store = Store(getattr(args, "store", None))
-        store.build_pages_quietly(snapshot_id, graph, only=(args.view, args.fmt))
+        build_pages_quietly(store, snapshot_id, graph, only=(args.view, args.fmt))
 
 
-def _stored_page(args: argparse.Namespace) -> StoredPage | None:
-    """The page the store holds for this request, or None to render it from the graph."""
+def _stored_text(args: argparse.Namespace) -> str | None:
+    """The page the store holds for this request, or None to answer it otherwise: the show
+    path (converters/show_path.py, and its speed rules)."""
     if args.search is not None or args.picture or args.fmt not in ("txt", "json"):
         return None
     if os.path.isfile(args.source):
         return None
-    from wp_mcp.graph.store import Store
+    from wp_mcp.converters.show_path import page_key, stored_text
 
-    store = Store(getattr(args, "store", None))
-    return store.page(
-        store.resolve(args.source),
-        args.view,
-        fmt=args.fmt,
-        cursor=args.cursor,
-        max_tokens=args.max_tokens,
-        filters=parse_filters(args.filter),
-        entity=args.entity,
-        depth=args.depth,
-    )
+    key = page_key(
+        args.view, args.fmt, args.cursor, args.max_tokens, parse_filters(args.filter),
+        args.entity, args.depth,
+    )  # fmt: skip
+    return None if key is None else stored_text(getattr(args, "store", None), args.source, key)
 
 
 def _indexed_answer(args: argparse.Namespace) -> Page | None:

@@ -2,12 +2,15 @@
 
 Tools run in worker threads (sync tools) and may be called concurrently, so every shared
 cache is guarded by a lock. Stored snapshots and reports never change once written, which
-makes caching loaded graphs and rendered pages safe: the same arguments always give the same
+makes caching loaded graphs and costly answers safe: the same arguments always give the same
 answer.
 
-A page the store holds is read from its row; the rest are rendered from the graph and kept
-in an LRU bounded by bytes. A snapshot this server stores (wp_open, wp_collect) is answered
-at once and its pages are built in a background thread, so no caller waits for that build.
+A page the store holds is read from its row; the rest are rendered from the graph (kept
+parsed by the store, its views' items on it) or from the node index, each time: a few
+milliseconds, which caching them saved no caller. Answers that take seconds (a diff, a
+diagnosis, a report's text, a picture) are kept in an LRU bounded by bytes. A snapshot this
+server stores (wp_open, wp_collect) is answered at once and its pages are built in a
+background thread, so no caller waits for that build.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_FILE_MB = DEFAULT_MAX_BYTES / 2**20  # the graph readers' own limit
-# Rendered answers kept in memory, by their size (pages are a few KB; a diff or a report
-# more): a count would let a few huge answers hold gigabytes.
+# Costly answers kept in memory, by their size (a diff, a report's text, a picture): a count
+# would let a few huge answers hold gigabytes.
 ANSWER_CACHE_BYTES = 64 << 20
 _OPAQUE_BYTES = 1 << 20  # what an answer without text (a report, a diff) is taken to weigh
 _PATH_MAX = 4096  # Linux: no longer path names a file
@@ -156,30 +159,27 @@ class ServerState:
 
     def render(self, ref: str, view: str, **options: Any) -> tuple[Any, str]:
         """One page of a view of a stored snapshot and the snapshot's id: the stored page
-        when there is one (read from its row), else rendered from the graph and cached."""
+        when there is one (read from its row), else an entity from the node index, else
+        rendered from the graph."""
+        from wp_mcp.converters.pages import stored_page
         from wp_mcp.converters.tokens import DEFAULT_MAX_TOKENS
 
         snapshot_id = self.resolve_snapshot(ref)
         options.setdefault("max_tokens", DEFAULT_MAX_TOKENS)  # render_view's default
-        stored = self.store.page(snapshot_id, view, **options)
+        stored = stored_page(self.store, snapshot_id, view, **options)
         if stored is not None:
             return stored, snapshot_id
-        key = (snapshot_id, view, tuple(sorted((k, repr(v)) for k, v in options.items())))
+        if view == "entity" and not options.get("filters"):
+            indexed = self._entity_from_index(snapshot_id, options)
+            if indexed is not None:
+                return indexed, snapshot_id
+        from wp_mcp.converters import render_view
 
-        def make() -> Any:
-            from wp_mcp.converters import render_view
-
-            if view == "entity" and not options.get("filters"):
-                indexed = self._entity_from_index(snapshot_id, options)
-                if indexed is not None:
-                    return indexed
-            graph = self.graph(snapshot_id)
-            page = render_view(graph, view, snapshot_id=snapshot_id, **options)
-            if view == "entity" or _is_chain_request(view, options):
-                self.warm(snapshot_id, graph)  # a snapshot stored without its pages or index
-            return page
-
-        return self.cached(key, make), snapshot_id
+        graph = self.graph(snapshot_id)
+        page = render_view(graph, view, snapshot_id=snapshot_id, **options)
+        if view == "entity" or _is_chain_request(view, options):
+            self.warm(snapshot_id, graph)  # a snapshot stored without its pages or index
+        return page, snapshot_id
 
     def _entity_from_index(self, snapshot_id: str, options: dict[str, Any]) -> Any:
         from wp_mcp.converters.stored import entity_page
@@ -194,20 +194,16 @@ class ServerState:
         from wp_mcp.converters.stored import search_page
 
         snapshot_id = self.resolve_snapshot(ref)
-
-        def make() -> Any:
-            indexed = search_page(self.store, snapshot_id, query, limit=limit)
-            if indexed is not None:
-                return indexed
-            graph = self.graph(snapshot_id)
-            self.warm(snapshot_id, graph)
-            return search(graph, query, limit=limit, snapshot_id=snapshot_id)
-
-        return self.cached((snapshot_id, "search", query, limit), make), snapshot_id
+        indexed = search_page(self.store, snapshot_id, query, limit=limit)
+        if indexed is not None:
+            return indexed, snapshot_id
+        graph = self.graph(snapshot_id)
+        self.warm(snapshot_id, graph)
+        return search(graph, query, limit=limit, snapshot_id=snapshot_id), snapshot_id
 
     def put(self, graph: Graph, label: str | None) -> str:
         """Store a graph and answer at once; its pages are built in the background."""
-        snapshot_id = self.store.put(graph, label=label, pages=False)
+        snapshot_id = self.store.put(graph, label=label)
         self.warm(snapshot_id, graph)
         return snapshot_id
 
@@ -222,10 +218,12 @@ class ServerState:
                 return running
 
             def build() -> None:
+                from wp_mcp.converters.pages import build_node_index_quietly, build_pages_quietly
+
                 try:
-                    self.store.build_pages_quietly(snapshot_id, graph)
-                    self.store.build_node_index_quietly(snapshot_id, graph)
-                    self.store.build_pages_quietly(snapshot_id, graph, limit=None)
+                    build_pages_quietly(self.store, snapshot_id, graph)
+                    build_node_index_quietly(self.store, snapshot_id, graph)
+                    build_pages_quietly(self.store, snapshot_id, graph, limit=None)
                 finally:
                     self.store.remember(snapshot_id, graph)  # entities, filters: no re-read
                     self._fresh.pop(snapshot_id, None)

@@ -267,7 +267,7 @@ def test_a_read_only_store_from_before_monitoring_has_no_events_nor_baseline(
     store_path = small_disk.root / "store"
     store = Store(store_path)
     store.put(fixture_graph)
-    store._connect().executescript("DROP TABLE events; DROP TABLE settings;")  # an older store
+    store.db.connect().executescript("DROP TABLE events; DROP TABLE settings;")  # an older store
     store.close()
     small_disk.make_read_only()
     reader = Store(store_path)

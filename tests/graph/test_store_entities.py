@@ -14,10 +14,11 @@ import sqlite3
 import orjson
 import pytest
 from wp_mcp.converters import ViewError, render_view, search
+from wp_mcp.converters.pages import build_node_index, page_record
 from wp_mcp.converters.search import COUNT_CAP
 from wp_mcp.converters.stored import entity_page, search_page
 from wp_mcp.graph import witty
-from wp_mcp.graph.store import Store, StoredPage
+from wp_mcp.graph.store import Store
 from wp_synthetic import cluster_graph, scaled_capture
 from wp_testdata import WITTY_GRAPH
 
@@ -25,14 +26,14 @@ ENTITIES_COMPARED = 10  # per graph, spread over its nodes (several kinds each)
 
 
 def fields(page) -> dict:
-    """A page's fields, rendered (``Page``) or read back from the store (``StoredPage``)."""
-    return {name: getattr(page, name) for name in StoredPage._fields}
+    """A page's fields, rendered from the whole graph or from the node index."""
+    return page_record(page)
 
 
 def indexed(store_dir, graph) -> tuple[Store, str]:
     store = Store(store_dir)
     snapshot_id = store.put(graph)
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     return Store(store_dir), snapshot_id  # what a fresh process reads: nothing in memory
 
 
@@ -95,7 +96,7 @@ def test_a_missing_entity_gets_the_same_error_and_an_unindexed_snapshot_none(sto
     snapshot_id = store.put(graph)
     assert entity_page(store, snapshot_id, "proc:1", 1) is None  # not built yet: rendered
     assert search_page(store, snapshot_id, "python") is None
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     for entity in ("proc:does-not-exist", ""):
         with pytest.raises(ViewError) as rendered:
             render_view(graph, "entity", entity=entity, snapshot_id=snapshot_id)
@@ -109,7 +110,7 @@ def test_deleting_a_snapshot_deletes_its_node_index(store_dir):
     store = Store(store_dir)
     kept, doomed = store.put(graph), store.put(graph)
     for snapshot_id in (kept, doomed):
-        store.build_node_index(snapshot_id, graph)
+        build_node_index(store, snapshot_id, graph)
     store.delete(doomed)
     db = sqlite3.connect(store_dir / "store.sqlite3")
     owners = {row[0] for row in db.execute("SELECT snapshot_id FROM node_sets")}
@@ -163,7 +164,7 @@ def test_a_search_for_awkward_text_from_the_node_index_is_the_search_of_the_whol
     a graph holding a NUL is scanned (the trigram index would not see past it)."""
     graph = awkward_graph(names)
     store, snapshot_id = indexed(store_dir, graph)
-    assert store.has_search_index(snapshot_id) == (names == AWKWARD_NAMES)
+    assert store.index.has_search_index(snapshot_id) == (names == AWKWARD_NAMES)
     for query in AWKWARD_QUERIES + names:
         for limit in (1, 3, 200):
             served = search_page(store, snapshot_id, query, limit=limit)
@@ -183,7 +184,7 @@ def test_a_search_matching_more_than_the_cap_says_over_it_both_ways(store_dir):
         if nul:
             graph.add("process", "h0/proc:99999", pid=99999, name="with\x00nul")
         store, snapshot_id = indexed(store_dir, graph)
-        assert store.has_search_index(snapshot_id) == (not nul)
+        assert store.index.has_search_index(snapshot_id) == (not nul)
         for query in ("h", "/", "h1", "proc"):
             rendered = search(graph, query, snapshot_id=snapshot_id)
             served = search_page(store, snapshot_id, query)
@@ -204,7 +205,7 @@ def test_an_index_of_an_earlier_format_is_not_read_and_is_built_again(store_dir)
     store = Store(store_dir)  # adds the column: the index has no format
     assert search_page(store, snapshot_id, "python") is None  # the graph answers
     assert entity_page(store, snapshot_id, "awkward:1", 1) is None
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     rendered = search(graph, "python", snapshot_id=snapshot_id)
     assert fields(search_page(store, snapshot_id, "python")) == fields(rendered)
     assert db.execute("SELECT count(*) FROM node_rows").fetchone() == (0,)

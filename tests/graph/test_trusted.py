@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_native import graphs
 from wp_mcp.graph import FormatError, Graph, gcpause, native, trusted, witty
-from wp_mcp.graph import store as store_module
 from wp_mcp.graph.model import CollectorStatus
 from wp_mcp.graph.store import DB_NAME, Store
+from wp_mcp.graph.store import snapshots as store_module
 from wp_mcp.server.cli import main as wp_mcp
 from wp_synthetic import cluster_graph
 from wp_testdata import WITTY_GRAPH
@@ -25,7 +25,7 @@ from wp_testdata import WITTY_GRAPH
 
 def _row(store: Store, snapshot_id: str) -> bytes:
     query = "SELECT data FROM snapshots WHERE id=?"
-    return bytes(store._connect().execute(query, (snapshot_id,)).fetchone()[0])
+    return bytes(store.db.connect().execute(query, (snapshot_id,)).fetchone()[0])
 
 
 def _replace_row(store_dir, snapshot_id: str, blob: bytes) -> None:
@@ -150,7 +150,7 @@ def test_a_small_graph_read_back_is_left_to_the_collector(tmp_path):
 def test_a_frozen_graph_the_store_drops_is_freed_though_a_cache_points_back(
     tmp_path, freezing, monkeypatch, dropped_by
 ):
-    monkeypatch.setattr(store_module, "_CACHE_BYTES", 1)  # the newest graph only
+    monkeypatch.setattr(store_module, "CACHE_BYTES", 1)  # the newest graph only
     first = Store(tmp_path).put(witty.load_witty(WITTY_GRAPH))
     second = Store(tmp_path).put(cluster_graph(2, seed=0))
     store = Store(tmp_path)

@@ -59,8 +59,8 @@ def build_store(path: Path, hosts: int) -> tuple[str, str]:
     from wp_synthetic import cluster_graph
 
     store = Store(path)
-    small = store.put(cluster_graph(1), label="small", pages=False)
-    big = store.put(cluster_graph(hosts), label=f"{hosts} hosts", pages=False)
+    small = store.put(cluster_graph(1), label="small")
+    big = store.put(cluster_graph(hosts), label=f"{hosts} hosts")
     return small, big
 
 

@@ -5,15 +5,15 @@ it caches is bounded by bytes."""
 from __future__ import annotations
 
 from wp_mcp.converters import render_view
+from wp_mcp.converters.pages import page_record
 from wp_mcp.graph import witty
-from wp_mcp.graph.store import StoredPage
 from wp_mcp.server.mcp.state import ServerState, _Lru, answer_weight
 from wp_testdata import WITTY_GRAPH
 
 
 def fields(page) -> dict:
-    """A page's fields, rendered (``Page``) or read back from the store (``StoredPage``)."""
-    return {name: getattr(page, name) for name in StoredPage._fields}
+    """A page's fields, rendered or read back from the store."""
+    return page_record(page)
 
 
 def test_a_stored_snapshot_is_served_at_once_then_from_its_pages(store_dir):
@@ -26,12 +26,13 @@ def test_a_stored_snapshot_is_served_at_once_then_from_its_pages(store_dir):
     assert fields(page) == fields(render_view(graph, "compute", fmt="json", snapshot_id=sid))
     state.warm(snapshot_id, graph).join(timeout=120)
     assert state.graph(snapshot_id) is graph  # handed to the store's cache, not read back
+    fresh = ServerState(store_path=store_dir)  # nothing in memory: answered from the rows
     for view, options in (("summary", {}), ("network", {"fmt": "txt"}), ("topology", {})):
-        served, _ = state.render("latest", view, **options)
-        assert isinstance(served, StoredPage)
+        served, _ = fresh.render("latest", view, **options)
         assert fields(served) == fields(render_view(graph, view, snapshot_id=sid, **options))
-    filtered, _ = state.render(snapshot_id, "compute", filters={"kind": "thread"})
-    assert not isinstance(filtered, StoredPage)  # no page stored for filters: rendered
+    assert not fresh.store._cache  # the graph was never read
+    filtered, _ = fresh.render(snapshot_id, "compute", filters={"kind": "thread"})
+    assert fresh.store._cache  # no page stored for filters: rendered from the graph
     expected = render_view(graph, "compute", filters={"kind": "thread"}, snapshot_id=sid)
     assert fields(filtered) == fields(expected)
 
@@ -63,7 +64,7 @@ def test_entities_and_searches_are_read_from_the_node_index_the_warm_build_store
     state = ServerState(store_path=store_dir)
     snapshot_id = state.put(graph, "fixture")
     state.warm(snapshot_id, graph).join(timeout=120)
-    assert state.store.node_index(snapshot_id) is not None
+    assert state.store.index.fingerprint(snapshot_id) is not None
     fresh = ServerState(store_path=store_dir)  # nothing in memory: answered from the rows
     page, _ = fresh.search(snapshot_id, "python", 20)
     assert fields(page) == fields(search(graph, "python", limit=20, snapshot_id=snapshot_id))

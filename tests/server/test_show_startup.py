@@ -11,32 +11,41 @@ from pathlib import Path
 
 import pytest
 from wp_fresh import fresh_python
-from wp_mcp.converters import render_view, search
-from wp_mcp.converters.pages import page_record
+from wp_mcp.converters import render_view, search, show_path
+from wp_mcp.converters.pages import build_node_index, build_pages, page_record, stored_page
 from wp_mcp.graph import witty
 from wp_mcp.graph.store import Store
 from wp_testdata import WITTY_GRAPH
 
-# Runs the CLI, then says on stderr which modules the process loaded.
+# Runs the CLI, then says on stderr which modules the process loaded and whether it read a
+# snapshot's graph (the SQL statements its connections ran tell).
 SHOW = (
-    "import json, sys\n"
+    "import json, sqlite3, sys\n"
+    "statements = []\n"
+    "connect = sqlite3.connect\n"
+    "def traced(*args, **kwargs):\n"
+    "    db = connect(*args, **kwargs)\n"
+    "    db.set_trace_callback(statements.append)\n"
+    "    return db\n"
+    "sqlite3.connect = traced\n"
     "from wp_mcp.server.cli import main\n"
     "code = main(sys.argv[1:])\n"
-    "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
+    "graph_read = any('SELECT data, nodes, edges FROM snapshots' in s for s in statements)\n"
+    "sys.stderr.write(json.dumps([sorted(sys.modules), graph_read]))\n"
     "sys.exit(code)\n"
 )
+GRAPH_READ = "<the graph read>"  # in the loaded set when the process read a snapshot's graph
 HEAVY = {"pydantic", "tiktoken", "wp_mcp.graph.model", "wp_mcp.converters.render"}
 # What a page read from its row needs none of: orjson (which loads dataclasses, uuid and
 # datetime; the row is read with json), dataclasses, logging (it logs nothing), hashlib,
 # shutil (argparse measures the terminal only to write help).
 NOT_FOR_A_STORED_PAGE = {"orjson", "dataclasses", "logging", "hashlib", "_hashlib", "shutil"}
-# What a small witty file's page needs none of: logging, a trace's code and statistics, OpenSSL
-# (blake2b is hashlib's own _blake2), shutil, msgspec (a file under 2 MiB is parsed whole),
-# the other views' modules, the diagrams' and the skills' code.
+# What a small witty file's page needs none of: msgspec (a file under 2 MiB is parsed whole),
+# a trace's code, the other views' modules, the diagrams' and the skills' code.
 NOT_FOR_A_SMALL_FILE = {
-    "logging", "statistics", "hashlib", "_hashlib", "shutil", "msgspec", "wp_mcp.graph.trace",
-    "wp_mcp.converters.views.memory", "wp_mcp.converters.views.network",
-    "wp_mcp.converters.cluster", "wp_mcp.converters.picture", "wp_mcp.skills",
+    "msgspec", "wp_mcp.graph.trace", "wp_mcp.converters.views.memory",
+    "wp_mcp.converters.views.network", "wp_mcp.converters.cluster", "wp_mcp.converters.picture",
+    "wp_mcp.skills",
 }  # fmt: skip
 
 
@@ -45,12 +54,15 @@ def show(*args: str) -> tuple[str, set[str]]:
         [sys.executable, "-c", SHOW, "show", *args], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout, set(json.loads(done.stderr))
+    modules, graph_read = json.loads(done.stderr)
+    return done.stdout, set(modules) | ({GRAPH_READ} if graph_read else set())
 
 
 def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
-    snapshot_id = Store(store_dir).put(graph, pages=True)
+    store = Store(store_dir)
+    snapshot_id = store.put(graph)
+    build_pages(store, snapshot_id, graph)
     first = render_view(graph, "compute", fmt="json", snapshot_id=snapshot_id)
     for args, page in (
         ((), render_view(graph, "summary", snapshot_id=snapshot_id)),
@@ -63,6 +75,17 @@ def test_a_stored_page_is_printed_without_the_model_the_renderers_or_the_encoder
         assert out == page.text + "\n"
         assert not HEAVY & loaded, sorted(HEAVY & loaded)
         assert not NOT_FOR_A_STORED_PAGE & loaded, sorted(NOT_FOR_A_STORED_PAGE & loaded)
+
+
+def test_the_show_paths_rules_are_written_in_its_module_and_in_contributing():
+    """The rules this file checks are where the next engineer reads them: at the top of the
+    one module they govern, and in CONTRIBUTING's section that names it."""
+    guide = (Path(__file__).resolve().parents[2] / "CONTRIBUTING.md").read_text()
+    section = guide.split("## Speed rules: the show path", 1)[1].split("\n## ", 1)[0]
+    assert "`converters/show_path.py`" in section
+    for module in sorted(NOT_FOR_A_STORED_PAGE - {"_hashlib"}):
+        assert f"``{module}``" in show_path.__doc__, module
+        assert f"`{module}`" in section, module
 
 
 def test_the_first_show_of_a_view_renders_it_and_stores_its_pages_for_the_next(store_dir):
@@ -90,11 +113,11 @@ def test_the_first_entity_or_search_stores_the_node_index_the_next_ones_read(sto
     expected = render_view(graph, "entity", entity="proc:1895087", depth=2, snapshot_id=snapshot_id)
     found = search(graph, "python", snapshot_id=snapshot_id)
     out, loaded = show(snapshot_id, *entity)
-    assert out == expected.text + "\n" and "wp_mcp.graph.native" in loaded  # the graph read
+    assert out == expected.text + "\n" and GRAPH_READ in loaded
     for args, page in ((entity, expected), (("--search", "python"), found)):
         out, loaded = show(snapshot_id, *args)
         assert out == page.text + "\n"
-        assert "wp_mcp.graph.native" not in loaded  # rows of the node index, not the graph
+        assert GRAPH_READ not in loaded  # rows of the node index, not the graph
 
 
 def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):
@@ -127,12 +150,12 @@ def test_a_stored_entity_that_fits_by_its_bytes_loads_neither_pydantic_nor_the_e
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
     snapshot_id = store.put(graph)
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     for entity in ("proc:1895087", "thr:10812"):
         expected = render_view(graph, "entity", entity=entity, snapshot_id=snapshot_id)
         out, loaded = show(snapshot_id, "--view", "entity", "--entity", entity)
         assert out == expected.text + "\n"
-        assert not {"pydantic", "tiktoken", "wp_mcp.graph.native"} & loaded
+        assert not {"pydantic", "tiktoken", GRAPH_READ} & loaded
 
 
 def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_next(store_dir):
@@ -141,7 +164,7 @@ def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_ne
     graph = witty.load_witty(WITTY_GRAPH)
     store = Store(store_dir)
     snapshot_id = store.put(graph)
-    store.build_node_index(snapshot_id, graph)
+    build_node_index(store, snapshot_id, graph)
     options = {"entity": "npu:0", "max_tokens": 300, "snapshot_id": snapshot_id}
     chain = [render_view(graph, "entity", **options)]
     while chain[-1].next_cursor:
@@ -155,12 +178,13 @@ def test_an_entity_longer_than_its_budget_is_stored_by_its_first_show_for_the_ne
         out, loaded = show(snapshot_id, *entity, *(("--cursor", cursor) if cursor else ()))
         assert out == page.text + "\n"
         assert not HEAVY & loaded, sorted(HEAVY & loaded)
-        stored = Store(store_dir).page(
-            snapshot_id, "entity", entity="npu:0", max_tokens=300, cursor=cursor
-        )
-        assert stored._asdict() == page_record(page)  # the same fields, the same values
+        stored = stored_page(
+            Store(store_dir), snapshot_id, "entity", entity="npu:0", max_tokens=300,
+            cursor=cursor,
+        )  # fmt: skip
+        assert page_record(stored) == page_record(page)  # the same fields, the same values
         cursor = page.next_cursor
-    other = Store(store_dir).page(snapshot_id, "entity", entity="npu:1", max_tokens=300)
+    other = stored_page(Store(store_dir), snapshot_id, "entity", entity="npu:1", max_tokens=300)
     assert other is None  # another entity's pages are its own
 
 

@@ -123,8 +123,10 @@ def stored_overview(state: ServerState, snapshot_id: str, graph: Any, verb: str)
 
 def _overview_summary(state: ServerState, snapshot_id: str, graph: Any) -> str:
     """The snapshot's summary, stored or cheap to render; else where to read it soon."""
+    from wp_mcp.converters.pages import stored_page
+
     # the summary is one page of at most 300 tokens: the stored one is the one asked for
-    stored = state.store.page(snapshot_id, "summary", max_tokens=DEFAULT_MAX_TOKENS)
+    stored = stored_page(state.store, snapshot_id, "summary", max_tokens=DEFAULT_MAX_TOKENS)
     if stored is not None:
         return stored.text
     if len(graph.nodes) + graph.edge_count <= OVERVIEW_RENDER_ELEMENTS:
