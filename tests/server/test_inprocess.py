@@ -275,7 +275,7 @@ async def test_every_resource_and_skill_doc_stays_within_budget(server, witty_id
         uris += [f"wp://snapshots/{witty_id}/layers/{layer}" for layer in LAYERS]
         for name in skills.SKILL_NAMES:
             uris.append(f"skill://{name}/SKILL.md")
-            refs = sorted(p.name for p in (skills.bundle_dir(name) / "references").iterdir())
+            refs = sorted(p.name for p in (skills.bundle_dir(name) / "references").glob("*"))
             uris += [f"skill://{name}/references/{ref}" for ref in refs]
         for uri in uris:
             answer = await client.read_resource(uri)

@@ -32,6 +32,17 @@ def busy(pct):
     return lambda: two_node_host(cpu_busy_pct=pct)
 
 
+def a_process(**attrs):
+    """A host running one process with these attributes (a rule about one process's value)."""
+
+    def build():
+        graph = two_node_host()
+        process(graph, 300, **attrs)
+        return graph
+
+    return build
+
+
 def driver_thread(cpu):
     def build():
         graph = two_node_host()
