@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.converters import VIEWS
-from wp_mcp.graph import trace
+from wp_mcp.graph import trace_read
 from wp_mcp.graph.check import POSSIBLE_CPUS_FLOOR
 from wp_mcp.graph.cpulist import MAX_CPUS, CpuListTooLarge, parse_cpulist, parse_cpumask
 from wp_mcp.graph.errors import FormatError
@@ -460,7 +460,7 @@ def test_a_trace_over_the_memory_budget_is_refused_while_streaming(tmp_path, cap
     whose kernels would not fit is one line, and nothing is stored (at 1 GiB, the 1,000 MiB
     trace of minimal kernel events that reached 6.2 GB and a MemoryError)."""
     path = write_kernels_trace(tmp_path / "kernels.json", 12)  # ~180,000 kernels, ~18 MB kept
-    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 8 << 20)
+    monkeypatch.setattr(trace_read, "MEMORY_BUDGET_BYTES", 8 << 20)
     code, _, err = cli(capsys, tmp_path / "store", "import", str(path))
     assert code == 2
     assert "memory budget of 8 MiB" in err and len(err.strip().splitlines()) == 1
@@ -468,7 +468,7 @@ def test_a_trace_over_the_memory_budget_is_refused_while_streaming(tmp_path, cap
     assert refused_after < 150_000  # while streaming, not after the whole file
     assert snapshot_count(tmp_path / "store") == 0
     # two traces share one budget: each alone fits, together they do not
-    monkeypatch.setattr(trace, "MEMORY_BUDGET_BYTES", 15 << 20)
+    monkeypatch.setattr(trace_read, "MEMORY_BUDGET_BYTES", 15 << 20)
     small = write_kernels_trace(tmp_path / "small.json", 8)
     assert cli(capsys, tmp_path / "store", "import", str(small))[0] == 0
     code, _, err = cli(capsys, tmp_path / "store", "import", str(small), str(small))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.converters.tokens import count_tokens
-from wp_mcp.graph import formats, native, trace
+from wp_mcp.graph import formats, native, trace, trace_read
 from wp_mcp.graph.errors import FormatError, UserError
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.store import Store
@@ -199,7 +199,7 @@ def test_events_cut_into_tiny_batches_give_the_same_facts(tmp_path, monkeypatch)
     )
     whole = trace.rank_facts(trace.read_rank(path))
     batches: list[int] = []
-    monkeypatch.setattr(trace, "BATCH_BYTES", 200)
+    monkeypatch.setattr(trace_read, "BATCH_BYTES", 200)
     cut = trace.RankTrace(origin=str(path))
     trace.read_events(path, lambda events: (batches.append(len(events)), cut.add(events)))
     assert len(batches) > 20, "the events really were parsed in many batches"
