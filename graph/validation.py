@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import typing
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import cache
 from types import UnionType
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 from .elements import Element, class_kind
 
@@ -114,7 +115,8 @@ _NONE = type(None)
 _PLAIN_TYPES = (str, int, float, bool)
 
 
-class _PlainCheck(NamedTuple):
+@dataclass(frozen=True)
+class _PlainCheck:
     """What the plain path checks of one declared attribute over a run."""
 
     name: str
