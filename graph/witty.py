@@ -377,7 +377,7 @@ class _Importer:
             record = {"src": src, "dst": dst, "kind": kind}
             if kind == GENERIC_EDGE_KIND:
                 record["edge_type"] = edge_type
-            for name, value in zip(OWN_FIELDS, values, strict=True):
+            for name, value in zip(OWN_FIELDS, values, strict=False):  # (as long by make)
                 if value is not ABSENT:
                     record[name] = value
             records.append(record)
