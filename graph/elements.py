@@ -52,6 +52,12 @@ class _ByValue:
     __hash__ = None  # type: ignore[assignment]
 
 
+# sets an element's attribute dict through the ``__dict__`` descriptor every element class
+# inherits (what ``Element.from_dict`` does, without the attribute lookup per element; for
+# ``validation.wrap_trusted``)
+set_element_dict = _ByValue.__dict__["__dict__"].__set__
+
+
 class Element(_ByValue):
     """Common base: the attributes that were set live in the instance dict, in a canonical
     order (identity keys, then declared attributes, then extras in the order they came)."""

@@ -11,6 +11,7 @@ the lowest stage so that the graph readers' errors share it with every later sta
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Literal
 
 Context = Literal["quoted", "markdown", "line"]
@@ -38,7 +39,6 @@ _UNSAFE_CLASSES: dict[Context, str] = {
     "quoted": f'[{_CONTROL}"\\\\]',
     "markdown": f"[{_CONTROL}\\\\{re.escape(_MARKDOWN)}]",
 }
-_UNSAFE = {context: re.compile(pattern) for context, pattern in _UNSAFE_CLASSES.items()}
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
 
 
@@ -57,11 +57,18 @@ def escape(text: str, limit: int = MAX_STRING, context: Context = "quoted") -> s
     """``text`` on one line, at most ``limit`` of its characters kept, made inert for
     ``context``: "quoted" inside double quotes (compact text), "markdown" in Markdown prose
     or a table cell, "line" on a plain line of a terminal (only control characters)."""
-    unsafe = _UNSAFE[context]
+    unsafe = _unsafe(context)
     if len(text) > limit:
         head = unsafe.sub(_escape_char, text[:limit])
         return f"{head}…(+{len(text) - limit} chars)"
     return unsafe.sub(_escape_char, text)
+
+
+@cache
+def _unsafe(context: Context) -> re.Pattern[str]:
+    """The context's class, compiled when first used: compiling the three takes ~5 ms, a
+    few per cent of every fresh process, most of which escape nothing."""
+    return re.compile(_UNSAFE_CLASSES[context])
 
 
 def excerpt(value: object, limit: int = MAX_EXCERPT, *, quoted: bool = True) -> str:

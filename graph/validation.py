@@ -16,13 +16,13 @@ knows no kind by name.
 from __future__ import annotations
 
 import typing
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from functools import cache
 from types import UnionType
 from typing import Annotated, Any
 
-from .elements import Element, class_kind
+from .elements import Element, class_kind, set_element_dict
 
 ElementClasses = dict[str, Any]  # kind -> its class (a dict of node or of edge classes)
 
@@ -105,14 +105,16 @@ def valid_as_they_are(items: list[Any], classes: ElementClasses, generic: type[E
 
 def wrap_trusted(items: list[Any], classes: ElementClasses, generic: type[Element]) -> list[Any]:
     """Elements of each dict's kind's class around the dicts themselves, unchecked (the
-    store's own rows, validated when stored). Each dict is set as ``Element.from_dict``
-    sets it, in the loop: a store read wraps every element of a snapshot, and a method
-    call per element made the read of a 64-host graph ~13 % slower."""
-    elements = []
-    for item in items:
-        element = object.__new__(classes.get(item["kind"], generic))
-        object.__setattr__(element, "__dict__", item)
-        elements.append(element)
+    store's own rows, validated when stored).
+
+    The one speed trick of this module, kept because it earns it: C-level passes, no Python
+    frame per element, each dict set through the ``__dict__`` descriptor itself. A store
+    read wraps every element of a snapshot, and a plain loop made reading a 64-host graph
+    back ~15 % slower (benchmarks/README.md)."""
+    kinds = [item["kind"] for item in items]
+    class_of = {kind: classes.get(kind, generic) for kind in set(kinds)}
+    elements: list[Any] = list(map(object.__new__, map(class_of.__getitem__, kinds)))
+    deque(map(set_element_dict, elements, items), maxlen=0)
     return elements
 
 
