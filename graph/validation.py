@@ -18,7 +18,6 @@ from __future__ import annotations
 import typing
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from functools import cache
 from types import UnionType
 from typing import Annotated, Any
 
@@ -137,18 +136,20 @@ class _PlainCheck:
     members: frozenset[type] | None = None
 
 
-@cache
+_PLAIN_CHECKS: dict[type, tuple[_PlainCheck, ...] | None] = {}  # each class's, once made
+
+
 def _plain_checks(cls: type[Element]) -> tuple[_PlainCheck, ...] | None:
     """What the plain path checks for ``cls``, or None where a required attribute is not
     plain."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    checks = []
-    for name in cls.FIELDS:
-        check = _plain_check(name, hints[name], name in cls.REQUIRED or name == "kind", cls)
-        if check is None:
-            return None
-        checks.append(check)
-    return tuple(checks)
+    if cls not in _PLAIN_CHECKS:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        checks = [
+            _plain_check(name, hints[name], name in cls.REQUIRED or name == "kind", cls)
+            for name in cls.FIELDS
+        ]
+        _PLAIN_CHECKS[cls] = None if None in checks else tuple(c for c in checks if c)
+    return _PLAIN_CHECKS[cls]
 
 
 def _plain_check(name: str, hint: Any, required: bool, cls: type[Element]) -> _PlainCheck | None:

@@ -361,8 +361,8 @@ class _Importer:
             for (entity_type, key), node_id in self.node_ids.items()
         }
         # None where an end is not an entity read (refused just below)
-        srcs = [read.get(edge.source_node) for edge in edges]
-        dsts = [read.get(edge.target_node) for edge in edges]
+        srcs: list[Any] = [read.get(edge.source_node) for edge in edges]
+        dsts: list[Any] = [read.get(edge.target_node) for edge in edges]
         if None in srcs or None in dsts:
             raise NeedsFullCopies("an end known only through its copy")
         nodes = self.nodes
