@@ -4,11 +4,8 @@ grimp (import-linter's graph) reads every import of wp_mcp, lazy and TYPE_CHECKI
 included; a cycle is a group of modules each reachable from the others (a package's
 `__init__` counts as a module, so `collectors/__init__.py` importing `orchestrator`, which
 imports back from the package, is a cycle too). import-linter's own `acyclic_siblings`
-contract misses that kind, so this lists strongly connected components itself.
-
-KNOWN holds the cycles present when this check was written that other branches are removing
-(issue 25). A cycle not in KNOWN fails the check; so does an entry of KNOWN that is gone, so the
-list only shrinks. STRICT: when KNOWN is empty, delete it and the code that reads it.
+contract misses that kind, so this lists strongly connected components itself. Any cycle
+fails the check.
 """
 
 from __future__ import annotations
@@ -18,10 +15,6 @@ import sys
 import grimp
 
 PACKAGE = "wp_mcp"
-
-KNOWN = {
-    frozenset({"wp_mcp.graph.witty", "wp_mcp.graph.witty_decode"}),
-}
 
 
 def cycles(imports: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -73,16 +66,11 @@ def package_imports(package: str) -> dict[str, set[str]]:
 
 
 def main() -> int:
-    found = set(cycles(package_imports(PACKAGE)))
-    new = sorted(sorted(group) for group in found - KNOWN)
-    gone = sorted(sorted(group) for group in KNOWN - found)
-    for group in new:
+    found = sorted(sorted(group) for group in cycles(package_imports(PACKAGE)))
+    for group in found:
         print(f"import cycle: {' <-> '.join(group)}")
-    for group in gone:
-        print(f"no longer a cycle (delete it from KNOWN in {__file__}): {' <-> '.join(group)}")
-    known = len(found & KNOWN)
-    print(f"import cycles: {len(new)} new, {known} known (being removed), {len(gone)} gone")
-    return 1 if new or gone else 0
+    print(f"import cycles: {len(found)}")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ elif step == "import steps":
     formats.read_bytes = clocked("read", formats.read_bytes)
     rawio.orjson = ClockedJson
     witty_decode._DECODER = ClockedDecoder
-    witty._derive = clocked("derive (shares, trees, flows)", witty._derive)
+    witty.derive = clocked("derive (shares, trees, flows)", witty.derive)
     witty.validate_nodes = clocked("validate nodes", witty.validate_nodes)
     witty.validate_edges = clocked("validate edges", witty.validate_edges)
     witty.wrap_trusted = clocked("wrap edges read trimmed", witty.wrap_trusted)

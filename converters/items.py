@@ -8,6 +8,7 @@ only the lines it shows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from wp_mcp.graph import ids
@@ -18,47 +19,25 @@ from .text import id_ranges, name_pattern, quote
 from .tokens import count_tokens
 
 
+@dataclass(slots=True, eq=False)  # items compare by identity
 class Item:
-    """A slotted class written out (a dataclass of its fields costs a fresh process ~1 ms to
-    make); items compare by identity."""
-
-    __slots__ = (
-        "ids", "kind", "render", "procs", "name", "measure", "nodes", "edges", "group",
-        "indent", "_line", "_tokens", "_alt", "_alt_tokens",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        ids: tuple[str, ...],  # entities (node ids) this item stands for; groups list them all
-        kind: str,  # node kind, or the edge kind for edge items (talks_to, path)
-        render: Callable[[], str],  # builds the line without its indentation
-        procs: tuple[str, ...] = (),  # processes it belongs to (the pid filter's scope)
-        name: str | None = None,  # what the name filter matches
-        # What min_<metric> filters test: a dict (a new one when not given), or a function
-        # building it on first use (most items are never filtered on a metric, so most never
-        # pay for it).
-        measure: dict[str, float] | Callable[[], dict[str, float]] | None = None,
-        nodes: tuple[Node, ...] = (),  # JSON slice: nodes in full
-        edges: tuple[Edge, ...] = (),  # JSON slice: edges in full
-        group: dict[str, Any] | None = None,  # JSON slice: an aggregated group
-        indent: int = 0,
-    ) -> None:
-        self.ids = ids
-        self.kind = kind
-        self.render = render
-        self.procs = procs
-        self.name = name
-        self.measure: dict[str, float] | Callable[[], dict[str, float]] = (
-            {} if measure is None else measure
-        )
-        self.nodes = nodes
-        self.edges = edges
-        self.group = group
-        self.indent = indent
-        self._line: str | None = None
-        self._tokens = -1
-        self._alt: dict[str, str] | None = None  # other formats' text
-        self._alt_tokens: dict[str, int] | None = None  # and its tokens, once counted
+    ids: tuple[str, ...]  # entities (node ids) this item stands for; groups list them all
+    kind: str  # node kind, or the edge kind for edge items (talks_to, path)
+    render: Callable[[], str]  # builds the line without its indentation
+    procs: tuple[str, ...] = ()  # processes it belongs to (the pid filter's scope)
+    name: str | None = None  # what the name filter matches
+    # What min_<metric> filters test: a dict (a new one when not given), or a function
+    # building it on first use (most items are never filtered on a metric, so most never pay
+    # for it).
+    measure: dict[str, float] | Callable[[], dict[str, float]] = field(default_factory=dict)
+    nodes: tuple[Node, ...] = ()  # JSON slice: nodes in full
+    edges: tuple[Edge, ...] = ()  # JSON slice: edges in full
+    group: dict[str, Any] | None = None  # JSON slice: an aggregated group
+    indent: int = 0
+    _line: str | None = field(default=None, init=False, repr=False)
+    _tokens: int = field(default=-1, init=False, repr=False)
+    _alt: dict[str, str] | None = field(default=None, init=False, repr=False)  # other formats
+    _alt_tokens: dict[str, int] | None = field(default=None, init=False, repr=False)
 
     def piece_text(self, fmt: str, build: Callable[[Item], str]) -> str:
         """This item's text in another format (JSON, Mermaid, DOT), built once."""
@@ -107,11 +86,17 @@ def node_item(
     edges: Iterable[Edge] = (),
     indent: int = 0,
 ) -> Item:
-    # Item's fields in their order, not by keyword: keywords double what building an item
-    # costs, and a large graph's views build one per entity
-    name = node.__dict__.get("name")
-    return Item((node.id,), node.kind, render, procs, name, metrics or {}, (node,),
-                tuple(edges), None, indent)  # fmt: skip
+    return Item(
+        ids=(node.id,),
+        kind=node.kind,
+        render=render,
+        procs=procs,
+        name=node.__dict__.get("name"),
+        measure=metrics or {},
+        nodes=(node,),
+        edges=tuple(edges),
+        indent=indent,
+    )
 
 
 def group_item(

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from itertools import repeat
-from operator import attrgetter
 
 from .cpulist import MAX_CPUS, CpuListError, CpuListTooLarge, parse_cpulist
 from .errors import FormatError
@@ -28,7 +26,6 @@ CPULIST_ATTRIBUTES = ("cpulist", "cpus_allowed", "cpus_used", "cpu_affinity")
 # firmware's empty sockets. CPU numbers up to twice the count, and never below this floor,
 # are real; beyond that a list is refused.
 POSSIBLE_CPUS_FLOOR = 1024
-_ATTRIBUTES = attrgetter("__dict__")
 
 
 def check_graph(graph: Graph, origin: str) -> None:
@@ -56,10 +53,8 @@ def _count(value: object) -> int:
 
 def _check_cpulists(graph: Graph, origin: str) -> None:
     bound = cpu_bound(graph, origin)
-    attributes = list(map(_ATTRIBUTES, graph.nodes.values()))
     for name in CPULIST_ATTRIBUTES:
-        # dict.get over the attributes in C (a methodcaller looks the method up per node)
-        for text in _distinct_strings(map(dict.get, attributes, repeat(name))):
+        for text in _distinct_strings(graph, name):
             try:
                 parse_cpulist(text, bound)
             except CpuListTooLarge as exc:
@@ -69,15 +64,16 @@ def _check_cpulists(graph: Graph, origin: str) -> None:
                 continue  # unreadable syntax names no CPU (as ``query.cpu_set`` reads it)
 
 
-def _distinct_strings(values: Iterator[object]) -> list[str]:
-    """Each distinct list once (the same one repeats on every thread of a process), collected
-    in C: a large graph has hundreds of thousands of values and a few dozen distinct ones."""
-    listed = list(values)
-    try:
-        distinct = set(listed)
-    except TypeError:  # an unhashable extra (a list where text belongs) somewhere
-        distinct = {value for value in listed if type(value) is str}
-    return [value for value in distinct if type(value) is str]
+def _distinct_strings(graph: Graph, name: str) -> set[str]:
+    """Each distinct string value of ``name`` once: the same list repeats on every thread of
+    a process, so a large graph has hundreds of thousands of values and a few dozen distinct
+    ones."""
+    distinct = set()
+    for node in graph.nodes.values():
+        value = node.__dict__.get(name)
+        if type(value) is str:
+            distinct.add(value)
+    return distinct
 
 
 def _parsed(node: Node, name: str, bound: int, origin: str) -> list[int]:

@@ -20,16 +20,16 @@ cache lets a graph go or a snapshot is deleted).
 
 from __future__ import annotations
 
-import _thread  # threading's own locks; importing threading costs ~1 ms
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
 
 # Below this many elements the passes cost little (~10 ms per 100,000 objects) and freezing
 # is not worth keeping garbage out of reach.
 FREEZE_MIN_ELEMENTS = 50_000
 
-_lock = _thread.allocate_lock()
+_lock = threading.Lock()
 _pauses = 0
 
 

@@ -7,21 +7,13 @@ each contribute what they know about the same process or device.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from itertools import compress
-from operator import attrgetter
 from typing import Any
 
 from .errors import UserError
 from .gcpause import kept_out_of_collections
 from .model import Edge, Meta, Node, edge_from_dict, node_from_dict
-
-_ID = attrgetter("id")
-_KIND = attrgetter("kind")
-_SRC = attrgetter("src")
-_DST = attrgetter("dst")
-_IDENT = attrgetter("src", "kind", "dst", "key")  # the same tuple as Edge.ident
 
 
 class GraphError(UserError):
@@ -53,26 +45,21 @@ class Graph:
         cls, meta: Meta, nodes: list[Node], edges: list[Edge]
     ) -> tuple[Graph, int | None, int | None]:
         """Bulk-build from validated elements; returns (graph, position of the first duplicate
-        node, position of the first dangling edge) so a reader can say where a file is wrong.
-
-        The common case (no duplicates, no dangling ends) runs in C-level map/zip/dict calls:
-        reading a large file should cost little more than validating it.
-        """
+        node, position of the first dangling edge) so a reader can say where a file is wrong."""
         graph = cls.from_trusted(meta, nodes, edges)  # the same bulk build, then the checks
         by_id = graph.nodes
         if len(by_id) != len(nodes):
             seen: set[str] = set()
-            for position, node_id in enumerate(map(_ID, nodes)):
-                if node_id in seen:
+            for position, node in enumerate(nodes):
+                if node.id in seen:
                     return graph, position, None
-                seen.add(node_id)
-        ends = set(map(_SRC, edges))
-        ends.update(map(_DST, edges))
+                seen.add(node.id)
+        ends = {edge.src for edge in edges} | {edge.dst for edge in edges}
         if ends.difference(by_id):
             for position, edge in enumerate(edges):
                 if edge.src not in by_id or edge.dst not in by_id:
                     return graph, None, position
-        table = dict(zip(map(_IDENT, edges), edges, strict=True))
+        table = {edge.ident: edge for edge in edges}
         if len(table) != len(edges):  # parallel twins in the file: merged into the first
             table = {}
             for edge in edges:
@@ -85,9 +72,9 @@ class Graph:
     @classmethod
     def from_trusted(cls, meta: Meta, nodes: list[Node], edges: list[Edge]) -> Graph:
         """Build from elements the store validated and checked when it stored them (unique
-        ids, unique edges, no dangling end): no check here, indexes in C-level passes."""
+        ids, unique edges, no dangling end): no check here."""
         graph = cls(meta)
-        graph.nodes = dict(zip(map(_ID, nodes), nodes, strict=True))
+        graph.nodes = {node.id: node for node in nodes}
         graph._by_kind = None  # built on first need: a read need not pay for it
         graph._edge_list = edges
         graph._adjacency_ready = False
@@ -105,7 +92,7 @@ class Graph:
         """Edges by identity, built from the stored list on first need."""
         if self._edge_list is not None:
             edges, self._edge_list = self._edge_list, None
-            self._edges = dict(zip(map(_IDENT, edges), edges, strict=True))
+            self._edges = {edge.ident: edge for edge in edges}
         return self._edges
 
     def _every_edge(self) -> list[Edge] | Any:
@@ -238,7 +225,7 @@ class Graph:
         every = self._every_edge()
         if kind is None:
             return iter(every)
-        return compress(every, map(kind.__eq__, map(_KIND, every)))  # C-level: no frame per edge
+        return (edge for edge in every if edge.kind == kind)
 
     @property
     def edge_count(self) -> int:
@@ -310,13 +297,10 @@ class Graph:
 
 
 def _by_kind(nodes: dict[str, Node]) -> dict[str, dict[str, Node]]:
-    """Nodes by kind, each kind's in the nodes' order, kinds in order of appearance: one
-    C-level pass that files each node into its kind's dict (no frame per node; a sort by
-    kind, or a pass per kind, costs several times more)."""
-    kinds = list(map(_KIND, nodes.values()))
-    index: dict[str, dict[str, Node]] = {kind: {} for kind in dict.fromkeys(kinds)}
-    files = map(dict.__setitem__, map(index.__getitem__, kinds), nodes, nodes.values())
-    deque(files, maxlen=0)
+    """Nodes by kind, each kind's in the nodes' order, kinds in order of appearance."""
+    index: dict[str, dict[str, Node]] = {}
+    for node_id, node in nodes.items():
+        index.setdefault(node.kind, {})[node_id] = node
     return index
 
 

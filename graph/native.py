@@ -12,7 +12,7 @@ one line saying which file, where, and what was expected.
 
 from __future__ import annotations
 
-from operator import attrgetter
+import gzip
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from .model import (
     validate_nodes,
 )
 from .outfile import write_output
-from .rawio import read_json_file
+from .rawio import parse_json, read_json_file
 
 if TYPE_CHECKING:  # pydantic loads where something is validated (a witty import needs none)
     from pydantic import ValidationError
@@ -51,17 +51,14 @@ def _document(graph: Graph) -> dict[str, Any]:
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "meta": meta,
-        "nodes": list(map(_ATTRIBUTES, graph.nodes.values())),
-        "edges": list(map(_ATTRIBUTES, graph.edges())),
+        "nodes": [node.__dict__ for node in graph.nodes.values()],
+        "edges": [edge.__dict__ for edge in graph.edges()],
     }
 
 
 def dumps(graph: Graph) -> bytes:
     """One orjson call over the elements' attribute dicts, which hold exactly what was set."""
     return orjson.dumps(_document(graph), option=_DUMP_OPTIONS, default=_json_fallback)
-
-
-_ATTRIBUTES = attrgetter("__dict__")
 
 
 def element_dumps(element: Any) -> bytes:
@@ -84,8 +81,6 @@ def dump(graph: Graph, path: str | Path) -> Path:
     """Write through the one safe writer: atomic, 0600, regular files only."""
     data = dumps(graph)
     if Path(path).suffix == ".gz":
-        import gzip  # here: reading a graph (the common case) needs none of it
-
         data = gzip.compress(data, compresslevel=5)
     return write_output(path, data)
 
@@ -95,8 +90,6 @@ def is_native(doc: Any) -> bool:
 
 
 def loads(data: bytes | str, origin: str = "<bytes>") -> Graph:
-    from .rawio import parse_json
-
     with cyclic_gc_paused():
         return from_dict(parse_json(data, origin), origin)
 

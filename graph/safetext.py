@@ -11,6 +11,7 @@ the lowest stage so that the graph readers' errors share it with every later sta
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Literal
 
 Context = Literal["quoted", "markdown", "line"]
@@ -52,12 +53,6 @@ _UNSAFE_CLASSES: dict[Context, str] = {
     "quoted": f'[{_CONTROL}"\\\\]',
     "markdown": f"[{_CONTROL}\\\\{re.escape(_MARKDOWN)}]",
 }
-# Each compiled when a context first escapes a string that may need it: compiling one of
-# these classes costs about a millisecond, which a fresh process need not pay.
-_UNSAFE: dict[Context, re.Pattern[str]] = {}
-# What each context escapes besides the control characters: a printable ASCII string holding
-# none of them (most host strings) is already inert there, and is returned without a scan.
-_SPECIAL: dict[Context, str] = {"line": "", "quoted": '"\\', "markdown": "\\" + _MARKDOWN}
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
 
 
@@ -76,22 +71,18 @@ def escape(text: str, limit: int = MAX_STRING, context: Context = "quoted") -> s
     """``text`` on one line, at most ``limit`` of its characters kept, made inert for
     ``context``: "quoted" inside double quotes (compact text), "markdown" in Markdown prose
     or a table cell, "line" on a plain line of a terminal (only control characters)."""
-    if _inert(text, limit, context):
-        return text
-    unsafe = _UNSAFE.get(context) or _UNSAFE.setdefault(
-        context, re.compile(_UNSAFE_CLASSES[context])
-    )
+    unsafe = _unsafe(context)
     if len(text) > limit:
         head = unsafe.sub(_escape_char, text[:limit])
         return f"{head}…(+{len(text) - limit} chars)"
     return unsafe.sub(_escape_char, text)
 
 
-def _inert(text: str, limit: int, context: Context) -> bool:
-    """Printable ASCII within the limit, holding none of what ``context`` escapes."""
-    if len(text) > limit or not text.isascii() or not text.isprintable():
-        return False
-    return not any(char in text for char in _SPECIAL[context])
+@cache
+def _unsafe(context: Context) -> re.Pattern[str]:
+    """The context's class, compiled when first used: compiling the three takes ~5 ms, a
+    few per cent of every fresh process, most of which escape nothing."""
+    return re.compile(_UNSAFE_CLASSES[context])
 
 
 def excerpt(value: object, limit: int = MAX_EXCERPT, *, quoted: bool = True) -> str:

@@ -3,14 +3,14 @@
 Every witty edge embeds full copies of both its ends (the 50 MB capture: 35 of its 50 MB),
 and the reader needs of a copy only what identifies its entity when the entity is in the
 file's own list of nodes. A typed msgspec decode reads each copy into a small struct of its
-type's key fields (``witty._IDENTITY_FIELDS``) and skips the rest without making a Python
+type's key fields (``witty_spec.IDENTITY_FIELDS``) and skips the rest without making a Python
 object of it: 0.14-0.18 s of CPU where orjson's parse of the whole document takes 0.36-0.41.
 
 What comes back is the document as orjson would parse it, except that each edge is a
 ``TrimmedEdge`` struct: its own fields as parsed (``ABSENT`` where it has none), its ends as
 frozen key structs, which equal (and hash as) the identity keys of the entities read from
 the file's nodes. The witty reader (``witty.from_witty`` with ``copies_trimmed``) reads the
-nodes as it reads any document, finds every end in C by its key struct, and asks for the
+nodes as it reads any document, finds every end by its key struct, and asks for the
 whole document (``witty.NeedsFullCopies``) when an end is an entity known only through its
 copy. Anything the typed decode does not describe exactly gets ``None``, and the
 caller parses the whole document instead, where every error is put in words:
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Union
 
 import msgspec
@@ -45,7 +44,7 @@ from msgspec.structs import astuple
 from .errors import FormatError
 from .gcpause import cyclic_gc_paused
 from .rawio import UTF8_BOM, check_nesting
-from .witty import _IDENTITY_FIELDS
+from .witty_spec import IDENTITY_FIELDS
 
 Scalar = str | int | float | bool | None  # hashable, as identity keys must be
 
@@ -63,7 +62,7 @@ def _key_struct(entity_type: str, fields: tuple[str, ...]) -> type[Struct]:
     )
 
 
-KEY_STRUCTS = {kind: _key_struct(kind, fields) for kind, fields in _IDENTITY_FIELDS.items()}
+KEY_STRUCTS = {kind: _key_struct(kind, fields) for kind, fields in IDENTITY_FIELDS.items()}
 # an end: one of the key structs, chosen by its entity_type (any other type is refused)
 _End = Union[tuple(KEY_STRUCTS.values())]  # type: ignore[valid-type]  # noqa: UP007
 
@@ -100,12 +99,12 @@ class TrimmedEdge(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 OWN_FIELDS = TrimmedEdge.__struct_fields__[1:-2]  # those an edge's record keeps as they are
-_OWN_SLICE = itemgetter(slice(1, 1 + len(OWN_FIELDS)))  # of ``msgspec.structs.astuple``
 
 
 def own_values(edges: list[TrimmedEdge]) -> Iterator[tuple[Any, ...]]:
-    """Each edge's values of ``OWN_FIELDS`` (``ABSENT`` where it has none), in C."""
-    return map(_OWN_SLICE, map(astuple, edges))
+    """Each edge's values of ``OWN_FIELDS`` (``ABSENT`` where it has none)."""
+    own = slice(1, 1 + len(OWN_FIELDS))
+    return (astuple(edge)[own] for edge in edges)
 
 
 class _Graph(Struct, forbid_unknown_fields=True):

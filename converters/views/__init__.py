@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from .. import catalog
 from ..catalog import SPECIAL
@@ -25,7 +25,8 @@ Builder = Callable[[Facts], list[Item]]
 DEFAULT_NARROW = "kind=… pid=… name=…"
 
 
-class View(NamedTuple):  # a NamedTuple: a dataclass costs a fresh process ~0.5 ms
+@dataclass(frozen=True)
+class View:
     name: str
     build: Builder  # the items, most significant first
     legend: str  # the #legend line: what each field of its lines means

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import string
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wp_mcp.converters.text import (
@@ -23,7 +20,6 @@ from wp_mcp.converters.text import (
     quote,
     show_id,
 )
-from wp_mcp.graph import safetext
 
 
 def test_escape_neutralises_line_breaks_ansi_nul_and_quotes():
@@ -112,27 +108,3 @@ def test_name_patterns_wildcard_numbers():
 def test_compact_values_keep_structure_and_escape_strings():
     assert compact({"0": 0.25, "name": "a\nb"}) == '{0:0.25,name:"a\\nb"}'
     assert len(compact({"k": "x" * 10_000}, limit=100)) < 250
-
-
-_HOSTILE_OR_PLAIN = st.text(
-    alphabet=st.sampled_from(
-        [*string.printable, "\x00", "\x7f", "\x85", "\u061c", "\u200b", "\u2028", "\ufeff",
-         "\ud800", "é", "…"]
-    )
-)  # fmt: skip
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    text=_HOSTILE_OR_PLAIN | st.text(),
-    context=st.sampled_from(["line", "quoted", "markdown"]),
-    limit=st.integers(0, 40),
-)
-def test_a_string_left_as_it_is_is_what_the_escaping_regex_gives(text, context, limit):
-    """Printable ASCII within the limit that holds none of a context's own characters is
-    returned without its regex (which compiles only when a string may need it): the same
-    string as the regex gives, for every string."""
-    unsafe = re.compile(safetext._UNSAFE_CLASSES[context])
-    head = unsafe.sub(safetext._escape_char, text[:limit])
-    expected = head if len(text) <= limit else f"{head}…(+{len(text) - limit} chars)"
-    assert safetext.escape(text, limit, context) == expected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 
 import orjson
@@ -10,14 +9,11 @@ import pytest
 from pydantic import ValidationError
 from wp_mcp.graph import Graph, native
 from wp_mcp.graph.model import (
-    EDGE_CLASSES,
     NODE_CLASSES,
     CpuOn,
-    Edge,
     ElementsError,
     Node,
     ProcessNode,
-    _declared_hint,
     make_edge,
     make_node,
     validate_edges,
@@ -171,8 +167,6 @@ PLAIN_CASES = [
 
 @pytest.mark.parametrize("items", PLAIN_CASES)
 def test_the_plain_path_accepts_and_refuses_what_pydantic_does(items):
-    from wp_mcp.graph.model import NODE_CLASSES
-
     cls = NODE_CLASSES.get(items[0]["kind"], Node)
     try:
         expected = cls.list_adapter().validate_python(items)
@@ -194,12 +188,3 @@ def test_edges_a_large_import_builds_take_the_plain_path_and_keep_their_key_orde
     assert edges[0].__dict__ is items[0]  # wrapped, not rebuilt
     with pytest.raises(ElementsError):
         validate_edges([{"src": "a", "dst": "b", "kind": "has_thread", "key": 2}])
-
-
-def test_the_plain_checks_read_each_classs_declared_types_as_typing_does():
-    """Each distinct annotation is evaluated once per module, when the plain checks first
-    read it; what they read is exactly what ``typing.get_type_hints`` gives, for every
-    attribute of every element class."""
-    for cls in [Node, Edge, *NODE_CLASSES.values(), *EDGE_CLASSES.values()]:
-        hints = typing.get_type_hints(cls, include_extras=True)
-        assert {name: _declared_hint(cls, name) for name in hints} == hints, cls
