@@ -5,6 +5,11 @@ the database's mode): snapshots hold command lines and host details. A store tha
 written (a read-only mount, another user's files) is opened read-only, and only a write says
 so. SQLite's errors become one line that names the cause: "no space left on device", not
 "disk I/O error".
+
+A writable store keeps a small reserve file beside its database. SQLite needs room even to
+open a WAL database (its -shm file) and to delete (the WAL), so on a disk that filled up the
+store gives the reserve back first: it can still be opened, listed and told to delete
+snapshots, whose pages its next writes reuse. The reserve is made again once there is room.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from ..outfile import describe_os_error, shown
 # disk met while mapping its shared-memory file as "disk I/O error".
 _NEARLY_FULL_BYTES = 1 << 20
 _WAL_LIMIT_BYTES = 4 << 20
+RESERVE_NAME = "reserve"
+_RESERVE_BYTES = 512 << 10  # an -shm file (32 KiB) and the WAL of a delete, with room to spare
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS snapshots (
@@ -132,20 +139,58 @@ class Database:
         self.directory = directory
         self.file = directory / DB_NAME
         self.read_only = not _prepare_files(directory, self.file)
+        self.reserve = directory / RESERVE_NAME
         self._local = threading.local()
         db = self.connect()  # an unusable store is said now, not at the first read
         if not self.read_only and not _schema_is_current(db):
             with self.transaction("cannot open the store") as db:
                 _create_schema(db)
+        if not self.read_only:
+            self.keep_reserve()
 
     def connect(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             with self.errors("cannot open the store"):
-                db = self._open_read_only() if self.read_only else self._open_writable()
+                db = self._open_read_only() if self.read_only else self._open_with_room()
             self._local.db = db
         return db
+
+    def _open_with_room(self) -> sqlite3.Connection:
+        try:
+            return self._open_writable()
+        except sqlite3.Error as exc:
+            if not (self._is_full(exc) and self.give_back_reserve()):
+                raise
+            return self._open_writable()  # the reserve's room holds the -shm file
+
+    def keep_reserve(self) -> None:
+        """Make the reserve where it is missing and there is room for it (else later)."""
+        if self.reserve.exists():
+            return
+        try:
+            fd = os.open(self.reserve, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(bytes(_RESERVE_BYTES))
+        except OSError:  # no room for it yet: none rather than a part
+            self.reserve.unlink(missing_ok=True)
+
+    def give_back_reserve(self) -> bool:
+        """Free the reserve's room for the store's own use; whether there was one."""
+        try:
+            self.reserve.unlink()
+        except OSError:
+            return False
+        return True
+
+    def make_room_to_free(self) -> None:
+        """Before a write that frees space (a delete): on a disk nearly full, the reserve."""
+        if not self.read_only and self._nearly_full():
+            self.give_back_reserve()
 
     def _open_writable(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.file, timeout=30, isolation_level=None)
@@ -180,9 +225,13 @@ class Database:
         except sqlite3.Error as exc:
             raise UserError(f"{doing}: {self._cause(exc)}") from None
 
+    def _is_full(self, exc: sqlite3.Error) -> bool:
+        name = getattr(exc, "sqlite_errorname", "")
+        return name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and self._nearly_full())
+
     def _cause(self, exc: sqlite3.Error) -> str:
         name = getattr(exc, "sqlite_errorname", "")
-        if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and self._nearly_full()):
+        if self._is_full(exc):
             return f"no space left on device ({shown(self.directory)})"
         if name.startswith("SQLITE_READONLY"):
             return f"the store is read-only ({shown(self.directory)})"

@@ -299,6 +299,7 @@ class Store:
 
     def delete(self, ref: str) -> str:
         snapshot_id = self.resolve(ref)
+        self.db.make_room_to_free()  # a full disk can still delete: the store frees its space
         with self.db.transaction("cannot delete the snapshot") as db:
             delete_snapshot(db, snapshot_id)
             db.execute("DELETE FROM settings WHERE key=? AND value=?", (BASELINE_KEY, snapshot_id))

@@ -23,9 +23,9 @@ class SmallDisk:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def fill(self) -> Path:
+    def fill(self, name: str = "filler") -> Path:
         """Write a filler file until the device is full; deleting it frees the space."""
-        filler = self.root / "filler"
+        filler = self.root / name
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             while True:

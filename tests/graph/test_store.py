@@ -300,12 +300,14 @@ def test_an_already_full_disk_says_so_plainly(small_disk, fixture_graph, capsys)
     store.put(fixture_graph)
     store.close()
     small_disk.fill()
-    for command in (["snapshots"], ["import", str(WITTY_GRAPH)]):
-        assert main(["--store", str(store_path), *command]) == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err and err.count("\n") == 1
-        assert f"no space left on device ({store_path})" in err
-        assert "disk I/O error" not in err
+    assert main(["--store", str(store_path), "snapshots"]) == 0  # its reserve: it still opens
+    capsys.readouterr()
+    small_disk.fill("filler-2")  # the reserve's room taken too
+    assert main(["--store", str(store_path), "import", str(WITTY_GRAPH)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert f"no space left on device ({store_path})" in err
+    assert "disk I/O error" not in err
 
 
 # ---------------------------------------------------------------------- files run by skills
@@ -325,3 +327,18 @@ def test_repeated_runs_on_one_file_store_it_once(store_dir, capsys, monkeypatch)
     listed = [info.id for info in store.list()]
     assert listed == [*reported_on, *collected[::-1]]  # no collected snapshot pushed out
     assert len(store.list_reports(listed[0])) == len(runs)
+
+
+def test_a_full_disk_can_still_delete_to_free_its_own_space(small_disk, fixture_graph, capsys):
+    """The tool frees its own space: `delete` works on a disk the store filled (the store
+    keeps a small reserve to give back first, since SQLite needs room even to delete)."""
+    store_path = small_disk.root / "store"
+    store = Store(store_path, keep=0)
+    doomed, kept = store.put(fixture_graph, label="old"), store.put(Graph(), label="new")
+    store.close()
+    small_disk.fill()
+    assert main(["--store", str(store_path), "delete", doomed]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    after = Store(store_path)
+    assert [info.id for info in after.list()] == [kept]
+    assert len(after.get(kept).nodes) == 0
