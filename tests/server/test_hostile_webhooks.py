@@ -66,6 +66,12 @@ class Lines:
         self._thread.join(WAIT_S)
 
 
+def counters(metrics: str, name: str) -> dict[str, float]:
+    """A webhook counter's value by receiver (scheme://host:port) from a /metrics page."""
+    return {line.split('"')[1].partition(":")[2]: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines() if line.startswith(name + "{")}  # fmt: skip
+
+
 def events_of(lines: list[str]) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
@@ -115,12 +121,21 @@ def test_hostile_receivers_leave_the_monitor_small_and_delivering(
         out.wait_for(1)
         # the trickling receiver is let go at the deadline and tried again
         wait_until(lambda: slow.connections >= 3, "the trickling receiver tried again")
-        wait_until(lambda: bottomless.requests >= 2, "the endless receiver tried again")
+        # the endless answer is read 64 KiB deep and the event counted sent (a second request
+        # would come only with the host's next event, which a quiet host may not have)
+        wait_until(lambda: bottomless.requests >= 1, "the endless receiver reached")
         wait_until(lambda: len(fine.received) >= len(events_of(out.lines)), "delivery")
         assert high_water_mb(proc.pid) <= MAX_MONITOR_MB
         scrape = f"http://127.0.0.1:{metrics_port}/metrics"
-        with urllib.request.urlopen(scrape, timeout=30) as answer:
-            metrics = answer.read().decode()
+
+        def scraped() -> str:
+            with urllib.request.urlopen(scrape, timeout=30) as answer:
+                return answer.read().decode()
+
+        endless_at = bottomless.url.split("/hook")[0]
+        wait_until(lambda: counters(scraped(), "wp_webhook_sent_total").get(endless_at, 0) >= 1,
+                   "the endless answer counted sent")  # fmt: skip
+        metrics = scraped()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=WAIT_S)
@@ -134,11 +149,11 @@ def test_hostile_receivers_leave_the_monitor_small_and_delivering(
     assert f"{slow.url.split('/hook')[0]}: unreachable" in stderr  # said once, at the start
     assert f"{bouncing.url.split('/hook')[0]}: HTTP 302: redirects are not followed" in stderr
     assert "secret-token" not in stderr and "secret-token" not in metrics
-    failures = {line.split('"')[1].partition(":")[2]: float(line.rsplit(" ", 1)[1])
-                for line in metrics.splitlines() if line.startswith("wp_webhook_failures_total{")}  # fmt: skip
+    failures = counters(metrics, "wp_webhook_failures_total")
     assert failures[slow.url.split("/hook")[0]] >= 1
     assert failures[bouncing.url.split("/hook")[0]] >= 1
     assert failures[fine.url.split("/hook")[0]] == 0
+    assert counters(metrics, "wp_webhook_sent_total")[endless_at] >= 1  # read a bounded part
     assert "wp_webhook_sent_total" in metrics
 
 
@@ -172,4 +187,6 @@ def test_a_sigterm_delivers_what_is_queued(tmp_path: Path, receivers: list[Recei
         err.join()
     assert proc.returncode == 0, "".join(err.lines)[-2000:]
     printed = events_of(out.lines)
-    assert len(printed) >= 2 and slow_but_fine.received == printed
+    # as many as this host's first cycle had (the baseline at least), each still in flight or
+    # queued behind the slow receiver when the signal came
+    assert printed and slow_but_fine.received == printed

@@ -242,7 +242,7 @@ async def test_the_installed_command_serves_mcp_over_stdio(
 
 SDIST_MUST_HOLD = ("LICENSE", "README.md", "server.json", "setup.py", "docs/mcp.md",
                    "tests/server/test_packaging.py", "tests/fixtures/mcp-registry/server.schema.json",
-                   "skills/bottleneck-identification/SKILL.md", "graph/store.py",
+                   "skills/bottleneck-identification/SKILL.md", "graph/store/snapshots.py",
                    "converters/assets/package-lock.json", "clients/install.sh",
                    "clients/package-lock.json")  # fmt: skip
 
