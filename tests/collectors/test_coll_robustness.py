@@ -3,7 +3,6 @@ statuses say what could not be read and why."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import threading
@@ -12,6 +11,7 @@ import time
 import pytest
 from coll_helpers import needs_root
 from wp_mcp.collectors import Context, collect_snapshot, default_collectors
+from wp_nobody import as_nobody
 
 pytestmark = pytest.mark.slow
 
@@ -44,41 +44,20 @@ def test_churn_of_200_short_lived_processes_gives_no_error():
 
 
 def collect_as_nobody() -> dict:
-    """Fork, drop to the nobody user in the child, collect there and send back a summary.
-
-    A fork rather than a new interpreter: this Python lives under /root, which nobody may
-    not read; everything the collection imports is loaded before the fork.
-    """
+    """As nobody: collect and send back a summary (everything the collection imports is
+    loaded before the fork)."""
     default_collectors()  # import every registered collector module while still root
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            graph = collect_snapshot(Context(window_s=0.2, ebpf="off"))
-            summary = {
-                "statuses": [s.model_dump() for s in graph.meta.collectors],
-                "capabilities": graph.meta.capabilities,
-                "holds": {
-                    n.id: len(graph.out_edges(n.id, "holds")) for n in graph.of_kind("process")
-                },
-                "threads": len(graph.of_kind("thread")),
-            }
-            with os.fdopen(write_fd, "w") as out:
-                json.dump(summary, out)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data
-    return json.loads(data)
+
+    def collect() -> dict:
+        graph = collect_snapshot(Context(window_s=0.2, ebpf="off"))
+        return {
+            "statuses": [s.model_dump() for s in graph.meta.collectors],
+            "capabilities": graph.meta.capabilities,
+            "holds": {n.id: len(graph.out_edges(n.id, "holds")) for n in graph.of_kind("process")},
+            "threads": len(graph.of_kind("thread")),
+        }
+
+    return as_nobody(collect)
 
 
 @needs_root()

@@ -3,8 +3,6 @@ say which processes they could not read (root test: it drops privileges in a for
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,43 +13,27 @@ from wp_mcp.collectors.nic import NicCollector
 from wp_mcp.collectors.numa import NumaCollector
 from wp_mcp.collectors.pci import PciCollector
 from wp_mcp.graph import Graph
+from wp_nobody import as_nobody
 
 pytestmark = pytest.mark.root  # drops privileges in a forked child
 
-NOBODY = 65534
 COLLECTORS = (MetricsCollector, NumaCollector, NicCollector, DiskCollector, PciCollector)
 
 
 def run_as_nobody() -> dict:
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: drop privileges, collect, report as JSON, exit
-        os.close(read_end)
+    def collect() -> dict:
         report = {}
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            ctx = Context(window_s=0.2)
-            for cls in COLLECTORS:
-                graph = Graph()
-                outcome = cls().collect(graph, ctx)
-                report[cls.name] = {"status": outcome.status, "reason": outcome.reason,
-                                    "kinds": graph.kinds()}  # fmt: skip
-        except BaseException as exc:  # reported to the parent, never raised in a fork
-            report["error"] = repr(exc)
-        os.write(write_end, json.dumps(report).encode())
-        os._exit(0)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    os.waitpid(child, 0)
-    return json.loads(b"".join(chunks))
+        ctx = Context(window_s=0.2)
+        for cls in COLLECTORS:
+            graph = Graph()
+            outcome = cls().collect(graph, ctx)
+            report[cls.name] = {"status": outcome.status, "reason": outcome.reason,
+                                "kinds": graph.kinds()}  # fmt: skip
+        return report
+
+    return as_nobody(collect)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
 def test_collectors_degrade_to_partial_with_a_reason():
     report = run_as_nobody()
     assert "error" not in report, report.get("error")

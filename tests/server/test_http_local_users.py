@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from mcp.types import LATEST_PROTOCOL_VERSION
 from server_helpers import serve_command, server_env
+from wp_nobody import as_nobody as run_as_nobody
 
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)/mcp")
 TOKEN_LINE = re.compile(r"bearer token: the first line of (\S+) ")
-NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to drop to nobody)")
 INITIALIZE = json.dumps({
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -44,33 +44,18 @@ def initialize(port: int, token: str | None = None) -> int:
 
 
 def as_nobody(port: int, token_file: Path | None) -> dict:
-    """Fork, drop to nobody, try the server and the token file; what the child saw."""
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            seen = {"status": initialize(port)}
-            if token_file is not None:
-                try:
-                    seen["token"] = token_file.read_text()
-                except OSError as exc:
-                    seen["token_error"] = exc.strerror
-            with os.fdopen(write_fd, "w") as out:
-                json.dump(seen, out)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data
-    return json.loads(data)
+    """As nobody: try the server and the token file; what the child saw."""
+
+    def attempt() -> dict:
+        seen: dict = {"status": initialize(port)}
+        if token_file is not None:
+            try:
+                seen["token"] = token_file.read_text()
+            except OSError as exc:
+                seen["token_error"] = exc.strerror
+        return seen
+
+    return run_as_nobody(attempt)
 
 
 def stderr_lines(proc: subprocess.Popen, count: int) -> list[str]:
