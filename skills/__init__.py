@@ -29,6 +29,8 @@ from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import shown, write_output
 from wp_mcp.graph.safetext import excerpt
 
+from .folders import skill_modules
+
 if TYPE_CHECKING:
     from wp_mcp.graph import Graph
 
@@ -53,15 +55,9 @@ class Skill:
 
 
 def discover(folders: Iterable[str]) -> tuple[Skill, ...]:
-    """The skills in these package folders: each entry with an import name and a SKILL.md,
-    in name order (the order diagnose runs them and listings show them)."""
-    modules = {
-        entry.name
-        for folder in folders
-        for entry in Path(folder).iterdir()
-        if entry.name.isidentifier() and (entry / "SKILL.md").is_file()
-    }
-    return tuple(Skill(name) for name in sorted(module.replace("_", "-") for module in modules))
+    """The skills in these package folders, in name order (the order diagnose runs them and
+    listings show them)."""
+    return tuple(Skill(module.replace("_", "-")) for module in skill_modules(folders))
 
 
 SKILLS = discover(__path__)

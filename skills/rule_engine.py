@@ -17,6 +17,7 @@ from typing import NamedTuple
 from wp_mcp.graph import Graph
 
 from .analysis import Analysis
+from .folders import skill_modules
 from .report import Finding
 from .rulebook import RULES, NotEvaluable, Rule, RuleContext
 
@@ -61,12 +62,8 @@ def _import_rule_modules() -> None:
 
 @functools.cache
 def _skill_folders() -> tuple[str, ...]:
-    """The skill folders beside this module by import name: the entries whose name is one (a
-    skill's snake_case link to its dash-case folder in the source tree, or its folder in a
-    wheel) holding a runner, as ``wp_mcp.skills.discover`` finds the skills."""
-    here = Path(__file__).parent
-    found = (p for p in here.iterdir() if p.name.isidentifier() and (p / f"{_RUNNER}.py").is_file())
-    return tuple(sorted(path.name for path in found))
+    """The skills beside this module, by import name (``skills/folders.py``)."""
+    return tuple(skill_modules([Path(__file__).parent]))
 
 
 def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
