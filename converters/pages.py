@@ -183,9 +183,11 @@ def build_node_index_quietly(store: Store, snapshot_id: str, graph: Graph) -> No
         log.warning("node index of snapshot %s not stored: %s", snapshot_id, error_line(exc))
 
 
-def index_rows(graph: Graph) -> tuple[str, list[NodeRow], Iterator[EdgeRow]]:
-    """The whole graph's fingerprint and the rows of its node index."""
-    nodes = [_indexed(node, element_dumps(node)) for node in graph.nodes.values()]
+def index_rows(graph: Graph) -> tuple[str, Iterator[NodeRow], Iterator[EdgeRow]]:
+    """The whole graph's fingerprint and the rows of its node index, made as the store
+    reads them (the nodes in id order): none is held longer than its write."""
+    by_id = map(graph.nodes.__getitem__, sorted(graph.nodes))
+    nodes = (_indexed(node, element_dumps(node)) for node in by_id)
     edges = (
         (seq, edge.src, edge.dst, element_dumps(edge)) for seq, edge in enumerate(graph.edges())
     )
