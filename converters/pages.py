@@ -3,12 +3,13 @@ from the store ever after) and the rows of its node index (read by converters/st
 
 A stored snapshot never changes, so every page a caller can ask for without filters is
 known once it is stored: the summary, then each view followed from its first page through
-every cursor, in compact text and JSON at the default budget. They are built lazily, not
-when the snapshot is stored: rendering them costs far more than storing the graph (every
-item of a layer is rendered and its tokens counted in both formats, and each page counted
-again), so the first `wp-mcp show` of a view stores that view's pages in that format after
-printing its answer, and the MCP server builds them all in the background after `wp_open`
-or `wp_collect`. :func:`build_pages` hands them to the store as one row per page, keyed by
+every cursor, in compact text and JSON at the default budget. Whoever makes a snapshot
+holds its graph then, and writes the first answers before it returns
+(:func:`build_first_answers`: the summary, each view's first page, the node index), so no
+first look reads the graph again; the rest of a chain is built lazily (rendering every page
+costs far more than storing the graph): the first `wp-mcp show` of a later page stores that
+view's pages in that format after printing its answer, and the MCP server builds them all
+in the background after `wp_open` or `wp_collect`. :func:`build_pages` hands them to the store as one row per page, keyed by
 the cursor that asks for it (converters/show_path.py owns the keys and reads a row for a
 fresh `show`); :func:`stored_page` reads one back, so a page costs what it returns: neither
 the graph, nor the model, nor the token encoder is loaded to serve it. A request for
@@ -52,6 +53,9 @@ STORED_BUDGET = DEFAULT_MAX_TOKENS
 # server's first pass): the first pages are what is read; the server stores the rest after.
 # At 640 hosts a chain runs to ~3,000 text and ~15,000 JSON pages, ~10 ms each to render.
 EAGER_PAGES = 64
+# Pages of each view and format written with the graph in hand, when a snapshot is made
+# (import, collect, wp_open, wp_collect): the first look at each view is a row read
+FIRST_PAGES = 1
 _PAGE_BATCH = 200  # pages per write transaction while building (bounds the memory held)
 
 # (the cursor asking for a page, '' for the first; the page)
@@ -101,6 +105,18 @@ def build_pages(
             pages = walk(graph, snapshot_id, view, fmt, cursor or None, room)
             if not keep_pages(store, snapshot_id, (view, fmt, STORED_BUDGET), pages, stored):
                 return
+
+
+def build_first_answers(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """Write what a first look at a snapshot asks for while the caller holds its graph
+    (``import``, ``collect``, ``wp_open``, ``wp_collect``): the summary and the first page
+    of every view in both formats, then the node index (entities, searches). The first
+    ``show``, ``wp_summary``, ``wp_layer``, ``wp_entity`` or ``wp_search`` after it, in this
+    process or another, reads a row and never the graph; the rest of a chain is stored by
+    the first ``show`` of it, or the MCP server's background build. A failure is logged:
+    the snapshot is stored, and an answer not written is rendered from the graph."""
+    build_pages_quietly(store, snapshot_id, graph, limit=FIRST_PAGES)
+    build_node_index_quietly(store, snapshot_id, graph)
 
 
 def build_pages_quietly(

@@ -19,21 +19,14 @@ from wp_mcp.graph.safetext import error_line
 from wp_mcp import __version__
 
 from ..errors import UserError
+from .commands import COMMANDS
 from .log_setup import configure_logging
 
-# Modules that contribute subcommands, in the order they appear in --help, with the commands
-# each registers: running one command imports only its module (`serve` starts faster
-# without the collectors, converters and skills it loads lazily).
-COMMAND_MODULES = {
-    "wp_mcp.server.cli.graph": ("import", "snapshots", "export", "delete"),
-    "wp_mcp.server.cli.show": ("show",),
-    "wp_mcp.server.cli.collect": ("collect",),
-    "wp_mcp.server.cli.serve": ("serve",),
-    "wp_mcp.server.cli.skills": ("diagnose", "skill", "skills"),
-    "wp_mcp.server.cli.report": ("report", "diff"),
-    "wp_mcp.server.cli.completion": ("completion",),
-    "wp_mcp.server.cli.monitor": ("monitor", "baseline", "config"),
-}
+# Modules that contribute subcommands, in the order they appear in --help: running one
+# command imports only its module (commands.py has the table; --help and --version import none)
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {}
+for _command, (_module, _help) in COMMANDS.items():
+    COMMAND_MODULES[_module] = (*COMMAND_MODULES.get(_module, ()), _command)
 GLOBAL_OPTIONS_WITH_VALUE = ("--store", "--config")
 _UNMEASURED_WIDTH = 80  # a formatter's width until it writes help (then the terminal's)
 
@@ -79,8 +72,10 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with ``command``, only the module that registers it is imported."""
+def build_parser(command: str | None = None, *, outline: bool = False) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only the module that registers it is imported; with
+    ``outline``, none is: each command is its line of help (enough for ``--help``,
+    ``--version`` and a command line naming no known command)."""
     parser = ArgumentParser(
         prog="wp-mcp",
         description="Collect, show and diagnose the topology graph of an AI training/inference host.",
@@ -100,6 +95,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     # prog given: argparse would work it out by writing a usage line (measuring the terminal)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=parser.prog)
+    if outline:
+        for name, (_module, line) in COMMANDS.items():
+            sub.add_parser(name, help=line)
+        return parser
     modules = [name for name, commands in COMMAND_MODULES.items() if command in commands]
     for name in modules or COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -108,7 +107,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command_of(argv))
+    command = _command_of(argv)
+    parser = build_parser(command, outline=command not in COMMANDS)
     args = parser.parse_args(argv)
     if args.verbose or not getattr(args, "configures_logging", False):  # else before it logs
         configure_logging(args.verbose)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from wp_mcp.graph import Graph, UserError, native
 from wp_mcp.graph.outfile import check_target
 
-from .graph import open_store
+from .commands import command_help
+from .graph import open_store, store_first_answers
 from .progress import ProgressLine
 
 if TYPE_CHECKING:  # the collectors load when a command collects: `diagnose ID` never does
@@ -31,7 +32,7 @@ MAX_START_DELAY_S = 3600.0  # --start-at: a job's nodes start together, not tomo
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "collect",
-        help="collect a snapshot of this host, store it and print its id",
+        help=command_help("collect"),
         description="Collect processes, threads, sockets/IPC, NUMA, devices, containers and "
         "metrics over a window; store the snapshot and print its id on stdout.",
     )
@@ -77,6 +78,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if args.out:
         native.dump(graph, args.out)
     snapshot_id = store.put(graph, label=args.label)
+    store_first_answers(store, snapshot_id, graph)
     print(snapshot_id, file=result)
     return 0
 

@@ -10,11 +10,13 @@ import argparse
 import shlex
 import sys
 
+from .commands import command_help
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "completion",
-        help="print a shell completion script (bash or zsh)",
+        help=command_help("completion"),
         description="Print a completion script: `source <(wp-mcp completion bash)`, or in zsh "
         '`eval "$(wp-mcp completion zsh)"` (bash completion through bashcompinit).',
     )

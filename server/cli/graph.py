@@ -13,6 +13,11 @@ from wp_mcp.graph.safetext import escape, excerpt
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
 from wp_mcp.graph.store import Store
 
+from .commands import command_help
+
+# A graph this big takes a second or more to write its first answers: say what is happening
+_SAY_BUILDING_ELEMENTS = 200_000
+
 
 def open_store(args: argparse.Namespace) -> Store:
     """The store named by --store, else $WP_MCP_STORE, else the user's data directory."""
@@ -22,8 +27,7 @@ def open_store(args: argparse.Namespace) -> Store:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
-        help="import a wp-graph or witty-profiler file, or PyTorch profiler traces; "
-        "prints the snapshot id",
+        help=command_help("import"),
     )
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="graph file (.json or .json.gz), or trace files / folders of them, "
@@ -39,20 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep secrets in command lines (redacted by default)")  # fmt: skip
     p.set_defaults(handler=cmd_import)
 
-    p = sub.add_parser("snapshots", help="list stored snapshots, newest first")
+    p = sub.add_parser("snapshots", help=command_help("snapshots"))
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the older spelling
     p.add_argument("--limit", type=cli_number(1, MAX_COUNT), default=None,
                    help="the newest N snapshots")  # fmt: skip
     p.set_defaults(handler=cmd_snapshots)
 
-    p = sub.add_parser("export", help="write a stored snapshot to a file or stdout")
+    p = sub.add_parser("export", help=command_help("export"))
     p.add_argument("snapshot", help="snapshot id, unique prefix, or 'latest'")
     p.add_argument("--format", choices=formats.FORMATS, default="wp-graph")
     p.add_argument("--out", help="output file (default: stdout); .gz compresses wp-graph")
     p.set_defaults(handler=cmd_export)
 
-    p = sub.add_parser("delete", help="delete a stored snapshot and its reports")
+    p = sub.add_parser("delete", help=command_help("delete"))
     p.add_argument("snapshot", help="snapshot id or unique prefix")
     p.set_defaults(handler=cmd_delete)
 
@@ -62,14 +66,25 @@ def cmd_import(args: argparse.Namespace) -> int:
     store = open_store(args)
     graph = _imported_graph(args, store)
     snapshot_id = store.put(graph, label=args.label)
-    print(snapshot_id)
+    print(snapshot_id, flush=True)
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(graph.kinds().items()))
     names = excerpt(" ".join(args.files), quoted=False)
     print(
         f"imported {names}: {len(graph.nodes)} nodes ({kinds}), {graph.edge_count} edges",
         file=sys.stderr,
     )
+    store_first_answers(store, snapshot_id, graph)
     return 0
+
+
+def store_first_answers(store: Store, snapshot_id: str, graph: Graph) -> None:
+    """While the graph is in hand: the pages and the node index a first look reads
+    (converters/pages.py), said on stderr where it takes a while."""
+    from wp_mcp.converters.pages import build_first_answers
+
+    if len(graph.nodes) + graph.edge_count >= _SAY_BUILDING_ELEMENTS:
+        print("writing the summary, each view's first page and the node index", file=sys.stderr)
+    build_first_answers(store, snapshot_id, graph)
 
 
 def _imported_graph(args: argparse.Namespace, store: Store) -> Graph:

@@ -20,6 +20,7 @@ from wp_mcp.graph.store import Store
 
 from .. import config as config_module
 from .. import config_file
+from .commands import command_help
 
 UNIT = """\
 [Unit]
@@ -45,7 +46,7 @@ WantedBy=multi-user.target
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "monitor",
-        help="collect, diagnose and compare every interval; events to stdout, files, webhooks",
+        help=command_help("monitor"),
         description="Every --interval: collect this host, run every skill, store the snapshot "
         "with retention, and emit events (findings appeared/resolved/escalated, metric "
         "regressions against the baseline). Settings: the config file (`wp-mcp config show`).",
@@ -64,12 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print-unit", action="store_true", help="print a systemd unit and exit")
     p.set_defaults(handler=cmd_monitor)
 
-    p = sub.add_parser("baseline", help="show or set the snapshot regressions are measured against")
+    p = sub.add_parser("baseline", help=command_help("baseline"))
     p.add_argument("action", choices=("show", "set"), help="show | set ID")
     p.add_argument("snapshot", nargs="?", metavar="ID", help="snapshot id or 'latest' (for set)")
     p.set_defaults(handler=cmd_baseline)
 
-    p = sub.add_parser("config", help="show the effective config or write a commented default")
+    p = sub.add_parser("config", help=command_help("config"))
     p.add_argument("action", choices=("show", "init"), help="show | init [FILE]")
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="for init: where to write (default ~/.config/wp-mcp/config.toml)")  # fmt: skip

@@ -16,6 +16,7 @@ from wp_mcp.graph import UserError
 from wp_mcp.graph.safetext import escape, json_inert
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
+from .commands import command_help
 from .graph import open_store
 from .show import load_source
 
@@ -40,7 +41,7 @@ def failed(priorities: Sequence[str], level: str | None) -> bool:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="print a stored report, one section or one finding",
+        help=command_help("report"),
         description="Print a stored report (as wp_report does): whole, one section (any "
         "heading of its contents, any dash or case, or a unique start such as 'layer 3') or "
         "one finding with its evidence and action. --list lists the stored reports.",
@@ -56,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "diff",
-        help="compare two snapshots: findings resolved/new/unchanged, then what changed",
+        help=command_help("diff"),
         description="Compare BEFORE and AFTER (graph files or snapshot ids): every skill runs "
         "on both; the answer leads with the findings resolved, new and unchanged, then the "
         "attributes that changed beyond noise, one page within --max-tokens.",

@@ -14,6 +14,7 @@ from typing import Any
 from wp_mcp.graph.safetext import MAX_PATH_EXCERPT, error_line, excerpt
 
 from ..errors import UserError
+from .commands import command_help
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "serve",
-        help="serve the graph, views and skills to assistants over MCP",
+        help=command_help("serve"),
         description=(
             "Run the wp-mcp MCP server. stdio is for assistants that spawn it (Claude Code, "
             "Claude Desktop, IDEs); http serves streamable HTTP behind a bearer token "

@@ -25,6 +25,7 @@ from wp_mcp.graph.safetext import excerpt
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
 
 from ..errors import UserError
+from .commands import command_help
 from .log_setup import configure_logging
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ ENTITY_PAGES = 8
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "show",
-        help="print one page of a view (summary, a layer, topology, flows, entity) of a graph",
+        help=command_help("show"),
         description="Print one page of a view of a graph file (imported on the fly) or of a "
         "stored snapshot. Every page fits --max-tokens; its last line gives the cursor for "
         "the next one.",

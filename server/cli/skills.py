@@ -30,6 +30,7 @@ from wp_mcp.skills.job_scope import scope_to_job, without_process
 
 from .collect import MAX_DURATION_S
 from .collect import _run as collect_live
+from .commands import command_help
 from .graph import open_store
 from .report import FAIL_ON_STATUS, add_fail_on, failed
 
@@ -39,7 +40,7 @@ DEFAULT_SKILLS_DIR = Path("~/.claude/skills")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diagnose",
-        help="run every skill on a snapshot (or on this host, live) and print one report",
+        help=command_help("diagnose"),
         description="Collect (with --live) or load a snapshot, run dataflow-topology-restore, "
         "bottleneck-identification and hotspot-thread-discovery, store and print the report. "
         "Without FILE or ID, diagnoses this host live.",
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _output_args(p)
     p.set_defaults(handler=cmd_diagnose)
 
-    p = sub.add_parser("skill", help="run one skill")
+    p = sub.add_parser("skill", help=command_help("skill"))
     skill_sub = p.add_subparsers(dest="skill_command", metavar="run")
     run = skill_sub.add_parser("run", help="run one skill on a graph file or stored snapshot")
     run.add_argument("name", choices=SKILL_NAMES, metavar="NAME", help=", ".join(SKILL_NAMES))
@@ -73,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(handler=cmd_skill_run)
     p.set_defaults(handler=_usage(p))
 
-    p = sub.add_parser("skills", help="list the skills or install their agent bundles")
+    p = sub.add_parser("skills", help=command_help("skills"))
     skills_sub = p.add_subparsers(dest="skills_command", metavar="list|install")
     listing = skills_sub.add_parser("list", help="name and description of each skill")
     listing.set_defaults(handler=cmd_skills_list)

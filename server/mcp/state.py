@@ -202,8 +202,13 @@ class ServerState:
         return search(graph, query, limit=limit, snapshot_id=snapshot_id), snapshot_id
 
     def put(self, graph: Graph, label: str | None) -> str:
-        """Store a graph and answer at once; its pages are built in the background."""
+        """Store a graph with its first answers (the summary, each view's first page, the
+        node index: the next wp_summary, wp_layer, wp_entity or wp_search reads a row, in
+        this server or another on the store); the rest is built in the background."""
+        from wp_mcp.converters.pages import build_first_answers
+
         snapshot_id = self.store.put(graph, label=label)
+        build_first_answers(self.store, snapshot_id, graph)
         self.warm(snapshot_id, graph)
         return snapshot_id
 

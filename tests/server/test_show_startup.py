@@ -120,6 +120,31 @@ def test_the_first_entity_or_search_stores_the_node_index_the_next_ones_read(sto
         assert GRAPH_READ not in loaded  # rows of the node index, not the graph
 
 
+def test_after_import_every_first_look_is_a_row_read(store_dir):
+    """`wp-mcp import` writes the first answers while it holds the graph: each view's first
+    page in text and JSON, an entity and a search are then read from rows by a fresh process
+    (the same text rendering the graph gives), and the graph is never read again."""
+    done = subprocess.run([sys.executable, "-m", "wp_mcp.server.cli", "import", str(WITTY_GRAPH)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    snapshot_id = done.stdout.split()[0]
+    graph = witty.load_witty(WITTY_GRAPH)
+    for view in ("summary", "compute", "network", "topology", "hosts"):
+        for fmt in ("txt", "json"):
+            out, loaded = show(snapshot_id, "--view", view, "--format", fmt)
+            expected = render_view(graph, view, fmt=fmt, snapshot_id=snapshot_id)
+            assert out == expected.text + "\n", (view, fmt)
+            assert not (HEAVY | {GRAPH_READ}) & loaded, (view, fmt, sorted(HEAVY & loaded))
+    entity = render_view(graph, "entity", entity="proc:1895087", snapshot_id=snapshot_id)
+    found = search(graph, "python", snapshot_id=snapshot_id)
+    for args, page in (
+        (("--view", "entity", "--entity", "proc:1895087"), entity),
+        (("--search", "python"), found),
+    ):
+        out, loaded = show(snapshot_id, *args)
+        assert out == page.text + "\n" and GRAPH_READ not in loaded, args
+
+
 def test_a_page_no_one_stored_is_rendered_from_the_graph(store_dir):
     graph = witty.load_witty(WITTY_GRAPH)
     snapshot_id = Store(store_dir).put(graph)

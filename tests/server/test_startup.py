@@ -47,3 +47,31 @@ def test_diagnose_of_a_stored_snapshot_never_loads_the_collectors(tmp_path) -> N
     done = subprocess.run([sys.executable, "-c", DIAGNOSE_STORED, str(tmp_path), snapshot],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.stdout.split()[-2:] == ["none", "0"], done.stderr[-2000:]
+
+
+OUTLINE = """
+import json, sys
+from wp_mcp.server import cli
+try:
+    cli.main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(name for name in sys.modules if name.startswith("wp_mcp"))))
+"""
+
+
+def test_version_and_help_load_no_command_module() -> None:
+    """`wp-mcp --version` and `--help` are written from the table of commands
+    (server/cli/commands.py); the help lists every command with its line."""
+    from wp_mcp.server.cli.commands import COMMANDS
+
+    modules = {module for module, _line in COMMANDS.values()}
+    for argv in (["--version"], ["--help"], ["-v"]):
+        done = subprocess.run([sys.executable, "-c", OUTLINE, *argv], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        loaded = set(json.loads(done.stdout.splitlines()[-1]))
+        assert not loaded & modules, (argv, sorted(loaded & modules))
+        if argv == ["--help"]:
+            for command, (_module, line) in COMMANDS.items():
+                assert command in done.stdout and line.split()[0] in done.stdout
