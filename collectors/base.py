@@ -73,7 +73,8 @@ class Context:
             raise Cancelled()
 
     def report(self, collector: str, phase: str, detail: str = "") -> None:
-        if self.progress is not None:
+        """Say how the collection goes; once it is cancelled, nothing more is said."""
+        if self.progress is not None and not self.cancel.is_set():
             self.progress(collector, phase, detail)
 
 

@@ -158,7 +158,8 @@ def _collect_snapshot(ctx: Context, collectors: list[Collector] | None) -> Graph
     _add_host(graph, ctx)
     graph.meta.collectors = [run.status for run in runs if run.status is not None]
     graph.meta.capabilities.update(ctx.capabilities)
-    ctx.report("snapshot", "done", f"{len(graph.nodes)} nodes, {graph.edge_count} edges")
+    if not getattr(graph.meta, "cancelled", False):  # after a cancel, nothing more is said
+        ctx.report("snapshot", "done", f"{len(graph.nodes)} nodes, {graph.edge_count} edges")
     return graph
 
 
@@ -191,22 +192,58 @@ def _probe(runs: list[_Run], ctx: Context) -> list[_Run]:
 
 
 def _begin(usable: list[_Run], ctx: Context) -> None:
-    for run in list(usable):
-        ctx.check_cancelled()
+    """Every usable collector begins at once, each in a thread of its own (the eBPF tier
+    compiles for seconds while the polling collectors take their first readings); the window
+    opens when all have. A cancel stops the wait at once: each collector is asked to stop
+    (the eBPF tier then attaches nothing) and gets a moment to notice before it is closed."""
+    errors: dict[str, BaseException] = {}
+    threads = {}
+    for run in usable:
         run.started = time.monotonic()
-        try:
-            run.collector.begin(run.ctx)
-        except Cancelled:
-            raise
-        except Exception as exc:
-            if run.collector.tier == "T2" and ctx.ebpf == "on":
-                # required eBPF that cannot start is an error, not a degraded snapshot
-                raise UserError(
-                    f"eBPF was required (--ebpf on) but failed to start: {exc}"
-                ) from None
-            log.warning("collector %s failed to begin", run.name, exc_info=True)
-            run.finish("failed", f"begin failed: {exc}")
-            usable.remove(run)
+        threads[run.name] = threading.Thread(target=_begin_one, args=(run, errors),
+                                             name=f"wp-mcp-begin-{run.name}", daemon=True)  # fmt: skip
+        threads[run.name].start()
+    said: set[str] = set()
+    while any(thread.is_alive() for thread in threads.values()):
+        if ctx.cancel.wait(_WAIT_SLICE_S):
+            for run in usable:
+                run.ctx.cancel.set()
+            for thread in threads.values():
+                thread.join(_STOP_GRACE_S)
+            raise Cancelled()
+        _say_what_is_awaited(usable, threads, said, ctx)
+    for run in list(usable):
+        exc = errors.get(run.name)
+        if exc is None:
+            continue
+        if isinstance(exc, Cancelled):
+            raise exc
+        if run.collector.tier == "T2" and ctx.ebpf == "on":
+            # required eBPF that cannot start is an error, not a degraded snapshot
+            raise UserError(f"eBPF was required (--ebpf on) but failed to start: {exc}") from None
+        log.warning("collector %s failed to begin", run.name, exc_info=exc)
+        run.finish("failed", f"begin failed: {exc}")
+        usable.remove(run)
+
+
+def _begin_one(run: _Run, errors: dict[str, BaseException]) -> None:
+    try:
+        run.collector.begin(run.ctx)
+    except Exception as exc:  # handed to the collection's thread, which decides
+        errors[run.name] = exc
+
+
+def _say_what_is_awaited(
+    usable: list[_Run], threads: dict[str, threading.Thread], said: set[str], ctx: Context
+) -> None:
+    """Once the collectors have been beginning for a moment, say (once each) which ones the
+    window waits for (their own progress says what they do: the eBPF tier compiles)."""
+    waiting = [run.name for run in usable if threads[run.name].is_alive()]
+    if not waiting or said.issuperset(waiting):
+        return
+    if time.monotonic() - min(run.started for run in usable) >= _WAIT_REPORT_S / 4:
+        said.update(waiting)
+        ctx.report("window", "waiting", f"for {', '.join(waiting)} to begin")
 
 
 def _collect(usable: list[_Run], ctx: Context, graph: Graph) -> Graph:

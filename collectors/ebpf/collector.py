@@ -1,8 +1,10 @@
 """The eBPF tier (T2) as a collector: compile, attach, read once, detach — always.
 
-``begin`` compiles every program whose tracepoints exist into one BPF object and attaches
-it; ``collect`` reads the maps at the end of the window, detaches, then merges the records
-into the graph; ``close`` detaches whatever is still attached and is safe to call twice.
+``begin`` compiles every program whose tracepoints exist into one BPF object (off the
+caller's thread, cancellably; a process that keeps its objects compiles once,
+collectors/ebpf/compiled.py) and attaches it; ``collect`` reads the maps at the end of the
+window, detaches, then merges the records into the graph; ``close`` detaches whatever is
+still attached and is safe to call twice.
 A watchdog detaches the programs on its own if nobody calls ``collect``/``close`` within
 the run-time cap (a stuck or crashed orchestrator); if the process itself dies, the kernel
 unloads them with its file descriptors.
@@ -10,7 +12,6 @@ unloads them with its file descriptors.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from ..base import Cancelled, Collector, Context, Outcome
 from . import blockio, pipes, retrans, runqlat, sockbytes
 from .bccmod import load_bcc
 from .btf import BtfError, kernel_btf
+from .compiled import BpfObject, obtain, release
 from .probe import probe_details
 from .program import COMMON_C, OFFSETS, Program, Scope
 
@@ -73,7 +75,7 @@ class EbpfCollector(Collector):
     def __init__(self, programs: tuple[Program, ...] | None = None) -> None:
         self._chosen = programs  # None: default_programs(), read when the collection starts
         self._lock = threading.Lock()
-        self._bpf: Any = None
+        self._object: BpfObject | None = None
         self._loaded: tuple[Program, ...] = ()
         self._missing: list[str] = []
         self._attached_at: float | None = None
@@ -104,7 +106,8 @@ class EbpfCollector(Collector):
     def begin(self, ctx: Context) -> None:
         if ctx.ebpf == "off":
             raise UserError("eBPF is disabled (--ebpf off)")
-        ctx.report(self.name, "compile", ", ".join(p.name for p in self.programs))
+        names = ", ".join(p.name for p in self.programs)
+        ctx.report(self.name, "compile", f"{names} (clang: seconds, once per process in serve)")
         bcc = load_bcc()
         self._loaded = tuple(p for p in self.programs if _tracepoints_exist(bcc, p))
         self._missing = [p.name for p in self.programs if p not in self._loaded]
@@ -113,17 +116,21 @@ class EbpfCollector(Collector):
         except BtfError as exc:
             raise UserError(f"eBPF: cannot locate kernel structures: {exc}") from exc
         try:
-            bpf = bcc.BPF(text=text.encode())  # compiles and attaches every TRACEPOINT_PROBE
+            compiled = obtain(bcc, text, ctx.cancel)  # a cancel returns at once
+        except Cancelled:
+            raise
         except Exception as exc:  # bcc raises bare Exceptions with the compiler's message
-            raise UserError(f"eBPF: bcc could not compile or attach the programs: {exc}") from exc
-        # bcc registers cleanup() with atexit: at exit it would run a second time, alongside
-        # ours when a cancelled collection is still closing (fds closed twice: "ioctl … Bad
-        # file descriptor", a traceback), and it keeps every BPF object alive in a
-        # long-running server. close() is the one cleanup; the kernel drops the programs with
-        # our fds if the process dies first.
-        atexit.unregister(bpf.cleanup)
-        with self._lock:
-            self._bpf = bpf
+            raise UserError(f"eBPF: bcc could not compile the programs: {exc}") from exc
+        with self._lock:  # a close() from now on detaches what is attached here
+            if ctx.cancel.is_set():
+                release(compiled)
+                raise Cancelled()
+            try:
+                compiled.attach()
+            except Exception as exc:
+                release(compiled)
+                raise UserError(f"eBPF: bcc could not attach the programs: {exc}") from exc
+            self._object = compiled
             self._opened = True
             self._expired = False
             self._attached_at = time.monotonic()
@@ -131,9 +138,6 @@ class EbpfCollector(Collector):
             self._watchdog.daemon = True
             self._watchdog.start()
         ctx.report(self.name, "attached", f"{len(self._loaded)} programs")
-        if ctx.cancel.is_set():
-            self.close()
-            raise Cancelled()
 
     def collect(self, graph: Graph, ctx: Context) -> Outcome:
         if not self._opened:  # used on its own: open our own window
@@ -145,12 +149,13 @@ class EbpfCollector(Collector):
         try:
             ctx.check_cancelled()
             with self._lock:
-                if self._bpf is None:
+                if self._object is None:
                     reason = "programs detached by the run-time cap before the window ended"
                     return Outcome("failed", reason if self._expired else "programs not attached")
                 window_s = time.monotonic() - (self._attached_at or time.monotonic())
-                records = {p.name: p.read(self._bpf) for p in self._loaded}
-                lost = _lost_events(self._bpf, self._loaded)
+                bpf = self._object.bpf
+                records = {p.name: p.read(bpf) for p in self._loaded}
+                lost = _lost_events(bpf, self._loaded)
         finally:
             self.close()  # the window is over: stop paying for the probes, even on error
         ctx.report(self.name, "merge", "")
@@ -165,10 +170,10 @@ class EbpfCollector(Collector):
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
-            bpf, self._bpf = self._bpf, None
+            compiled, self._object = self._object, None
             self._attached_at = None
-        if bpf is not None:
-            bpf.cleanup()  # detaches the tracepoints, closes program and map fds
+        if compiled is not None:
+            release(compiled)  # detached; unloaded, or kept for the next window (compiled.py)
 
     def _expire(self) -> None:
         self._expired = True

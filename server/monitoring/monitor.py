@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wp_mcp.collectors import Context, collect_snapshot, default_collectors
+from wp_mcp.collectors.ebpf.compiled import keep_compiled
 from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph.store import Store
@@ -267,6 +268,7 @@ class Monitor:
         collectors = (
             [c for c in default_collectors(self._ctx) if c.name not in off] if off else None
         )
+        keep_compiled()  # every cycle collects: its eBPF programs are compiled once
         graph = collect_snapshot(self._ctx, collectors)
         if getattr(graph.meta, "cancelled", False) or self.stop.is_set():
             log.info("cycle abandoned: stopping")

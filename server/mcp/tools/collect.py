@@ -136,7 +136,9 @@ async def _collect(
     """
     from wp_mcp.collectors import collect_snapshot
     from wp_mcp.collectors.base import Context as CollectContext
+    from wp_mcp.collectors.ebpf.compiled import keep_compiled
 
+    keep_compiled()  # a server collects again: its eBPF programs are compiled once
     collect: Callable[[CollectContext], Graph] = collect_snapshot
     if cluster:  # every node of a cluster, merged (docs/clusters.md)
         from wp_mcp.collectors.cluster.on_ray import cluster_collector
