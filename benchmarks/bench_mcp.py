@@ -35,11 +35,12 @@ LAYERS = ("compute", "memory", "interconnect", "network", "control", "data")
 class RawClient:
     """Newline-delimited JSON-RPC over a spawned server's stdin/stdout."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, serve_args: list[str] | None = None) -> None:
         env = dict(os.environ)
         env.pop("WP_MCP_STORE", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "wp_mcp.server.cli", "--store", str(store), "serve"],
+            [sys.executable, "-m", "wp_mcp.server.cli", "--store", str(store), "serve",
+             *(serve_args or [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         self._next = 0

@@ -27,6 +27,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_collect.py": ["--procs", "4", "--threads", "2", "--conns", "8", "--repeat", "1"],
     "bench_collectors_hw.py": ["--processes", "4", "--threads", "2"],
     "bench_ebpf.py": ["--seconds", "0.2", "--rounds", "1", "--chunk", "16384"],
+    "bench_first.py": ["--hosts", "2", "--witty-mb", "0.5", "--runs", "1"],
     "bench_graph.py": ["--witty-mb", "0.5", "--hosts", "2", "--repeat", "1"],
     "bench_hostile.py": ["--bomb-mib", "0.1", "--nul-mib", "1", "--witty-mb", "0.5"],
     "bench_import.py": ["--witty-mb", "0.5", "--hosts", "2", "--repeat", "1"],
