@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,17 @@ for _name in [name for name in os.environ if name.startswith("WP_MCP_")]:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_OWN_HOME, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_ebpf_object():
+    """A test that ran an in-process server (which keeps its eBPF object between windows,
+    collectors/ebpf/compiled.py) leaves none kept for the next test, whose programs must
+    unload with its collection."""
+    yield
+    compiled = sys.modules.get("wp_mcp.collectors.ebpf.compiled")
+    if compiled is not None:
+        compiled.keep_compiled(False)
 
 
 @pytest.fixture

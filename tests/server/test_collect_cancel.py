@@ -1,8 +1,11 @@
 """wp_collect on this machine: progress per collector, answers to other calls while it runs,
-and a clean cancellation (no collector thread, no BPF program left; the next call works).
+and a clean cancellation (no collector thread, no BPF program left attached; the next call
+works). A server keeps its compiled eBPF object between windows, its programs loaded and
+detached (collectors/ebpf/compiled.py): what must not outlive a collection is an attachment.
 
 Threads are checked in-process (by name: the orchestrator names them wp-mcp-<collector>);
-over stdio the server's BPF program fds are checked from /proc and the next call must work."""
+over stdio the server's tracepoint attachments are checked from /proc and the next call must
+work."""
 
 from __future__ import annotations
 
@@ -24,13 +27,13 @@ def text(result) -> str:
     return "\n".join(block.text for block in result.content if block.type == "text")
 
 
-def bpf_program_fds(pid: int | str = "self") -> int:
-    """BPF programs a process holds show up as anon-inode fds named bpf-prog."""
+def tracepoints_attached(pid: int | str = "self") -> int:
+    """Tracepoint attachments a process holds (bcc opens one perf event fd for each)."""
     count = 0
     fd_dir = Path(f"/proc/{pid}/fd")
     for fd in os.listdir(fd_dir):
         try:
-            if os.readlink(fd_dir / fd) == "anon_inode:bpf-prog":
+            if os.readlink(fd_dir / fd) == "anon_inode:[perf_event]":
                 count += 1
         except OSError:
             continue  # closed meanwhile
@@ -120,7 +123,7 @@ async def test_other_calls_are_answered_during_a_collection(server, witty_id: st
 
 
 async def test_cancelled_collect_leaves_nothing_behind_in_process(server) -> None:
-    threads_before, bpf_before = collector_threads(), bpf_program_fds()
+    threads_before, bpf_before = collector_threads(), tracepoints_attached()
 
     async with Client(server) as client:
         await collect_then_cancel_in_its_window(client)
@@ -137,7 +140,7 @@ async def test_cancelled_collect_leaves_nothing_behind_in_process(server) -> Non
         for t in threading.enumerate()
         if t.name.startswith("wp-mcp-") and not t.name.startswith(PAGE_BUILDER)
     ]
-    assert bpf_program_fds() == bpf_before
+    assert tracepoints_attached() == bpf_before
 
 
 async def test_cancelled_collect_over_stdio_then_next_call_works(
@@ -154,7 +157,7 @@ async def test_cancelled_collect_over_stdio_then_next_call_works(
         # closing runs right after the cancel is acknowledged, beside the next call; bcc's
         # detach can take seconds on a busy machine, so wait for it (bounded) before judging
         for _ in range(300):
-            bpf_left = bpf_program_fds(server_pid)
+            bpf_left = tracepoints_attached(server_pid)
             if bpf_left == 0:
                 break
             await anyio.sleep(0.1)

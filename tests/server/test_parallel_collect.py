@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from server_helpers import serve_command, server_env
-from test_collect_cancel import _server_pid, bpf_program_fds, text
+from test_collect_cancel import _server_pid, text, tracepoints_attached
 from wp_mcp.server.mcp.state import PAGE_BUILDER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.ebpf]
@@ -61,12 +61,12 @@ SERVER_THREADS = {"wp-mcp-store-watch", "wp-mcp-webhook"}
 
 
 async def test_parallel_collects_in_process_join_or_wait_and_leave_nothing(server) -> None:
-    bpf_before = bpf_program_fds()
+    bpf_before = tracepoints_attached()
     async with Client(server) as client:
         for _ in range(3):
             outcomes = await parallel_round(client, (*JOINED, WAITING[0]))
             assert_joined_and_waited(outcomes, distinct=1)
-            assert bpf_program_fds() == bpf_before  # collections close before answering
+            assert tracepoints_attached() == bpf_before  # collections detach before answering
         listing = await client.call_tool("wp_snapshots", {})
     assert not listing.is_error and listing.structured_content["total"] == 6
     # no collector thread outlives its collection (server-wide threads such as the store
@@ -87,6 +87,6 @@ async def test_parallel_collects_over_stdio_leave_the_server_up(store_dir: Path)
         server_pid = _server_pid(store_dir)
         outcomes = await parallel_round(client, (*JOINED, *WAITING))
         assert_joined_and_waited(outcomes, distinct=2)
-        assert bpf_program_fds(server_pid) == 0
+        assert tracepoints_attached(server_pid) == 0
         listing = await client.call_tool("wp_snapshots", {})
     assert not listing.is_error and listing.structured_content["total"] == 3
