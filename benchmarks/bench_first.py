@@ -8,6 +8,8 @@ store of its own (deleted after), prints one line per figure, ``name value unit 
 - ``parse``: orjson's bare parse of the file, and ``load``: the import's read (``load_any``:
   parse, validation, graph build, checks), each in a fresh process, alternated, CPU seconds
   of that step alone, and their ratio;
+- ``sealed``: the same read of the snapshot as ``wp-mcp export`` writes it (sealed by this
+  user's key: read as the store reads its rows, graph/seal.py) against its parse;
 - ``import``: a fresh ``wp-mcp import FILE`` (it stores the snapshot and writes the first
   answers: the summary, each view's first page, the node index): wall, CPU, peak RSS;
 - ``show``: right after, a fresh ``wp-mcp show`` of the summary, compute, network,
@@ -74,6 +76,17 @@ def measured(argv: list[str], env: dict[str, str]) -> tuple[float, float, float,
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.decode()
 
 
+_DATA_HOME = Path(tempfile.mkdtemp(prefix="wp-bench-first-data-"))  # the seal's key: ours
+
+
+def bench_env() -> dict[str, str]:
+    """The environment of every process measured: no WP_MCP_* setting of the shell, and a
+    user data folder of the run's own (removed at the end)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WP_MCP_")}
+    env["XDG_DATA_HOME"] = str(_DATA_HOME)
+    return env
+
+
 def line(name: str, value: float, unit: str, goal: str = "") -> None:
     print(f"{name} {value:.3f} {unit}" + (f" ({goal})" if goal else ""), flush=True)
 
@@ -94,7 +107,7 @@ def sample_entity(store: Path, snapshot_id: str) -> str:
 
 
 def bench(label: str, path: Path, runs: int) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WP_MCP_")}
+    env = bench_env()
     store = Path(tempfile.mkdtemp(prefix="wp-bench-first-"))
     env["WP_MCP_STORE"] = str(store)
     try:
@@ -112,6 +125,14 @@ def bench(label: str, path: Path, runs: int) -> None:
         line(f"{label}.import_wall", wall, "s")
         line(f"{label}.import_cpu", cpu, "s")
         line(f"{label}.import_peak", peak, "MB")
+        sealed = store / "exported.json"  # written by wp-mcp: sealed (graph/seal.py)
+        measured([*CLI, "export", snapshot_id, "--out", str(sealed)], env)
+        parses, loads = [], []
+        for _ in range(runs):
+            parses.append(step_cpu("parse", sealed, env))
+            loads.append(step_cpu("load", sealed, env))
+        line(f"{label}.sealed_load_cpu", min(loads), "s")
+        line(f"{label}.sealed_load_over_parse", min(loads) / min(parses), "x", "<= 2.5x")
         entity = sample_entity(store, snapshot_id)
         asks = {
             "summary": ["--view", "summary"],
@@ -200,7 +221,7 @@ print(json.dumps({"returned_s": returned - cancelled, "programs": ours(),
 def bench_ebpf() -> None:
     """Windows of a process that keeps its eBPF object (serve, monitor), the CLI's collect,
     and a cancel 1 s into the compile (root and bcc; see docs/ebpf.md)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WP_MCP_")}
+    env = bench_env()
     out = measured([sys.executable, "-c", WINDOWS], env)[3]
     for number, said in enumerate(map(json.loads, out.splitlines()), 1):
         compile_s = said.get("ebpf attached", 0) - said.get("ebpf compile", 0)
@@ -241,6 +262,7 @@ def main() -> int:
     if args.ebpf:
         bench_ebpf()
     print(f"# load average {os.getloadavg()[0]:.1f}")
+    shutil.rmtree(_DATA_HOME, ignore_errors=True)
     return 0
 
 

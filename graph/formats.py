@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import native, witty
+from . import native, seal, witty
 from .errors import FormatError
 from .gcpause import kept_out_of_collections
 from .graph import Graph
@@ -40,14 +40,22 @@ def load_any(path: str | Path, max_bytes: int | None = None, redact: bool = True
             graph = trace.load_traces([path], max_bytes)
         else:
             data = read_bytes(path, max_bytes)
-            # a witty file is read with its edges' entity copies trimmed (under half of
-            # orjson's parse of the whole document); anything else is parsed whole
-            trimmed = witty.read_trimmed(data, origin)
-            graph = trimmed if trimmed is not None else _load_doc(parse_json(data, origin), origin)
+            graph = _read(data, origin)
         if redact:
             # files come from other hosts and tools, which may not have redacted anything
             redact_graph(graph)
         return graph
+
+
+def _read(data: bytes | bytearray, origin: str) -> Graph:
+    """A native file this user's wp-mcp sealed is read as a trusted row (graph/seal.py); a
+    witty file with its edges' entity copies trimmed (under half of orjson's parse of the
+    whole document); anything else is parsed whole and validated."""
+    sealed = seal.read_sealed(data)
+    if sealed is not None:
+        return sealed
+    trimmed = witty.read_trimmed(data, origin)
+    return trimmed if trimmed is not None else _load_doc(parse_json(data, origin), origin)
 
 
 def _elements_hint(path: str | Path) -> int:
@@ -76,7 +84,7 @@ def _load_doc(doc: object, origin: str) -> Graph:
 
 def dump(graph: Graph, path: str | Path, fmt: str = "wp-graph") -> Path:
     if fmt == "wp-graph":
-        return native.dump(graph, path)
+        return seal.dump(graph, path)
     if fmt == "witty":
         return witty.dump_witty(graph, path)
     raise FormatError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")

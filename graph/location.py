@@ -17,6 +17,11 @@ def default_store_path() -> Path:
     explicit = os.environ.get("WP_MCP_STORE")
     if explicit:
         return Path(explicit).expanduser()
+    return user_data_directory()
+
+
+def user_data_directory() -> Path:
+    """This user's wp-mcp folder, ``$XDG_DATA_HOME/wp-mcp`` (whatever store is in use)."""
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data_home).expanduser() / "wp-mcp"
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from wp_mcp.graph import Graph, UserError, native
+from wp_mcp.graph import Graph, UserError, formats
 from wp_mcp.graph.outfile import check_target
 
 from .commands import command_help
@@ -76,7 +76,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if getattr(graph.meta, "cancelled", False):
         raise KeyboardInterrupt
     if args.out:
-        native.dump(graph, args.out)
+        formats.dump(graph, args.out)  # sealed: read back as trusted (graph/seal.py)
     snapshot_id = store.put(graph, label=args.label)
     store_first_answers(store, snapshot_id, graph)
     print(snapshot_id, file=result)

@@ -7,7 +7,7 @@ import sys
 import time
 
 import orjson
-from wp_mcp.graph import Graph, formats, native, trace, witty
+from wp_mcp.graph import Graph, formats, seal, trace, witty
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.safetext import escape, excerpt
 from wp_mcp.graph.settings import MAX_COUNT, cli_number
@@ -125,7 +125,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out:
         formats.dump(graph, args.out, args.format)
         return 0
-    data = native.dumps(graph) if args.format == "wp-graph" else orjson.dumps(witty.to_witty(graph))
+    data = (
+        seal.sealed_dumps(graph)
+        if args.format == "wp-graph"
+        else orjson.dumps(witty.to_witty(graph))
+    )
     sys.stdout.buffer.write(data + b"\n")
     return 0
 
