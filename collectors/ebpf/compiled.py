@@ -102,14 +102,16 @@ def release(compiled: BpfObject) -> None:
     global _kept
     try:
         compiled.detach()
-    finally:
-        with _kept_lock:
-            keep = _keep
-            replaced, _kept = (_kept, compiled) if keep else (None, _kept)
-        if not keep:
-            compiled.free()
-        elif replaced is not None and replaced is not compiled:
-            replaced.free()
+    except Exception:
+        compiled.free()  # never keep an object that may still be attached
+        raise
+    with _kept_lock:
+        keep = _keep
+        replaced, _kept = (_kept, compiled) if keep else (None, _kept)
+    if not keep:
+        compiled.free()
+    elif replaced is not None and replaced is not compiled:
+        replaced.free()
 
 
 class _Compile(threading.Thread):
