@@ -181,6 +181,10 @@ def _progress_updater(
         if collector == "window" and phase == "start":
             window_started.append(time.monotonic())
             line.update(description=f"measuring for {detail}")
+        elif collector == "window" and phase == "waiting":  # what the window waits on
+            line.update(description=f"waiting {detail}")
+        elif phase == "compile":
+            line.update(description=f"{collector}: compiling {detail}")
         elif phase == "collect":
             line.update(description=f"reading {collector}")
         elif collector == "cluster":  # per node: "<node> done" / "<node> failed: why"
