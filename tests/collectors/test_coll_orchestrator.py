@@ -188,3 +188,56 @@ def test_one_collection_at_a_time_and_a_cancelled_waiter_leaves_the_running_one_
     assert not getattr(first["graph"].meta, "cancelled", False)
     assert "proc:10" in first["graph"]
     assert "proc:30" in collect_snapshot(Context(window_s=0), [Recorder("next", 30)])
+
+
+class WaitsForAnother(Recorder):
+    """Begins only once ``ready`` is set (by another collector's begin), or its own cancel."""
+
+    def __init__(self, name: str, pid: int, ready: threading.Event):
+        super().__init__(name, pid)
+        self.ready = ready
+
+    def begin(self, ctx):
+        while not self.ready.wait(0.01):
+            ctx.check_cancelled()
+        self.calls.append("begin")
+
+
+class Signals(Recorder):
+    def __init__(self, name: str, pid: int, ready: threading.Event, delay_s: float = 0.0):
+        super().__init__(name, pid)
+        self.ready, self.delay_s = ready, delay_s
+
+    def begin(self, ctx):
+        time.sleep(self.delay_s)
+        self.ready.set()
+        self.calls.append("begin")
+
+
+def test_collectors_begin_at_once_and_the_window_says_what_it_waits_for():
+    """A collector's long begin (the eBPF tier compiling) runs beside the others' (the
+    polling collectors' first readings): the first here can only begin once the second has."""
+    ready = threading.Event()
+    slow, fast = WaitsForAnother("slow", 11, ready), Signals("fast", 12, ready, delay_s=0.8)
+    said: list[tuple[str, str, str]] = []
+    ctx = Context(window_s=0.0, progress=lambda *message: said.append(message))
+    graph = collect_snapshot(ctx, [slow, fast])
+    assert slow.calls == fast.calls == ["begin", "collect", "close"]
+    assert {"proc:11", "proc:12"} <= set(graph.nodes)
+    waiting = [m for m in said if m[:2] == ("window", "waiting")]
+    assert waiting and "slow" in waiting[0][2]  # (and "fast" while it still begins)
+    assert said.index(waiting[0]) < said.index(("window", "start", "0s"))
+
+
+def test_a_cancel_while_collectors_begin_stops_at_once_and_says_nothing_more():
+    never = threading.Event()
+    stuck = WaitsForAnother("stuck", 13, never)
+    said: list[tuple[str, str]] = []
+    ctx = Context(window_s=600.0, progress=lambda name, phase, _detail: said.append((name, phase)))
+    threading.Timer(1.0, ctx.cancel.set).start()  # while "stuck" begins
+    graph = collect_snapshot(ctx, [stuck])
+    assert graph.meta.cancelled is True
+    assert stuck.calls == ["close"]  # it never began, and was closed
+    assert ("window", "waiting") in said  # it said what it waited for
+    assert ("window", "start") not in said  # the window never opened
+    assert ("snapshot", "done") not in said  # and nothing was said after the cancel
