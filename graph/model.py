@@ -141,6 +141,8 @@ class ProcessNode(Node):
     trace_waited_ms: Seconds | None = None  # collective time beyond the fastest rank's
     trace_straggler: bool | None = None
     trace_skew_pct: float | None = None  # others' extra wait as a share of step time
+    trace_straggler_cause: str | None = None  # the phase in which it is slower
+    trace_comm_own_pct: float | None = None  # step time in collectives, waits excluded
     trace_threads_matched: Id | None = None
 
 
@@ -265,7 +267,14 @@ class _Accelerator(Node):
     trace_memcpy_pct: float | None = None  # memory copy/set not hidden under the above
     trace_idle_pct: float | None = None
     trace_overlap_pct: float | None = None  # share of communication time compute ran
-    trace_launch_gap_pct: float | None = None  # idle with an empty kernel queue
+    # idle as Holistic Trace Analysis splits it: the device waited for the host (the next
+    # kernel was launched after the device drained), back-to-back launch delay, other
+    trace_host_wait_pct: float | None = None  # of the span: the device waited for the host
+    trace_idle_host_pct: float | None = None  # of idle time, per stream pooled (HTA's)
+    trace_idle_kernel_pct: float | None = None
+    trace_idle_other_pct: float | None = None
+    trace_host_wait_causes: dict[str, float] | None = None  # CPU-side cause -> ms
+    trace_streams: dict[str, dict[str, float]] | None = None  # stream -> idle split
 
 
 class GpuNode(_Accelerator):

@@ -12,6 +12,14 @@ from typing import Any
 
 from .trace_read import COMM, COMPUTE, MAX_STEPS_KEPT, Collective, RankTrace, _Intervals
 
+# Holistic Trace Analysis' ``consecutive_kernel_delay``: a gap shorter than this between two
+# kernels of a stream, the second launched before the first ended, is the device's own delay
+# between back-to-back kernels ("kernel wait"), in the trace's unit (µs)
+KERNEL_WAIT_US = 30.0
+# Streams whose idle split a device keeps (the most idle first)
+MAX_STREAMS_KEPT = 16
+Spans = list[tuple[float, float]]
+
 # --------------------------------------------------------------------------- derived facts
 
 
@@ -55,13 +63,18 @@ class _Cover:
 
 
 def device_facts(
-    intervals: _Intervals, launches: dict[int, float], cutoff: float | None = None
-) -> dict[str, float | None]:
+    intervals: _Intervals,
+    launches: dict[int, float],
+    cutoff: float | None = None,
+    cpu: tuple[Spans, Spans] = ([], []),
+) -> dict[str, Any]:
     """Temporal breakdown of one device over its active span: compute, exposed
     communication, exposed memory copy and idle sum to 100 %; overlap is the share of
-    communication time during which compute ran; launch gaps are idle time whose next kernel
-    was launched by the CPU only after the device had drained (queue empty). With a
-    ``cutoff``, only the device work the CPU queued before it counts.
+    communication time during which compute ran; host wait is idle time whose next kernel
+    was launched by the CPU only after the device had drained (queue empty), with what the
+    CPU did meanwhile (``cpu``: its DataLoader and synchronisation spans, sorted); the idle
+    split per stream is Holistic Trace Analysis'. With a ``cutoff``, only the device work
+    the CPU queued before it counts.
 
     One pass over the intervals in order of their start, read from the typed arrays by
     index: a device's millions of kernels cost a list of indices, never a tuple each."""
@@ -83,16 +96,20 @@ def device_facts(
     comm_t, both_t = comm.length(), compute_comm.length()
     span = max(map(ends.__getitem__, order)) - starts[order[0]]
     overlap = compute_t + comm_t - both_t
-    gaps = _launch_gaps(intervals, order, launches) if launches else None
-    return {
+    facts: dict[str, Any] = {
         "trace_span_ms": round(span / 1000, 3),
         "trace_compute_pct": _pct(compute_t, span),
         "trace_comm_pct": _pct(both_t - compute_t, span),
         "trace_memcpy_pct": _pct(busy_all - both_t, span),
         "trace_idle_pct": _pct(span - busy_all, span),
         "trace_overlap_pct": _pct(overlap, comm_t) if comm_t else None,
-        "trace_launch_gap_pct": _pct(gaps, span) if gaps is not None else None,
     }
+    if launches:
+        waited, causes = _host_wait(intervals, order, launches, cpu)
+        facts["trace_host_wait_pct"] = _pct(waited, span)
+        facts["trace_host_wait_causes"] = {k: round(v / 1000, 3) for k, v in causes.items() if v}
+        facts.update(stream_idle(intervals, order, launches))
+    return facts
 
 
 def _queued_before(
@@ -107,17 +124,82 @@ def _queued_before(
     return kept or every  # no device work matched to its CPU call: all of it
 
 
-def _launch_gaps(intervals: _Intervals, order: list[int], launches: dict[int, float]) -> float:
+def _host_wait(
+    intervals: _Intervals, order: list[int], launches: dict[int, float], cpu: tuple[Spans, Spans]
+) -> tuple[float, dict[str, float]]:
+    """Idle time of the device (nothing running on any stream) whose next kernel the CPU
+    launched only after the device had drained: the device waited for the host, all of the
+    gap. Each gap is put down to what the CPU did between the drain and the launch: the
+    DataLoader (half of that time or more), a synchronisation call (``cudaDeviceSynchronize``,
+    ``.item()``…) still running when the device drained, else its own work between launches
+    (Python and operator overhead)."""
+    loader, syncs = cpu
     total, drained = 0.0, None
+    causes = {"data_loading": 0.0, "synchronisation": 0.0, "cpu_overhead": 0.0}
     starts, ends, corr = intervals.start, intervals.end, intervals.corr
     for index in order:
         start, end = starts[index], ends[index]
         if drained is not None and start > drained:
             launched = launches.get(corr[index])
             if launched is not None and launched > drained:
-                total += start - max(drained, launched)
+                gap = start - drained
+                total += gap
+                causes[_cpu_cause(loader, syncs, drained, launched)] += gap
         drained = end if drained is None else max(drained, end)
-    return total
+    return total, causes
+
+
+def _cpu_cause(loader: Spans, syncs: Spans, drained: float, launched: float) -> str:
+    if loader and 2 * _covered(loader, drained, launched) >= launched - drained:
+        return "data_loading"
+    if syncs and _covered(syncs, drained, launched) > 0:
+        return "synchronisation"
+    return "cpu_overhead"
+
+
+def stream_idle(
+    intervals: _Intervals, order: list[int], launches: dict[int, float]
+) -> dict[str, Any]:
+    """Holistic Trace Analysis' idle time breakdown: on each stream, the gap before each
+    kernel (from the previous kernel's end, in order of start) is host wait when the kernel
+    was launched after that end, kernel wait when shorter than ``KERNEL_WAIT_US``, else other
+    (waits for events, other streams). Per stream and pooled over the device's streams, as
+    shares of idle time."""
+    by_stream: dict[int, list[int]] = {}
+    for index in order:
+        by_stream.setdefault(intervals.stream[index], []).append(index)
+    split: dict[int, list[float]] = {}  # stream -> [host, kernel, other] µs
+    starts, ends, corr = intervals.start, intervals.end, intervals.corr
+    for stream, indices in by_stream.items():
+        sums = split[stream] = [0.0, 0.0, 0.0]
+        for previous, index in zip(indices, indices[1:], strict=False):
+            prev_end, gap = ends[previous], starts[index] - ends[previous]
+            launched = launches.get(corr[index])
+            sums[
+                0
+                if launched is not None and launched > prev_end
+                else 1
+                if gap < KERNEL_WAIT_US
+                else 2
+            ] += gap
+    pooled = [sum(s[i] for s in split.values()) for i in range(3)]
+    idle = sum(pooled)
+    busiest = sorted(split.items(), key=lambda item: -sum(item[1]))[:MAX_STREAMS_KEPT]
+    return {
+        "trace_idle_host_pct": _pct(pooled[0], idle) if idle > 0 else None,
+        "trace_idle_kernel_pct": _pct(pooled[1], idle) if idle > 0 else None,
+        "trace_idle_other_pct": _pct(pooled[2], idle) if idle > 0 else None,
+        "trace_streams": {
+            str(stream): {
+                "idle_ms": round(sum(sums) / 1000, 3),
+                "host_wait_pct": _pct(sums[0], sum(sums)),
+                "kernel_wait_pct": _pct(sums[1], sum(sums)),
+                "other_pct": _pct(sums[2], sum(sums)),
+            }
+            for stream, sums in busiest
+            if sum(sums) > 0
+        },
+    }
 
 
 def rank_facts(rank: RankTrace) -> tuple[dict[str, Any], dict[int, dict[str, float | None]]]:
@@ -127,7 +209,10 @@ def rank_facts(rank: RankTrace) -> tuple[dict[str, Any], dict[int, dict[str, flo
     # it), with the device work the CPU queued during it
     steps = sorted(rank.steps)
     cutoff = steps[-1][0] if len(steps) >= 2 else None
-    devices = {dev: device_facts(iv, launches, cutoff) for dev, iv in sorted(rank.devices.items())}
+    cpu = (sorted(rank.loader), sorted(rank.syncs))
+    devices = {
+        dev: device_facts(iv, launches, cutoff, cpu) for dev, iv in sorted(rank.devices.items())
+    }
     process: dict[str, Any] = {
         "trace_rank": rank.rank,
         "trace_world_size": rank.world_size,
@@ -178,11 +263,14 @@ def _covered(spans: list[tuple[float, float]], start: float, end: float) -> floa
     return cover.length()
 
 
-def collective_facts(calls: list[Collective]) -> dict[str, dict[str, float]]:
-    """Per kind: count, bytes, duration p50/p99 (µs) and total (ms)."""
+def collective_facts(
+    calls: list[Collective], by_kernel: bool = False
+) -> dict[str, dict[str, float]]:
+    """Per kind (``by_kernel``: the kind the kernel's name says, as HTA keys them): count,
+    bytes, duration p50/p99 (µs) and total (ms)."""
     by_kind: dict[str, list[Collective]] = {}
     for call in calls:
-        by_kind.setdefault(call.kind, []).append(call)
+        by_kind.setdefault((call.kernel or call.kind) if by_kernel else call.kind, []).append(call)
     out: dict[str, dict[str, float]] = {}
     for kind, group in sorted(by_kind.items()):
         durations = [c.dur for c in group]

@@ -86,12 +86,51 @@ def device_idle(ctx: RuleContext) -> list[Finding]:
                     f"(compute {device.get('trace_compute_pct', 0):.0f} %)",
                     evidence=[_device_evidence(ctx, device)],
                     impact=f"{idle:.0f} % of device time unused",
-                    action="Find what the device waits for: the input (L7.input-wait-trace), "
-                    "the CPU launching kernels (L6.launch-bound), other ranks (L4.straggler-rank); "
-                    "then raise work per launch (larger batch, CUDA graphs, torch.compile).",
+                    action=_idle_action(ctx, device),
                 )
             )
     return out
+
+
+# What the CPU did while the device waited for it (graph/trace_facts.py _host_wait), and the fix
+HOST_CAUSES = {
+    "data_loading": ("the input pipeline (DataLoader) between steps",
+                     "feed the step ahead of time (DataLoader num_workers > 0, prefetch_factor, "
+                     "pin_memory; L7.input-wait-trace)"),
+    "synchronisation": ("host-device synchronisation that drains the queue (.item(), "
+                        "cudaDeviceSynchronize, blocking copies)",
+                        "remove syncs from the step (no .item()/print of tensors, "
+                        "non_blocking copies, torch.cuda.set_sync_debug_mode('warn') finds them)"),
+    "cpu_overhead": ("CPU work between kernel launches (Python and operator overhead)",
+                     "launch fewer, larger kernels: CUDA graphs (torch.compile "
+                     "mode='reduce-overhead'), fused optimizers (foreach/fused=True), a larger "
+                     "batch; give the trainer's thread a CPU of its own (L6 CPU rules)"),
+}  # fmt: skip
+
+
+def host_cause(device: Node) -> str | None:
+    """The CPU-side cause of most of the device's host wait, where the trace shows it."""
+    causes = device.get("trace_host_wait_causes") or {}
+    return max(causes, key=causes.__getitem__) if causes else None
+
+
+def _idle_action(ctx: RuleContext, device: Node) -> str:
+    """Name what the idle device waits for, from the trace's own split of its idle time."""
+    idle, host = device.get("trace_idle_pct") or 0, device.get("trace_host_wait_pct") or 0
+    cause = host_cause(device)
+    if cause and host >= idle / 2:
+        what, fix = HOST_CAUSES[cause]
+        return (f"The device waits for its CPU {host:.0f} % of the span, mostly for {what}: "
+                f"{fix} (L6.launch-bound).")  # fmt: skip
+    summary = getattr(ctx.graph.meta, "trace", None) or {}
+    if summary.get("straggler_rank") is not None:
+        return (f"The device waits mostly on other work than its CPU ({host:.0f} % host wait): "
+                f"rank {summary['straggler_rank']} holds the collectives back "
+                "(L4.straggler-rank); make it as fast as the others.")  # fmt: skip
+    return (f"The device waits for its CPU only {host:.0f} % of the span: the rest is waiting "
+            "on events and other streams (HTA's 'other': collectives, cross-stream "
+            "dependencies): overlap communication with compute (L4.comm-overlap) and remove "
+            "stream waits from the step.")  # fmt: skip
 
 
 @rule("L3.memcpy-heavy", 3, "Memory copies take device time", "exposed memcpy/memset share of the "
@@ -266,27 +305,38 @@ def comm_overlap(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-@rule("L6.launch-bound", 6, "Device starved by kernel launches (CPU-bound)", "device idle with an "
-      "empty kernel queue, share of the traced span", "> 10 %", HTA)  # fmt: skip
+@rule("L6.launch-bound", 6, "Device starved by the host (CPU-bound)", "device idle time whose "
+      "next kernel was launched after the device drained (host wait), share of the traced span",
+      "> 10 %", "Holistic Trace Analysis' idle time breakdown (host wait)")  # fmt: skip
 def launch_bound(ctx: RuleContext) -> list[Finding]:
     out = []
     for device in _devices(ctx):
-        gaps = device.get("trace_launch_gap_pct")
-        if gaps is None or gaps <= 10:
+        waited = device.get("trace_host_wait_pct")
+        if waited is None or waited <= 10:
             continue
+        cause = host_cause(device)
+        what, fix = HOST_CAUSES.get(cause or "", ("its own work", HOST_CAUSES["cpu_overhead"][1]))
         out.append(
             ctx.finding(
                 subject=device.id,
-                value=gaps,
-                priority=impact_priority(gaps),
-                title=f"{ctx.label(device.id)} waits for the CPU to launch kernels "
-                f"{gaps:.0f} % of the span",
-                evidence=[_device_evidence(ctx, device, "trace_launch_gap_pct")],
-                impact=f"{gaps:.0f} % of device time",
-                action="Launch fewer, larger kernels: CUDA graphs (torch.compile "
-                "mode='reduce-overhead'), fused optimizers (foreach/fused=True), no host syncs "
-                "(.item(), print of tensors) in the step; give the trainer's thread a CPU of "
-                "its own (L6 CPU rules).",
+                value=waited,
+                priority=impact_priority(waited),
+                title=f"{ctx.label(device.id)} waits for its CPU {waited:.0f} % of the span, "
+                f"mostly for {what}",
+                evidence=[
+                    _device_evidence(
+                        ctx,
+                        device,
+                        "trace_host_wait_pct",
+                        "trace_idle_host_pct",
+                        "trace_idle_kernel_pct",
+                        "trace_idle_other_pct",
+                        "trace_host_wait_causes",
+                        "trace_streams",
+                    )
+                ],  # fmt: skip
+                impact=f"{waited:.0f} % of device time",
+                action=fix[0].upper() + fix[1:] + ".",
             )
         )
     return out

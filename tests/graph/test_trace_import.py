@@ -21,6 +21,7 @@ from wp_mcp.graph import formats, native, trace, trace_read
 from wp_mcp.graph.errors import FormatError, UserError
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.store import Store
+from wp_mcp.graph.trace_facts import collective_facts
 from wp_mcp.server.cli import main
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -130,7 +131,7 @@ def test_device_time_split_agrees_with_an_independent_sweep(path):
 @pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
 def test_collective_durations_agree_with_the_kernels(path):
     expected = nccl_kernel_durations(document(path))
-    got = trace.rank_facts(trace.read_rank(path))[0]["trace_collectives"]
+    got = collective_facts(trace.read_rank(path).collectives, by_kernel=True)
     assert set(got) == set(expected)
     for kind, durations in expected.items():
         assert got[kind]["count"] == len(durations)
@@ -442,3 +443,15 @@ def test_wp_open_imports_a_rank_trace_alone_or_joined_to_a_snapshot(tmp_path):
     assert joined.node("proc:4037").trace_rank == 0
     assert joined.node("proc:4037").name == "pyper:trainer:0", "the live snapshot's name stays"
     assert joined.node("thr:4037") is not None, "the live snapshot's threads are kept"
+
+
+def test_nccl_send_recv_kernels_take_the_kind_and_size_their_annotation_names():
+    """On the 128-rank job NCCL ran every collective as a SendRecv kernel: each kernel is of
+    the kind of the ``nccl:*`` annotation enclosing its launch, with that call's message size
+    from record_shapes (Input Dims × Input type)."""
+    rank = trace.read_rank(TRACES / "gpu-train-nccl-rank0.json.gz")
+    assert {c.kernel for c in rank.collectives} == {"send_recv"}
+    facts = collective_facts(rank.collectives)
+    assert set(facts) == {"all_reduce", "all_to_all", "all_gather"}
+    assert facts["all_reduce"]["count"] == 4 and facts["all_to_all"]["count"] == 4
+    assert all(kind["bytes"] > 1 << 20 for kind in facts.values())

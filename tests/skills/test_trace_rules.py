@@ -36,7 +36,8 @@ HEALTHY_DEVICE = {
     "trace_memcpy_pct": 1.0,
     "trace_idle_pct": 10.0,
     "trace_overlap_pct": 80.0,
-    "trace_launch_gap_pct": 1.0,
+    "trace_host_wait_pct": 1.0,
+    "trace_host_wait_causes": {"cpu_overhead": 4.0},
 }
 HEALTHY_JOB = {
     "ranks": [0, 1],
@@ -70,7 +71,11 @@ CASES = {
     "L1.device-idle": ({"trace_idle_pct": 70.0, "trace_compute_pct": 25.0}, None, None),
     "L3.memcpy-heavy": ({"trace_memcpy_pct": 18.0, "trace_compute_pct": 72.0}, None, None),
     "L4.comm-overlap": ({"trace_comm_pct": 25.0, "trace_overlap_pct": 20.0}, None, None),
-    "L6.launch-bound": ({"trace_launch_gap_pct": 30.0}, None, None),
+    "L6.launch-bound": (
+        {"trace_host_wait_pct": 30.0, "trace_host_wait_causes": {"synchronisation": 120.0}},
+        None,
+        None,
+    ),
     "L7.input-wait-trace": (
         None,
         {"trace_input_wait_pct": 40.0, "trace_step_input_wait_pct": [45.0, 40.0, 38.0, 2.0]},
@@ -211,3 +216,15 @@ def test_diagnose_with_a_bad_trace_fails_before_collecting(tmp_path, capsys):
     assert main(argv) == 2
     assert "truncated" in capsys.readouterr().err
     assert Store(tmp_path / "store").list() == []
+
+
+def test_published_devices_waiting_for_their_cpu_are_launch_bound_with_the_cpu_cause():
+    """The A100 rank's GPU waits for its CPU 77 % of its span (HTA: > 99 % of its idle time is
+    host wait): launch-bound P0, naming what the CPU did, and the idle P0's action names that
+    cause rather than sending the reader to clean layers."""
+    graph = trace.load_traces([TRACES / "gpu-nccl-collectives.json.gz"])
+    (bound,) = outcome(graph, "L6.launch-bound")
+    assert bound.priority == "P0" and 70 < bound.value < 80
+    assert "waits for its CPU" in bound.title and "mostly for" in bound.title
+    (idle,) = outcome(graph, "L1.device-idle")
+    assert "waits for its CPU" in idle.action and "L6.launch-bound" in idle.action
