@@ -12,6 +12,7 @@ anything: a trace that cannot be read raises ``FormatError`` before any graph ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
         raise UserError("no trace files given")
     budget = MemoryBudget()  # shared: the ranks of one import are held together
     ranks = [read_rank(path, max_bytes, budget) for path in files]
+    one_run(ranks)
     seen: dict[int, str] = {}
     for rank in ranks:
         if rank.rank is not None and rank.rank in seen:
@@ -62,6 +64,36 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
         if rank.rank is not None:
             seen[rank.rank] = rank.origin
     return ranks
+
+
+def one_run(ranks: list[RankTrace]) -> None:
+    """Refuse, with one line, rank traces of different runs: the ranks of one job are
+    profiled at the same time, so their windows (first to last event, on the trace's clock)
+    overlap; traces whose windows fall apart, or that disagree on the job's world size, are
+    of different runs."""
+    sizes = {r.world_size for r in ranks if r.world_size}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{Path(r.origin).name} ({r.world_size})" for r in ranks[:6])
+        raise UserError(f"the traces are of jobs of different sizes (world_size: {shown}): "
+                        "import one run at a time")  # fmt: skip
+    timed = sorted(((w, r) for r in ranks if (w := r.window_us()) is not None), key=lambda t: t[0])
+    runs: list[list[RankTrace]] = []
+    end = -math.inf
+    for (start, stop), rank in timed:
+        if start > end:
+            runs.append([])
+        runs[-1].append(rank)
+        end = max(end, stop)
+    if len(runs) > 1:
+        shown = "; ".join(
+            f"{', '.join(Path(r.origin).name for r in run[:3])}"
+            f"{f' and {len(run) - 3} more' if len(run) > 3 else ''}"
+            for run in runs[:4]
+        )
+        raise UserError(
+            f"{excerpt(shown, 300, quoted=False)}: traces of {len(runs)} different runs (their "
+            "profiled windows do not overlap): import one run at a time"
+        )
 
 
 def to_graph(ranks: list[RankTrace]) -> Graph:
@@ -118,15 +150,22 @@ def _device_node(graph: Graph, prefix: str, index: int, proc_id: str) -> str:
 
 def _mark_straggler(graph: Graph, ranks: list[RankTrace]) -> None:
     summary = getattr(graph.meta, "trace", {}) or {}
-    waited = summary.get("waited_ms", {})
+    waited, own = summary.get("waited_ms", {}), summary.get("comm_own_pct", {})
     for node in graph.of_kind("process"):
         rank = node.get("trace_rank")
-        if rank is None or str(rank) not in waited:
+        if rank is None:
+            continue
+        if str(rank) in own:
+            node.set("trace_comm_own_pct", own[str(rank)], SOURCE)
+        if str(rank) not in waited:
             continue
         node.set("trace_waited_ms", waited[str(rank)], SOURCE)
         if summary.get("straggler_rank") == rank:
             node.set("trace_straggler", True, SOURCE)
             node.set("trace_skew_pct", summary.get("skew_pct"), SOURCE)
+            cause = summary.get("straggler_cause") or {}
+            if cause.get("phase"):
+                node.set("trace_straggler_cause", cause["phase"], SOURCE)
 
 
 def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:

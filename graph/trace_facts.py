@@ -288,79 +288,257 @@ def collective_facts(
 
 
 def job_facts(ranks: list[RankTrace]) -> dict[str, Any]:
-    """Across ranks: how long each waited in collectives for the slowest (the i-th call of
-    each kind matched across ranks; the rank that arrives last waits least), the skew as a
-    share of step time, and the straggler: the rank that waited least, named only when it
-    stands apart from the others (msprof-analyze's outlier-by-spread idea).
-
-    The skew is the median over calls of how much longer the others took than the
-    straggler, times the calls: one call delayed by a hiccup on any rank moves a median of
-    several calls nowhere, a rank that is late to every call moves it by its lateness. A
-    straggler is named only when its lateness is consistent across calls."""
-    known = [r for r in ranks if r.rank is not None and r.collectives]
-    summary: dict[str, Any] = {"ranks": sorted({r.rank for r in ranks if r.rank is not None})}
-    if len(known) < 2 or len({r.rank for r in known}) < len(known):
+    """Across ranks (docs/traces.md "The job"): the steps every rank traced (aligned by
+    ``ProfilerStep#N``), the collective calls matched in them (the i-th call of each kind in
+    each step), how long each rank waited for the slowest in them (overlapping waits counted
+    once), the straggler by a rank-based test that tolerates jitter, its impact as the other
+    ranks' wait and its own cause from its phases against theirs."""
+    known = [r for r in ranks if r.rank is not None]
+    summary: dict[str, Any] = {"ranks": sorted({r.rank for r in known if r.rank is not None})}
+    world = max((r.world_size or 0 for r in ranks), default=0)
+    if world:
+        summary["world_size"] = world
+    traced = [r for r in known if r.collectives]
+    if len(traced) < 2 or len({r.rank for r in traced}) < len(traced):
+        summary.update(_one_rank_comm(traced))
         return summary
-    calls = _matched_calls(known)
+    windows = {r.rank: _step_windows(r) for r in traced if r.rank is not None}
+    common = sorted(set.intersection(*(set(w) for w in windows.values())))
+    alignment = _alignment(windows, common)
+    if alignment:
+        summary["alignment"] = alignment
+    if not common:
+        return summary
+    summary["steps_judged"] = [common[0], common[-1], len(common)]
+    calls = _matched_calls(traced, windows, common)
     if not calls:
         return summary
-    waited = {r.rank: 0.0 for r in known if r.rank is not None}
-    fastest_by_kind: dict[str, list[float]] = {}
-    for kind, durations in calls:
-        fastest = min(durations.values())
-        fastest_by_kind.setdefault(kind, []).append(fastest)
-        for rank, dur in durations.items():
-            waited[rank] += (dur - fastest) / 1000
-    summary["latency_p50_us"] = {
-        kind: round(percentile(values, 50), 3) for kind, values in fastest_by_kind.items()
-    }
-    summary["waited_ms"] = {str(rank): round(ms, 3) for rank, ms in sorted(waited.items())}
-    least = min(waited, key=waited.__getitem__)
-    margins = [
-        sum(d for r, d in durations.items() if r != least) / (len(durations) - 1) - durations[least]
-        for _, durations in calls
-    ]
-    skew_ms = max(median(margins), 0.0) * len(margins) / 1000
-    summary["skew_ms"] = round(skew_ms, 3)
-    if all(r.steps for r in known):
-        step_total = median(sum(e - s for s, e in r.steps) for r in known)
-        summary["skew_pct"] = _pct(skew_ms * 1000, step_total)
-    others = [v for k, v in waited.items() if k != least]
-    if _consistent(margins) and _stands_apart(waited[least], others):
-        summary["straggler_rank"] = least
+    summary.update(_waits(traced, windows, common, calls))
     return summary
 
 
-def _consistent(margins: list[float]) -> bool:
-    """The straggler is late to the calls by more than three median absolute deviations of
-    its lateness: late every time, not by the hiccups a loaded host gives any rank."""
-    centre = median(margins)
-    if len(margins) < 3:
-        return centre > 0
-    return centre > 3 * median(abs(m - centre) for m in margins)
+def _step_windows(rank: RankTrace) -> dict[int, tuple[float, float]]:
+    """Step number -> (start, end) of each ProfilerStep; the whole trace as step -1 when it
+    marks none (its calls are then matched over the whole trace)."""
+    steps = {n: (s, e) for s, e, n in rank.numbered_steps() if n >= 0}
+    if steps:
+        return steps
+    calls = rank.collectives
+    return {-1: (calls[0].start, max(c.start + c.dur for c in calls))} if calls else {}
 
 
-def _matched_calls(ranks: list[RankTrace]) -> list[tuple[str, dict[int, float]]]:
-    """The collective calls every rank made, matched by kind and order: (kind, rank ->
-    duration in µs) for each."""
-    by_rank = {r.rank: _by_kind(r.collectives) for r in ranks if r.rank is not None}
-    matched: list[tuple[str, dict[int, float]]] = []
-    for kind in sorted(set.intersection(*(set(k) for k in by_rank.values()))):
-        for i in range(min(len(by_rank[r][kind]) for r in by_rank)):
-            matched.append((kind, {r: by_rank[r][kind][i] for r in by_rank}))
-    return matched
+def _alignment(windows: dict[int, dict[int, tuple[float, float]]], common: list[int]) -> str:
+    """One line when the ranks' profiled windows differ: which steps each traced, which are
+    judged."""
+    shown = {rank: sorted(w) for rank, w in windows.items()}
+    if all(len(steps) == len(common) for steps in shown.values()):
+        return ""
+    traced = "; ".join(
+        f"rank {rank}: steps {_range(steps)}" for rank, steps in sorted(shown.items())[:6]
+    )
+    if not common:
+        return f"the ranks' profiled windows share no step ({traced}): collectives not matched"
+    return f"judged steps {_range(common)}, the ones every rank traced ({traced})"
 
 
-def _by_kind(calls: list[Collective]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for call in calls:
-        out.setdefault(call.kind, []).append(call.dur)
+def _range(steps: list[int]) -> str:
+    return f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else str(steps[0]) if steps else "none"
+
+
+def _launch_times(rank: RankTrace) -> dict[int, float]:
+    return dict(zip(rank.launch_corr, rank.launch_ts, strict=True))
+
+
+def _in_step(
+    rank: RankTrace, steps: dict[int, tuple[float, float]]
+) -> dict[int, dict[str, list[Collective]]]:
+    """The rank's calls by step and kind, in order: a kernel belongs to the step in which the
+    CPU launched it (it may run after that step's CPU span ends)."""
+    launches = _launch_times(rank)
+    ordered = sorted(steps.items(), key=lambda item: item[1][0])
+    starts = [window[0] for _, window in ordered]
+    out: dict[int, dict[str, list[Collective]]] = {}
+    for call in rank.collectives:
+        at = launches.get(call.corr, call.start)
+        index = bisect_left(starts, at + 1e-9) - 1
+        if index < 0 or at > ordered[index][1][1]:
+            continue
+        out.setdefault(ordered[index][0], {}).setdefault(call.kind, []).append(call)
     return out
 
 
-def _stands_apart(least: float, others: list[float]) -> bool:
-    """The least-waiting rank is an outlier: below every other rank by more than three
-    median absolute deviations of theirs (with one other rank: by more than 10 % of it)."""
-    centre = median(others)
-    spread = median(abs(v - centre) for v in others)
-    return centre - least > max(3 * spread, 0.1 * centre) and centre > 0
+Matched = tuple[int, str, dict[int, Collective]]  # step, kind, rank -> call
+
+
+def _matched_calls(
+    ranks: list[RankTrace], windows: dict[int, dict[int, tuple[float, float]]], common: list[int]
+) -> list[Matched]:
+    """The calls every rank made in each common step, matched by kind and order."""
+    by_rank = {r.rank: _in_step(r, windows[r.rank]) for r in ranks if r.rank is not None}
+    matched: list[Matched] = []
+    for step in common:
+        kinds = set.intersection(*(set(calls.get(step, {})) for calls in by_rank.values()))
+        for kind in sorted(kinds):
+            count = min(len(calls[step][kind]) for calls in by_rank.values())
+            for i in range(count):
+                matched.append(
+                    (step, kind, {r: calls[step][kind][i] for r, calls in by_rank.items()})
+                )
+    return matched
+
+
+def _waits(
+    ranks: list[RankTrace],
+    windows: dict[int, dict[int, tuple[float, float]]],
+    common: list[int],
+    calls: list[Matched],
+) -> dict[str, Any]:
+    """Each rank's wait per step: in each matched call, the time it spent beyond the fastest
+    rank's duration (the rank that arrives last waits least), at the start of its call (it
+    waited there for the others to arrive); a step's waits are the union of those spans
+    within the step, so concurrent calls (DDP buckets) count once."""
+    names = sorted(windows)
+    spans: dict[tuple[int, int], Spans] = {}
+    fastest_by_kind: dict[str, list[float]] = {}
+    for step, kind, durations in calls:
+        fastest = min(c.dur for c in durations.values())
+        fastest_by_kind.setdefault(kind, []).append(fastest)
+        for rank, call in durations.items():
+            if call.dur > fastest:
+                spans.setdefault((rank, step), []).append(
+                    (call.start, call.start + call.dur - fastest)
+                )
+    wait = {
+        (rank, step): min(_union(spans.get((rank, step), [])), _length(windows[rank][step]))
+        for rank in names
+        for step in common
+    }
+    step_us = {
+        step: median(windows[r][step][1] - windows[r][step][0] for r in names) for step in common
+    }
+    out: dict[str, Any] = {
+        "latency_p50_us": {k: round(percentile(v, 50), 3) for k, v in fastest_by_kind.items()},
+        "waited_ms": {str(r): round(sum(wait[r, s] for s in common) / 1000, 3) for r in names},
+        "step_ms": round(median(step_us.values()) / 1000, 3),
+    }
+    phases = {
+        r.rank: _phases(r, windows[r.rank], common, wait) for r in ranks if r.rank is not None
+    }
+    out["comm_own_pct"] = {
+        str(rank): _pct(
+            sum(p["comm"] - p["wait"] for p in per_step), sum(p["step"] for p in per_step)
+        )
+        for rank, per_step in phases.items()
+    }
+    last = [min(names, key=lambda r: (wait[r, s], r)) for s in common]
+    units = common if len(common) >= 3 else None
+    candidate = max(names, key=lambda r: (last.count(r), -sum(wait[r, s] for s in common)))
+    others = [r for r in names if r != candidate]
+    impact = sum(sum(wait[r, s] for r in others) / len(others) for s in common)
+    out["skew_ms"] = round(impact / 1000, 3)
+    out["skew_pct"] = _pct(impact, sum(step_us.values()))
+    out["last_counts"] = {str(r): last.count(r) for r in names if last.count(r)}
+    if units is None:  # one or two steps: the calls are the units of the test
+        named = _late_in_calls(calls, candidate)
+    else:
+        named = _late_in_steps(candidate, others, common, wait, last)
+    out["straggler_test"] = named[1]
+    if named[0]:
+        out["straggler_rank"] = candidate
+        out["straggler_cause"] = _cause(candidate, phases)
+    return out
+
+
+def _union(spans: Spans) -> float:
+    cover = _Cover()
+    for start, end in sorted(spans):
+        cover.add(start, end)
+    return cover.length()
+
+
+def _length(window: tuple[float, float]) -> float:
+    return window[1] - window[0]
+
+
+def _late_in_steps(
+    candidate: int,
+    others: list[int],
+    steps: list[int],
+    wait: dict[tuple[int, int], float],
+    last: list[int],
+) -> tuple[bool, str]:
+    """The candidate is last in most steps, and the others wait longer than it does in at
+    least three quarters of (other rank, step) pairs (a rank-based test, as Mann–Whitney's:
+    the size of its lateness may jitter, its order may not)."""
+    pairs = [(wait[o, s], wait[candidate, s]) for o in others for s in steps]
+    above = sum(1.0 if w > c else 0.5 if w == c else 0.0 for w, c in pairs) / len(pairs)
+    most = last.count(candidate) * 2 > len(steps)
+    line = (f"last in {last.count(candidate)} of {len(steps)} steps; the others waited longer "
+            f"in {100 * above:.0f} % of step pairs")  # fmt: skip
+    return most and above >= 0.75, line
+
+
+def _late_in_calls(calls: list[Matched], candidate: int) -> tuple[bool, str]:
+    """With one or two steps, the calls are the units: the candidate arrives last (waits
+    least) in at least three quarters of them."""
+    late = sum(1 for _, _, d in calls if min(d, key=lambda r: (d[r].dur, r)) == candidate)
+    line = f"last to {late} of {len(calls)} calls"
+    return late * 4 >= 3 * len(calls), line
+
+
+def _phases(
+    rank: RankTrace,
+    steps: dict[int, tuple[float, float]],
+    common: list[int],
+    wait: dict[tuple[int, int], float],
+) -> list[dict[str, float]]:
+    """Per common step, µs: the step, its input wait, its time in collectives (union) and
+    in waits for other ranks."""
+    loader = sorted(rank.loader)
+    comm = sorted((c.start, c.start + c.dur) for c in rank.collectives)
+    out = []
+    for step in common:
+        start, end = steps[step]
+        out.append({
+            "step": end - start,
+            "input": _covered(loader, start, end),
+            "comm": _covered(comm, start, end),
+            "wait": wait[rank.rank or 0, step],  # ranks without a number are not matched
+        })  # fmt: skip
+    return out
+
+
+def _cause(candidate: int, phases: dict[int, list[dict[str, float]]]) -> dict[str, Any]:
+    """The straggler's own cause: the phase in which it spends more than the other ranks per
+    step (median over them): its input wait, or its work outside collectives and input
+    (compute, host work)."""
+
+    def per_step(rank: int, phase: str) -> float:
+        rows = phases[rank]
+        if phase == "compute":
+            return sum(p["step"] - p["input"] - p["comm"] for p in rows) / len(rows)
+        return sum(p[phase] for p in rows) / len(rows)
+
+    others = [r for r in phases if r != candidate]
+    extra = {}
+    for phase in ("input", "compute"):
+        own, theirs = per_step(candidate, phase), median(per_step(r, phase) for r in others)
+        extra[phase] = (own - theirs, own, theirs)
+    phase = max(extra, key=lambda k: extra[k][0])
+    delta, own, theirs = extra[phase]
+    return {"phase": phase, "extra_ms": round(delta / 1000, 3), "own_ms": round(own / 1000, 3),
+            "others_ms": round(theirs / 1000, 3)}  # fmt: skip
+
+
+def _one_rank_comm(ranks: list[RankTrace]) -> dict[str, Any]:
+    """With one rank, its time in collectives cannot be split into the call and the wait for
+    the others: the whole is its communication share."""
+    out = {}
+    for rank in ranks:
+        steps = sorted(rank.steps)
+        total = sum(e - s for s, e in steps)
+        if total <= 0 or rank.rank is None:
+            continue
+        comm = sorted((c.start, c.start + c.dur) for c in rank.collectives)
+        out[str(rank.rank)] = _pct(sum(_covered(comm, s, e) for s, e in steps), total)
+    return {"comm_own_pct": out} if out else {}

@@ -246,6 +246,7 @@ class RankTrace:
     world_size: int | None = None
     backend: str | None = None
     first_ts: float = math.inf  # the earliest event's ts (µs, the trace's clock)
+    last_ts: float = -math.inf  # the latest end of an event
     base_ns: int = 0  # Kineto's baseTimeNanoseconds: where that clock starts, when it says
 
     # ------------------------------------------------------------------ events
@@ -299,6 +300,8 @@ class RankTrace:
             )
         if start < self.first_ts:
             self.first_ts = float(start)
+        if start + dur > self.last_ts:
+            self.last_ts = float(start + dur)
         return float(start), float(start) + float(dur)
 
     def _kernel(self, event: dict[str, Any], cls: int | None = None) -> None:
@@ -423,6 +426,14 @@ class RankTrace:
         base = header.get("baseTimeNanoseconds")
         self.base_ns = base if type(base) is int and 0 <= base < 1 << 63 else 0
 
+    def window_us(self) -> tuple[float, float] | None:
+        """The trace's first and last event on Kineto's clock, moved by
+        ``baseTimeNanoseconds`` (µs): ranks of one run overlap in it."""
+        if self.first_ts == math.inf:
+            return None
+        base = self.base_ns / 1000
+        return base + self.first_ts, base + self.last_ts
+
     def started_at(self) -> float | None:
         """Epoch seconds of the first event, when the trace's clock is the wall clock (Kineto
         writes epoch microseconds, or times after ``baseTimeNanoseconds``); None when its
@@ -458,12 +469,12 @@ class RankTrace:
 
     def numbered_steps(self) -> list[tuple[float, float, int]]:
         """(start, end, N) of each ``ProfilerStep#N``, in order of start."""
-        numbers = (
-            self.step_numbers
-            if len(self.step_numbers) == len(self.steps)
-            else [-1] * len(self.steps)
-        )
-        return sorted((s, e, n) for (s, e), n in zip(self.steps, numbers, strict=True))
+        if len(self.step_numbers) == len(self.steps):
+            return sorted(
+                (s, e, n) for (s, e), n in zip(self.steps, self.step_numbers, strict=True)
+            )
+        # steps not read from a trace's names: numbered in order
+        return [(s, e, n) for n, (s, e) in enumerate(sorted(self.steps))]
 
 
 def _snake(camel: str) -> str:

@@ -455,3 +455,37 @@ def test_nccl_send_recv_kernels_take_the_kind_and_size_their_annotation_names():
     assert set(facts) == {"all_reduce", "all_to_all", "all_gather"}
     assert facts["all_reduce"]["count"] == 4 and facts["all_to_all"]["count"] == 4
     assert all(kind["bytes"] > 1 << 20 for kind in facts.values())
+
+
+def rank_doc(path: Path, rank: int, base_s: float) -> Path:
+    """A gloo rank's trace of 3 steps of 100 ms starting at epoch ``base_s``."""
+    events = []
+    for step in range(3):
+        start = step * 100_000.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7,
+             "tid": 7, "ts": start, "dur": 100_000.0},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+             "ts": start + 50_000, "dur": 1_000.0},
+        ]  # fmt: skip
+    doc = {
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "baseTimeNanoseconds": int(base_s * 1e9),
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_traces_of_two_runs_in_one_folder_are_refused_with_one_line(tmp_path, capsys):
+    for rank in (0, 1):
+        rank_doc(tmp_path / f"run1-rank{rank}.json", rank, 1.7e9)
+        rank_doc(tmp_path / f"run2-rank{rank}.json", rank, 1.7e9 + 600)
+    with pytest.raises(UserError, match=r"traces of 2 different runs .* import one run at a time"):
+        trace.load_traces([tmp_path])
+    assert main(["--store", str(tmp_path / "store"), "import", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "run1-rank0.json, run1-rank1.json; run2-rank0.json, run2-rank1.json" in line
+    for name in ("run2-rank0.json", "run2-rank1.json"):
+        (tmp_path / name).unlink()
+    assert trace.load_traces([tmp_path]).meta.trace["ranks"] == [0, 1]
