@@ -36,6 +36,9 @@ from .trace_read import (
     trace_files,
 )
 
+# Files of a job's ranks a snapshot names, for a later rank to join them
+MAX_FILES_KEPT = 4096
+
 # What callers read of a trace through this one module (the reading and the facts live beside it)
 __all__ = [
     "Collective", "MemoryBudget", "RankTrace", "attach_rank", "device_facts", "job_facts", "join",
@@ -53,6 +56,12 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
         raise UserError("no trace files given")
     budget = MemoryBudget()  # shared: the ranks of one import are held together
     ranks = [read_rank(path, max_bytes, budget) for path in files]
+    check_ranks(ranks)
+    return ranks
+
+
+def check_ranks(ranks: list[RankTrace]) -> None:
+    """One run, one file per rank: else one line saying why."""
     one_run(ranks)
     seen: dict[int, str] = {}
     for rank in ranks:
@@ -63,7 +72,6 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
             )
         if rank.rank is not None:
             seen[rank.rank] = rank.origin
-    return ranks
 
 
 def one_run(ranks: list[RankTrace]) -> None:
@@ -104,7 +112,7 @@ def to_graph(ranks: list[RankTrace]) -> Graph:
     for position, rank in enumerate(ranks):
         prefix = _prefix(rank, position, pids)
         attach_rank(graph, rank, ids.with_host(prefix, ids.process(rank.pid or 0)), prefix)
-    graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
+    graph.meta.trace = _job(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
     hosts = sorted({r.host for r in ranks if r.host})
     graph.meta.hosts = hosts
@@ -183,16 +191,43 @@ def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph
         attach_rank(graph, rank, proc_id, prefix)
         matched = sum(1 for tid in rank.tids if ids.with_host(prefix, ids.thread(tid)) in graph)
         graph.nodes[proc_id].set("trace_threads_matched", matched, SOURCE)
-    graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
+    graph.meta.trace = _job(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
+    graph.meta.collectors = [s for s in graph.meta.collectors if s.name != "trace"]
     graph.meta.collectors.append(_status(ranks))
     graph.meta.origin = f"{graph.meta.origin or 'snapshot'} + {_origin(ranks)}"[:400]
     return graph
 
 
+def _job(ranks: list[RankTrace]) -> dict[str, Any]:
+    """The job summary, with the files its ranks were read from (a later rank joins them)."""
+    files = [str(Path(r.origin).resolve()) for r in ranks[:MAX_FILES_KEPT]]
+    return {**job_facts(ranks), "files": files}
+
+
 def join_copy(stored: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """The traces joined to a copy of a stored snapshot: the stored graph is shared by the
-    store's cache and stays as it was; the join is stored as a new snapshot."""
+    store's cache and stays as it was; the join is stored as a new snapshot.
+
+    A snapshot that already holds ranks (a trace-only one, or a live one joined before)
+    gets the new ranks beside them: its ranks' traces are read again from the files it names
+    (the job's facts need every rank's calls), so the result is one job. A trace-only
+    snapshot is made anew from all the ranks; a live one has all of them joined."""
+    earlier = [f for f in (getattr(stored.meta, "trace", None) or {}).get("files", [])
+               if isinstance(f, str)]  # fmt: skip
+    if earlier:
+        given = {str(Path(r.origin).resolve()) for r in ranks}
+        missing = [f for f in earlier if not Path(f).is_file()]
+        if missing:
+            raise UserError(
+                f"{excerpt(missing[0], quoted=False)}: the snapshot's rank trace is no longer "
+                "readable; import every rank's trace together (a folder, or several files)"
+            )
+        again = [f for f in earlier if f not in given]
+        ranks = (read_ranks(again) if again else []) + ranks
+        check_ranks(ranks)
+    if earlier and all(status.name == "trace" for status in stored.meta.collectors):
+        return to_graph(ranks)
     return join(native.loads(native.dumps(stored)), ranks, force_pid)
 
 
