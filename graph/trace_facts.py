@@ -19,6 +19,9 @@ KERNEL_WAIT_US = 30.0
 # Streams whose idle split a device keeps (the most idle first)
 MAX_STREAMS_KEPT = 16
 Spans = list[tuple[float, float]]
+# The straggler test: steps (else calls) needed for the sign test, and the chance it allows
+MIN_UNITS = 5
+SIGN_TEST_P = 0.05
 
 # --------------------------------------------------------------------------- derived facts
 
@@ -436,15 +439,15 @@ def _waits(
         for rank, per_step in phases.items()
     }
     last = [min(names, key=lambda r: (wait[r, s], r)) for s in common]
-    units = common if len(common) >= 3 else None
+    units = common if len(common) >= MIN_UNITS else None
     candidate = max(names, key=lambda r: (last.count(r), -sum(wait[r, s] for s in common)))
     others = [r for r in names if r != candidate]
     impact = sum(sum(wait[r, s] for r in others) / len(others) for s in common)
     out["skew_ms"] = round(impact / 1000, 3)
     out["skew_pct"] = _pct(impact, sum(step_us.values()))
     out["last_counts"] = {str(r): last.count(r) for r in names if last.count(r)}
-    if units is None:  # one or two steps: the calls are the units of the test
-        named = _late_in_calls(calls, candidate)
+    if units is None:  # few steps: the calls are the units of the test
+        named = _late_in_calls(calls, candidate, len(names))
     else:
         named = _late_in_steps(candidate, others, common, wait, last)
     out["straggler_test"] = named[1]
@@ -472,23 +475,36 @@ def _late_in_steps(
     wait: dict[tuple[int, int], float],
     last: list[int],
 ) -> tuple[bool, str]:
-    """The candidate is last in most steps, and the others wait longer than it does in at
-    least three quarters of (other rank, step) pairs (a rank-based test, as Mann–Whitney's:
-    the size of its lateness may jitter, its order may not)."""
+    """The candidate is last in more steps than chance allows (a sign test: the chance that
+    one of n ranks is last that often when each step's last is random, ≤ ``SIGN_TEST_P``),
+    and the others wait longer than it does in at least three quarters of (other rank, step)
+    pairs (rank-based, as Mann–Whitney's): the size of its lateness may jitter, its order
+    may not."""
     pairs = [(wait[o, s], wait[candidate, s]) for o in others for s in steps]
     above = sum(1.0 if w > c else 0.5 if w == c else 0.0 for w, c in pairs) / len(pairs)
-    most = last.count(candidate) * 2 > len(steps)
-    line = (f"last in {last.count(candidate)} of {len(steps)} steps; the others waited longer "
-            f"in {100 * above:.0f} % of step pairs")  # fmt: skip
-    return most and above >= 0.75, line
+    times = last.count(candidate)
+    chance = _sign_test(times, len(steps), 1 + len(others))
+    line = (f"last in {times} of {len(steps)} steps (chance {chance:.3f}); the others waited "
+            f"longer in {100 * above:.0f} % of step pairs")  # fmt: skip
+    return chance <= SIGN_TEST_P and above >= 0.75, line
 
 
-def _late_in_calls(calls: list[Matched], candidate: int) -> tuple[bool, str]:
-    """With one or two steps, the calls are the units: the candidate arrives last (waits
-    least) in at least three quarters of them."""
+def _sign_test(times: int, units: int, ranks: int) -> float:
+    """The chance that a given rank is last in ``times`` or more of ``units`` when each
+    unit's last is any of ``ranks`` alike."""
+    p = 1 / ranks
+    return sum(math.comb(units, k) * p**k * (1 - p) ** (units - k) for k in range(times, units + 1))
+
+
+def _late_in_calls(calls: list[Matched], candidate: int, ranks: int) -> tuple[bool, str]:
+    """With few steps, the calls are the units: the candidate arrives last (waits least)
+    more often than chance allows (the sign test), or, with fewer than ``MIN_UNITS`` calls,
+    in every one."""
     late = sum(1 for _, _, d in calls if min(d, key=lambda r: (d[r].dur, r)) == candidate)
-    line = f"last to {late} of {len(calls)} calls"
-    return late * 4 >= 3 * len(calls), line
+    if len(calls) < MIN_UNITS:
+        return late == len(calls), f"last to {late} of {len(calls)} calls"
+    chance = _sign_test(late, len(calls), ranks)
+    return chance <= SIGN_TEST_P, f"last to {late} of {len(calls)} calls (chance {chance:.3f})"
 
 
 def _phases(
