@@ -489,3 +489,21 @@ def test_traces_of_two_runs_in_one_folder_are_refused_with_one_line(tmp_path, ca
     for name in ("run2-rank0.json", "run2-rank1.json"):
         (tmp_path / name).unlink()
     assert trace.load_traces([tmp_path]).meta.trace["ranks"] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("AllReduce", "all_reduce"), ("allreduce", "all_reduce"), ("_all_gather_base", "all_gather"),
+     ("reduce_scatter_tensor", "reduce_scatter"), ("all_to_all_single", "all_to_all"),
+     ("SendRecv", "send_recv"), ("allGather", "all_gather"), ("broadcast", "broadcast")],
+)  # fmt: skip
+def test_collective_kinds_of_nccl_hccl_gloo_and_torch_have_one_spelling(name, kind):
+    assert trace_read.collective_kind(name) == kind
+
+
+def test_an_hccl_kernel_is_a_collective_of_its_kind():
+    rank = trace_read.RankTrace(origin="npu.json")
+    rank.add([{"ph": "X", "cat": "kernel", "name": "hcom_allReduce__482_0_1", "pid": 1,
+               "tid": 1, "ts": 10.0, "dur": 50.0, "args": {"device": 0, "stream": 3}}])  # fmt: skip
+    (call,) = rank.collectives
+    assert call.kind == "all_reduce" and call.dur == 50.0
