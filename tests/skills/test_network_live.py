@@ -91,8 +91,9 @@ def test_five_percent_loss_on_a_loopback_flow_is_found_from_real_segment_counts(
         graph = collect_snapshot(ctx, [ProcfsCollector(), SocketsCollector(), IpcCollector()])
     sender = ids.process(flow["sender"])
     (sock,) = [s for s in graph.successors(sender, "holds") if s.get("remote_port") == flow["port"]]
-    retrans, segments, scope = flow_loss(sock)
-    assert "window" in scope and segments > 0
+    loss = flow_loss(sock)
+    assert loss is not None and loss.segments > 0
+    retrans, segments = loss.real, loss.segments
     # loopback segments are far larger than an Ethernet MSS: bytes / 1448 would count many
     # times the segments really sent, and dilute the ratio below the rule's floor
     assert sock.get("window_bytes_sent") / MSS_GUESS > 10 * segments
