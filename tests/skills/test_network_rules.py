@@ -146,3 +146,23 @@ def test_a_busy_lossless_loopback_flow_and_an_idle_one_are_clean():
     tcp_socket(graph, owner, 6, local_addr="127.0.0.1", remote_addr="127.0.0.1", window_s=5.0,
                window_retrans=2, window_data_segs_out=90_000, retrans_total=2)  # fmt: skip
     assert outcome(graph, "L4.flow-retransmits") == []
+
+
+def pair(b_window: tuple[int, int], b_life: tuple[int, int]) -> Graph:
+    """Hosts a and b, one rank each, one connection; b's side retransmitted ``b_window``
+    (retransmissions, data segments) in the window and ``b_life`` since it opened."""
+    return merge_hosts({
+        "a": host("a", "10.0.0.1", "10.0.0.2", True, window_retrans=0, window_data_segs_out=5000,
+                  retrans_total=0, data_segs_out=9_000_000),
+        "b": host("b", "10.0.0.2", "10.0.0.1", False, window_retrans=b_window[0],
+                  window_data_segs_out=b_window[1], retrans_total=b_life[0],
+                  data_segs_out=b_life[1]),
+    })  # fmt: skip
+
+
+def test_cluster_loss_is_judged_on_each_connection_s_window_not_its_life():
+    """A fresh 5 % loss after a long clean life is found on the host that sends into it; a
+    loss removed before the window, however large over the life, is not."""
+    (fresh,) = outcome(pair((300, 6000), (300, 50_000_000)), "L4.cluster-lossy-host")
+    assert fresh.subject == "host:b" and fresh.priority == "P0"
+    assert outcome(pair((0, 6000), (900_000, 9_000_000)), "L4.cluster-lossy-host") == []
