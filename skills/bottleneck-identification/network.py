@@ -96,10 +96,25 @@ def _node_on_host(ctx: RuleContext, near: str, node_id: str) -> Node | None:
     return ctx.graph.node(node_id)
 
 
+def _within_namespace(ctx: RuleContext, sock: Node) -> bool:
+    """Both ends in one network namespace of one host: a loopback address, the socket's own
+    address, or a local peer in the same namespace (two addresses of one namespace reach each
+    other over its loopback, not over the interfaces that hold them)."""
+    remote = sock.get("remote_addr") or ""
+    if remote.startswith("127.") or remote == "::1" or remote == sock.get("local_addr"):
+        return True
+    return any(
+        peer.get("netns") == sock.get("netns")
+        for peer in _peer_sockets(ctx, sock, cross_host=False)
+    )
+
+
 def _path_nics(ctx: RuleContext, sock: Node) -> list[Node]:
     """The interfaces a flow's segments and their ACKs cross on this host: each end's own
     interface and what it sits on (a veth's other end, whose egress feeds this one)."""
     found: dict[str, Node] = {}
+    if _within_namespace(ctx, sock):
+        return []  # routed over the namespace's loopback, whatever interface holds the address
     for end in (sock, *_peer_sockets(ctx, sock, cross_host=False)):
         nic = _nic_of(ctx, end)
         if nic is None:
@@ -490,6 +505,8 @@ def _flows_through(ctx: RuleContext) -> dict[str, list[Node]]:
     through: dict[str, list[Node]] = {}
     for sock in ctx.graph.of_kind("socket"):
         if sock.get("proto") not in (None, "tcp") or not sock.get("nic"):
+            continue
+        if _within_namespace(ctx, sock):
             continue
         nic = _nic_of(ctx, sock)
         if nic is None:

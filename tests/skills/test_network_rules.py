@@ -166,3 +166,25 @@ def test_cluster_loss_is_judged_on_each_connection_s_window_not_its_life():
     (fresh,) = outcome(pair((300, 6000), (300, 50_000_000)), "L4.cluster-lossy-host")
     assert fresh.subject == "host:b" and fresh.priority == "P0"
     assert outcome(pair((0, 6000), (900_000, 9_000_000)), "L4.cluster-lossy-host") == []
+
+
+def test_a_flow_between_two_addresses_of_one_namespace_never_crosses_its_interfaces():
+    """The launcher's store on rank 0's own address: that traffic goes over the namespace's
+    loopback, not the shaped veth that holds the address."""
+    graph = shaped(245_000)()
+    store = process(graph, 100)
+    a = tcp_socket(graph, store, 9010, local_addr="10.0.0.1", local_port=29400,
+                   remote_addr="10.0.0.1", remote_port=41000, netns=11, nic="nic:veth0@11",
+                   rtt_ms=6.0, min_rtt_ms=0.01)  # fmt: skip
+    b = tcp_socket(graph, "proc:200", 9011, local_addr="10.0.0.1", local_port=41000,
+                   remote_addr="10.0.0.1", remote_port=29400, netns=11, nic="nic:veth0@11",
+                   rtt_ms=0.02, min_rtt_ms=0.01)  # fmt: skip
+    graph.link("peer", b, a)
+    assert about_subject(outcome(graph, "L4.rtt-inflation"), a) == []
+    assert about_subject(outcome(graph, "L6.same-host-rtt"), a) != []
+    (shaper,) = outcome(graph, "L4.qdisc-limit")
+    assert a not in {i for ev in shaper.evidence for i in ev.ids}
+
+
+def about_subject(findings, subject):
+    return [f for f in findings if f.subject == subject]
