@@ -17,6 +17,7 @@ path. docs/skills.md ("The network judgement") says how each is read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 from wp_mcp.graph import Node, ids
 from wp_mcp.graph.query import host_prefix, socket_owners
@@ -131,7 +132,8 @@ def _path_nics(ctx: RuleContext, sock: Node) -> list[Node]:
 
 LOSS_FLOOR = 0.005  # share of data segments really lost from which a flow is lossy
 LOSS_MIN_RETRANS = 3  # fewer real retransmissions is chance, whatever the ratio
-LOSS_MIN_SEGMENTS = 100  # a window with fewer data segments cannot give a ratio
+LOSS_MIN_SEGMENTS = 100  # a window with fewer data segments cannot give a ratio …
+LOSS_CHANCE = 1e-3  # … unless a link losing no more than the floor so rarely loses that much
 LOSS_P0 = 0.02  # a link between ranks losing this much stalls every step
 
 
@@ -154,6 +156,19 @@ class Loss:
     @property
     def ratio(self) -> float:
         return self.real / self.segments if self.segments else 0.0
+
+    @property
+    def beyond_chance(self) -> bool:
+        """A handful of segments can still tell: a sparse flow in RTO backoff on a lossy
+        link (a heartbeat, a small collective) sends few, and loses many of them. True when
+        a link losing no more than the floor would retransmit this many of so few segments
+        with a probability under ``LOSS_CHANCE`` (the binomial tail)."""
+        n, lost = self.segments, min(self.real, self.segments)
+        if lost < LOSS_MIN_RETRANS:
+            return False
+        p = LOSS_FLOOR
+        tail = sum(comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(lost, n + 1))
+        return tail < LOSS_CHANCE
 
     @property
     def scope(self) -> str:
@@ -185,7 +200,8 @@ def flow_loss(sock: Node) -> Loss | None:
     "retransmitted segments not answered by a DSACK or a reordering / data segments sent "
     "(tcp_info deltas over the window)",
     f"≥ {LOSS_FLOOR:.1%} and ≥ {LOSS_MIN_RETRANS} segments, over ≥ {LOSS_MIN_SEGMENTS} "
-    f"segments (P0 from {LOSS_P0:.0%} on a link between ranks)",
+    f"segments or beyond chance at the floor (p < {LOSS_CHANCE:g}) over fewer (P0 from "
+    f"{LOSS_P0:.0%} on a link between ranks)",
 )
 def flow_retransmits(ctx: RuleContext) -> list[Finding]:
     if not ctx.window_s:
@@ -198,7 +214,7 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
         loss = flow_loss(sock)
         if loss is None:
             ctx.skip(sock.id, "no window deltas of tcp_info segment counts for this socket")
-        elif loss.real and loss.segments < LOSS_MIN_SEGMENTS:
+        elif loss.real and loss.segments < LOSS_MIN_SEGMENTS and not loss.beyond_chance:
             ctx.skip(sock.id, f"fewer than {LOSS_MIN_SEGMENTS} data segments in the window "
                      f"to judge {loss.real} retransmission(s) by")  # fmt: skip
         else:
@@ -499,6 +515,15 @@ def _sent_rate(nic: Node) -> float | None:
     return roots[0].get("bytes_per_s") if roots else None
 
 
+def _dropping(nic: Node, drops: int) -> bool:
+    """The qdisc dropped a share of what it was given that a flow would call loss."""
+    roots = [q for q in nic.get("qdiscs") or [] if q.get("parent") == "root"]
+    packets = roots[0].get("window_packets") if roots else None
+    if drops < LOSS_MIN_RETRANS:
+        return False
+    return packets is None or drops / (packets + drops) >= LOSS_FLOOR
+
+
 def _flows_through(ctx: RuleContext) -> dict[str, list[Node]]:
     """Interface id → the TCP sockets whose traffic crosses it (their own interface, or the
     one it sits on), busiest first."""
@@ -528,7 +553,7 @@ def _flows_through(ctx: RuleContext) -> dict[str, list[Node]]:
     "A queueing discipline caps or drops a link's traffic",
     "qdisc overlimits/drops over the window, interface tx rate vs the shaper's rate",
     f"tx ≥ {SHAPED_SHARE:.0%} of a shaper's rate with packets held over it, or qdisc drops "
-    "(P1 on a link between ranks)",
+    f"≥ {LOSS_FLOOR:.1%} of its packets (P1 on a link between ranks)",
 )
 def qdisc_limit(ctx: RuleContext) -> list[Finding]:
     nics = [n for n in ctx.graph.of_kind("nic") if n.get("qdisc") is not None]
@@ -541,6 +566,8 @@ def qdisc_limit(ctx: RuleContext) -> list[Finding]:
         capped = bool(ceiling and sent is not None and nic.get("window_qdisc_overlimits")
                       and sent >= SHAPED_SHARE * ceiling)  # fmt: skip
         drops = nic.get("window_qdisc_drops") or 0
+        if not _dropping(nic, drops):
+            drops = 0  # an AQM's odd drop under a burst is how it signals, not a fault
         if capped or drops:
             out.append(_qdisc_finding(ctx, nic, through.get(nic.id, []), capped, drops))
     return out
@@ -567,7 +594,7 @@ def _qdisc_finding(ctx: RuleContext, nic: Node, flows: list[Node], capped: bool,
     return ctx.finding(
         subject=nic.id,
         value=round(sent / ceiling * 100, 1) if capped else drops,
-        priority="P1" if collective or (drops and flows) else "P2",
+        priority="P1" if collective else "P2",
         title=f"the {nic.get('qdisc')} qdisc on {where}{' (host ' + host + ')' if host else ''} "
         + "; ".join(what)
         + (
@@ -790,7 +817,7 @@ def nic_errors(ctx: RuleContext) -> list[Finding]:
             ctx.finding(
                 subject=nic.id,
                 value=errors + drops,
-                priority="P1" if errors or collective else "P2",
+                priority="P1" if errors or (collective and drops >= LOSS_MIN_RETRANS) else "P2",
                 title=f"{ctx.label(nic.id)}{' in network namespace ' + ns if ns else ''}: "
                 f"{errors} errors, {drops} drops {scope}"
                 + (

@@ -73,6 +73,11 @@ def test_a_shaper_at_its_ceiling_is_the_cause_named_on_the_interface_with_the_ra
     assert outcome(shaped(20_000)(), "L4.qdisc-limit") == []
     (dropping,) = outcome(shaped(20_000, drops=40)(), "L4.qdisc-limit")
     assert "dropped 40 packets" in dropping.title and dropping.priority == "P1"
+    # an AQM's odd drop among many packets is how it signals, not loss
+    graph = shaped(20_000, drops=40)()
+    graph.nodes["nic:veth1@12"].set("qdiscs", [{"kind": "tbf", "parent": "root", "handle": "1:",
+                                                "window_packets": 100_000}])  # fmt: skip
+    assert outcome(graph, "L4.qdisc-limit") == []
 
 
 def test_rtt_behind_a_queued_shaper_is_network_queueing_not_cpu_delay():
