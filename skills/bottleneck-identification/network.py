@@ -61,8 +61,9 @@ def _peer_sockets(ctx: RuleContext, sock: Node, cross_host: bool = True) -> list
     """The other end of the connection where the graph holds it: on this host, or joined
     from another host of a cluster graph (``cross_host`` peers left out when False)."""
     edges = ctx.graph.out_edges(sock.id, "peer") + ctx.graph.in_edges(sock.id, "peer")
-    ends = [e.dst if e.src == sock.id else e.src for e in edges
-            if cross_host or not e.get("cross_host")]  # fmt: skip
+    ends = [
+        e.dst if e.src == sock.id else e.src for e in edges if cross_host or not e.get("cross_host")
+    ]
     return [ctx.graph.nodes[end] for end in ends if end in ctx.graph.nodes]
 
 
@@ -215,8 +216,11 @@ def flow_retransmits(ctx: RuleContext) -> list[Finding]:
         if loss is None:
             ctx.skip(sock.id, "no window deltas of tcp_info segment counts for this socket")
         elif loss.real and loss.segments < LOSS_MIN_SEGMENTS and not loss.beyond_chance:
-            ctx.skip(sock.id, f"fewer than {LOSS_MIN_SEGMENTS} data segments in the window "
-                     f"to judge {loss.real} retransmission(s) by")  # fmt: skip
+            ctx.skip(
+                sock.id,
+                f"fewer than {LOSS_MIN_SEGMENTS} data segments in the window "
+                f"to judge {loss.real} retransmission(s) by",
+            )
         else:
             measured.append((sock, loss))
     if not measured:
@@ -280,8 +284,14 @@ def _loss_finding(ctx: RuleContext, sock: Node, loss: Loss) -> Finding:
     )
 
 
-_NIC_DROPS = ("rx_dropped_per_s", "tx_dropped_per_s", "rx_errors_per_s", "tx_errors_per_s",
-              "qdisc", "window_qdisc_drops")  # fmt: skip
+_NIC_DROPS = (
+    "rx_dropped_per_s",
+    "tx_dropped_per_s",
+    "rx_errors_per_s",
+    "tx_errors_per_s",
+    "qdisc",
+    "window_qdisc_drops",
+)
 
 
 # --------------------------------------------------------------------------- limits
@@ -316,8 +326,9 @@ def _limited(ctx: RuleContext, sock: Node) -> Limited | None:
     if rwnd >= sndbuf:
         receiver = next(iter(_peer_sockets(ctx, sock)), None)
         buffer = receiver.get("rcvbuf_bytes") if receiver else None
-        return Limited(sock, "tcp_rmem", rwnd, buffer or sock.get("snd_wnd_bytes"),
-                       receiver or sock)  # fmt: skip
+        return Limited(
+            sock, "tcp_rmem", rwnd, buffer or sock.get("snd_wnd_bytes"), receiver or sock
+        )
     return Limited(sock, "tcp_wmem", sndbuf, sock.get("sndbuf_bytes"), sock)
 
 
@@ -423,7 +434,7 @@ def _slow_reader_finding(ctx: RuleContext, found: Limited, bdp: int) -> Finding:
                 "rx_queue",
                 "rcv_space_bytes",
                 note="the receiver",
-            ),  # fmt: skip
+            ),
             ctx.entity(
                 sock,
                 "window_busy_pct",
@@ -431,7 +442,7 @@ def _slow_reader_finding(ctx: RuleContext, found: Limited, bdp: int) -> Finding:
                 "snd_wnd_bytes",
                 "rtt_ms",
                 note="the sender",
-            ),  # fmt: skip
+            ),
             _holders(ctx, sock),
         ],
         impact="the sender can go no faster than the reader drains its socket",
@@ -466,7 +477,7 @@ def _limit_finding(ctx: RuleContext, found: Limited, said: str, command: str) ->
                 "send_bytes_per_s",
                 "rtt_ms",
                 note="the sender",
-            ),  # fmt: skip
+            ),
             *(
                 ctx.entity(
                     p,
@@ -477,7 +488,7 @@ def _limit_finding(ctx: RuleContext, found: Limited, said: str, command: str) ->
                     note="the receiver",
                 )
                 for p in _peer_sockets(ctx, sock)
-            ),  # fmt: skip
+            ),
             _holders(ctx, sock),
         ],
         impact="the flow's rate is its buffer / RTT however fast the link"
@@ -513,6 +524,18 @@ def _sent_rate(nic: Node) -> float | None:
         return nic.get("tx_bytes_per_s")
     roots = [q for q in nic.get("qdiscs") or [] if q.get("parent") == "root"]
     return roots[0].get("bytes_per_s") if roots else None
+
+
+def _users(ctx: RuleContext, flows: list[Node]) -> list[str]:
+    """The processes at either end of these flows."""
+    return sorted({o for s in flows for o in (_owner(ctx, s), _peer_owner(ctx, s)) if o})
+
+
+def _users_evidence(ctx: RuleContext, users: list[str], flows: list[Node]) -> list[Evidence]:
+    if not users:
+        return []
+    note = "processes at either end of the flows crossing it"
+    return [Evidence("edge", users[:8], {"holds": len(flows)}, ctx.window_s, note)]
 
 
 def _dropping(nic: Node, drops: int) -> bool:
@@ -563,8 +586,12 @@ def qdisc_limit(ctx: RuleContext) -> list[Finding]:
     out = []
     for nic in nics:
         ceiling, sent = nic.get("qdisc_rate_bytes_per_s"), _sent_rate(nic)
-        capped = bool(ceiling and sent is not None and nic.get("window_qdisc_overlimits")
-                      and sent >= SHAPED_SHARE * ceiling)  # fmt: skip
+        capped = bool(
+            ceiling
+            and sent is not None
+            and nic.get("window_qdisc_overlimits")
+            and sent >= SHAPED_SHARE * ceiling
+        )
         drops = nic.get("window_qdisc_drops") or 0
         if not _dropping(nic, drops):
             drops = 0  # an AQM's odd drop under a burst is how it signals, not a fault
@@ -573,23 +600,24 @@ def qdisc_limit(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-def _qdisc_finding(ctx: RuleContext, nic: Node, flows: list[Node], capped: bool,
-                   drops: int) -> Finding:  # fmt: skip
+def _qdisc_finding(
+    ctx: RuleContext, nic: Node, flows: list[Node], capped: bool, drops: int
+) -> Finding:
     ceiling, sent = nic.get("qdisc_rate_bytes_per_s"), _sent_rate(nic) or 0.0
-    owners = [o for s in flows if (o := _owner(ctx, s))]
-    peers = [p for s in flows if (p := _peer_owner(ctx, s))]
     collective = any(_collective(ctx, _owner(ctx, s), _peer_owner(ctx, s)) for s in flows)
     ifname, ns = nic.get("ifname") or nic.id, nic.get("netns_name")
     where = f"{ifname}" + (f" in network namespace {ns}" if ns else "")
     host = host_prefix(nic.id)
     what = []
     if capped:
-        what.append(f"caps the link at {ceiling * 8 / 1e6:,.1f} Mbit/s: it sent {sent * 8 / 1e6:,.1f} "
-                    f"Mbit/s ({sent / ceiling:.0%} of it), {nic.get('window_qdisc_overlimits'):,} "
-                    f"packets held over the rate in the window")  # fmt: skip
+        what.append(
+            f"caps the link at {ceiling * 8 / 1e6:,.1f} Mbit/s: it sent {sent * 8 / 1e6:,.1f} "
+            f"Mbit/s ({sent / ceiling:.0%} of it), {nic.get('window_qdisc_overlimits'):,} "
+            f"packets held over the rate in the window"
+        )
     if drops:
         what.append(f"dropped {drops:,} packets in the window")
-    users = sorted(set(owners + peers))
+    users = _users(ctx, flows)
     tc = f"tc -n {ns}" if ns else "tc"
     return ctx.finding(
         subject=nic.id,
@@ -615,7 +643,7 @@ def _qdisc_finding(ctx: RuleContext, nic: Node, flows: list[Node], capped: bool,
                 "window_qdisc_drops",
                 "netns_name",
                 "link_nic",
-            ),  # fmt: skip
+            ),
             *(
                 ctx.entity(
                     s,
@@ -626,20 +654,8 @@ def _qdisc_finding(ctx: RuleContext, nic: Node, flows: list[Node], capped: bool,
                     note="a flow through it",
                 )
                 for s in flows[:4]
-            ),  # fmt: skip
-            *(
-                [
-                    Evidence(
-                        "edge",
-                        users[:8],
-                        {"holds": len(flows)},
-                        ctx.window_s,
-                        "processes at either end of those flows",
-                    )
-                ]
-                if users
-                else []
-            ),  # fmt: skip
+            ),
+            *_users_evidence(ctx, users, flows),
         ],
         impact="the link runs at the shaper's rate however fast the NIC, and its queue adds "
         "its wait to every round trip"
@@ -652,7 +668,7 @@ def _qdisc_finding(ctx: RuleContext, nic: Node, flows: list[Node], capped: bool,
             if capped
             else f"Its queue overflows: raise its limit ({tc} qdisc change dev {ifname} root …) "
             f"or its rate, or send less through it."
-        ),  # fmt: skip
+        ),
         command=f"{tc} -s qdisc show dev {ifname}; {tc} -s class show dev {ifname}",
     )
 
@@ -697,8 +713,11 @@ def rtt_inflation(ctx: RuleContext) -> list[Finding]:
     for sock, rtt, floor, queue in _inflated(ctx, network=True):
         owner, peer = _owner(ctx, sock), _peer_owner(ctx, sock)
         collective = _collective(ctx, owner, peer)
-        where = (f"in the {queue.get('qdisc')} qdisc on {ctx.label(queue.id)}" if queue
-                 else "on the path")  # fmt: skip
+        where = (
+            f"in the {queue.get('qdisc')} qdisc on {ctx.label(queue.id)}"
+            if queue
+            else "on the path"
+        )
         out.append(
             ctx.finding(
                 subject=sock.id,
@@ -723,7 +742,7 @@ def rtt_inflation(ctx: RuleContext) -> list[Finding]:
                         ]
                         if queue
                         else []
-                    ),  # fmt: skip
+                    ),
                 ],
                 action=(
                     f"Packets wait in the {queue.get('qdisc')} qdisc on {queue.get('ifname')}: "
@@ -732,7 +751,7 @@ def rtt_inflation(ctx: RuleContext) -> list[Finding]:
                     else "Packets queue on the path (a full send buffer, a shaped or congested "
                     "link): check NIC rates and qdiscs, spread traffic over more "
                     "NICs/queues."
-                ),  # fmt: skip
+                ),
             )
         )
     return out
@@ -812,7 +831,7 @@ def nic_errors(ctx: RuleContext) -> list[Finding]:
         flows = through.get(nic.id, [])
         collective = any(_collective(ctx, _owner(ctx, s), _peer_owner(ctx, s)) for s in flows)
         ns = nic.get("netns_name")
-        users = sorted({o for s in flows for o in (_owner(ctx, s), _peer_owner(ctx, s)) if o})
+        users = _users(ctx, flows)
         out.append(
             ctx.finding(
                 subject=nic.id,
@@ -824,7 +843,7 @@ def nic_errors(ctx: RuleContext) -> list[Finding]:
                     f"; it carries the flows of {', '.join(ctx.label(u) for u in users[:3])}"
                     if users
                     else ""
-                ),  # fmt: skip
+                ),
                 evidence=[
                     ctx.entity(
                         nic,
@@ -832,20 +851,8 @@ def nic_errors(ctx: RuleContext) -> list[Finding]:
                         *(f"{c}_per_s" for c in _NIC_COUNTERS),
                         "netns_name",
                         "link_kind",
-                    ),  # fmt: skip
-                    *(
-                        [
-                            Evidence(
-                                "edge",
-                                users[:8],
-                                {"holds": len(flows)},
-                                ctx.window_s,
-                                "processes whose flows cross it",
-                            )
-                        ]
-                        if users
-                        else []
-                    ),  # fmt: skip
+                    ),
+                    *_users_evidence(ctx, users, flows),
                 ],
                 action="Check cabling/transceiver and ring sizes; drops without errors often "
                 "mean RX rings or a backlog overflow (ethtool -S, ethtool -G; for a veth, "

@@ -127,14 +127,6 @@ def _netns_link():
 
 
 RX_IP, TX_IP, PORT = "10.79.0.1", "10.79.0.2", 5203
-SLOW_RECEIVER = """
-import socket, sys, time
-server = socket.create_server((sys.argv[1], int(sys.argv[2])))
-print("listening", flush=True)
-conn, _ = server.accept()
-while conn.recv(4096):
-    time.sleep(0.002)
-"""
 
 
 def diagnose_link(link: dict, window_s: float = 2.0) -> tuple[Graph, dict[str, list]]:
@@ -174,7 +166,7 @@ def test_a_shaper_on_the_link_is_its_ceiling_and_its_queue_is_not_cpu_delay():
 def test_a_small_receive_buffer_is_fixed_with_tcp_rmem_in_the_receivers_namespace():
     with _netns_link().streaming_link(
         "wpb", RX_IP, TX_IP, PORT, receiver_sysctls=("net.ipv4.tcp_rmem=4096 4096 4096",),
-        receiver_script=SLOW_RECEIVER,
+        receiver_script=_netns_link().SLOW_RECEIVER,
     ) as link:  # fmt: skip
         graph, results = diagnose_link(link)
     sock = sender_socket(graph, link)
