@@ -214,3 +214,32 @@ def test_a_clean_loopback_stream_and_idle_sockets_give_no_network_p0_p1():
     serious = [f for o in evaluate(graph) if o.rule.layer == 4 and isinstance(o.result, list)
                for f in o.result if f.priority in ("P0", "P1")]  # fmt: skip
     assert serious == []
+
+
+def test_a_cpu_starved_loopback_stream_is_no_network_loss():
+    """Sender and receiver share CPU 0 with two busy loops that outrank them: ACKs come
+    late, timers and probes fire, and what they resend the peer had already (DSACKs). The
+    link loses nothing: no L4 finding at P0/P1; the starvation is layer 6's to name."""
+    hogs: list[subprocess.Popen] = []
+    try:
+        with lossy_loopback_stream(0) as flow:
+            for pid in (flow["sender"], flow["receiver"]):
+                os.sched_setaffinity(pid, {0})
+            for _ in range(2):
+                hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                             preexec_fn=lambda: (os.sched_setaffinity(0, {0}),
+                                                                 os.nice(-5))))  # fmt: skip
+            time.sleep(1.0)
+            ctx = Context(window_s=2.0, pids={flow["sender"], flow["receiver"]}, ebpf="off")
+            graph = collect_snapshot(ctx, [ProcfsCollector(), SocketsCollector(), NicCollector(),
+                                           IpcCollector()])  # fmt: skip
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    sender = ids.process(flow["sender"])
+    (sock,) = [s for s in graph.successors(sender, "holds") if s.get("remote_port") == flow["port"]]
+    assert sock.get("window_data_segs_out") > 0  # it did send, starved
+    serious = [f for o in evaluate(graph) if o.rule.layer == 4 and isinstance(o.result, list)
+               for f in o.result if f.priority in ("P0", "P1")]  # fmt: skip
+    assert serious == [], [f.title for f in serious]
