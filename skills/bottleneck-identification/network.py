@@ -367,22 +367,32 @@ def buffer_fix(ctx: RuleContext, found: Limited) -> tuple[str, str, int]:
 
 
 def _namespace_of(ctx: RuleContext, sock: Node) -> tuple[str, str]:
-    """Where a socket's namespace sysctls are set, in words and as a command prefix."""
+    """Where a socket's namespace sysctls are set, in words and as a command prefix: the
+    collector's own namespace (its interfaces' ids carry no ``@<netns>``), a namespace
+    ``ip netns`` names, or another one entered through the socket's owner."""
     host = host_prefix(sock.id)
     on = f" on host {host}" if host else ""
     nic = _nic_of(ctx, sock)
     name = nic.get("netns_name") if nic else None
     if name:
         return f"in network namespace {name}{on}", f"ip netns exec {name} "
+    netns = sock.get("netns")
+    if netns is None or netns in _own_namespaces(ctx, host):
+        return f"in the host's namespace{on}", ""
     owner = _owner(ctx, sock)
     proc = ctx.graph.node(owner) if owner else None
-    own = ctx.graph.node(ids.with_host(host, "host")) if host else ctx.graph.node("host")
-    netns = sock.get("netns")
-    if netns is None or (own is not None and own.get("netns") == netns):
-        return f"in the host's namespace{on}", ""
     pid = proc.get("pid") if proc else None
     enter = f"nsenter -t {pid} -n " if pid else ""
     return f"in the namespace net:[{netns}] of {ctx.label(owner) if owner else sock.id}{on}", enter
+
+
+def _own_namespaces(ctx: RuleContext, host: str) -> set[int]:
+    """The collecting process's namespace on ``host``, from its interfaces' nodes."""
+    found = set()
+    for nic in ctx.graph.of_kind("nic"):
+        if host_prefix(nic.id) == host and "@" not in nic.id and nic.get("netns") is not None:
+            found.add(nic.get("netns"))
+    return found
 
 
 @rule(

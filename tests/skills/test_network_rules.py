@@ -193,3 +193,17 @@ def test_a_flow_between_two_addresses_of_one_namespace_never_crosses_its_interfa
 
 def about_subject(findings, subject):
     return [f for f in findings if f.subject == subject]
+
+
+def test_a_buffer_in_the_host_s_own_namespace_is_set_there_one_elsewhere_through_its_owner():
+    graph = limited(45.0)()
+    # the receiver in the collector's own namespace (its interface's id has no @netns)
+    graph.add("nic", "nic:eth0", ifname="eth0", netns=11)
+    graph.nodes["sock:9001"].set("nic", "nic:eth0")
+    (finding,) = outcome(graph, "L4.window-limited")
+    assert finding.command.startswith('sysctl -w net.ipv4.tcp_rmem="4096 131072 ')
+    assert "in the host's namespace" in finding.action
+    # in a namespace no `ip netns` name knows: entered through the socket's owner
+    graph.nodes["sock:9001"].set("netns", 99)
+    (finding,) = outcome(graph, "L4.window-limited")
+    assert finding.command.startswith("nsenter -t 200 -n sysctl -w net.ipv4.tcp_rmem=")
