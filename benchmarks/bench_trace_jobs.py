@@ -108,15 +108,20 @@ def show(row: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of the 2× compute straggler")
+    parser.add_argument(
+        "--only", choices=("compute2x",), help="that scenario alone (the smoke run)"
+    )
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 CPUs)", flush=True)
-    rows = []
-    for i in range(2):
+    rows: list[dict] = []
+    for i in range(0 if args.only else 2):
         rows.append(run(f"healthy#{i}", Job(), None, None))
         show(rows[-1])
     for i in range(args.runs):
         rows.append(run(f"compute2x#{i}", Job(straggler=1), 1, "compute"))
         show(rows[-1])
+    if args.only:
+        return summary(rows)
     rows.append(run("slow-input", Job(slow_input_rank=1, getitem_s=0.02), 1, "input"))
     show(rows[-1])
     rows.append(run("comm-heavy", Job(params_mb=16), None, None))
@@ -124,9 +129,15 @@ def main() -> int:
     rows.append(run("windows-apart", Job(straggler=1, offset_rank=1, offset=2), 1, "compute"))
     show(rows[-1])
     print(f"two-runs       {two_runs()}")
+    return summary(rows)
+
+
+def summary(rows: list[dict]) -> int:
     stragglers = [r for r in rows if "ok" in r]
     named = sum(r["ok"] for r in stragglers)
-    ratios = [r["impact_ms"] / r["measured_ms"] for r in stragglers if r.get("measured_ms")]
+    ratios = [r["impact_ms"] / r["measured_ms"] for r in stragglers if r.get("measured_ms")] or [
+        0.0
+    ]
     print(f"straggler named with its cause: {named}/{len(stragglers)} runs; impact/measured: "
           f"{min(ratios):.2f}–{max(ratios):.2f}; impact ≤ 100 %: "
           f"{all((r['impact_pct'] or 0) <= 100 for r in rows)}; healthy P0/P1: "
