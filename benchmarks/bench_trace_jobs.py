@@ -4,9 +4,13 @@ measured themselves.
 
     .venv/bin/python benchmarks/bench_trace_jobs.py [--runs 5]
 
-Scenarios: healthy (2 runs); one rank doing 2× the compute (``--runs`` runs); one rank with a
-slow ``__getitem__``; a communication-heavy job (16 MiB of gradients a step); rank 1's profiler
-window two steps after rank 0's; two runs' traces in one folder. Each run records into a
+Scenarios: healthy (2 runs); one rank doing 2× the compute (``--runs`` runs, real matrix
+products); one rank with a slow ``__getitem__``; a communication-heavy job (16 MiB of gradients
+a step); rank 1's profiler window two steps after rank 0's, with the 2× straggler; two runs'
+traces in one folder. The healthy, slow-input and communication-heavy jobs compute by sleeping:
+on two CPUs shared with other work, two ranks computing alike are not alike (one starved of
+CPU is a real straggler: a first try of "healthy" with real products had rank 1 1.1 s behind
+over 6 steps, and it was named, rightly). Each run records into a
 temporary folder this script makes and deletes.
 
 Printed per run: the rank named straggler and its cause, the impact the rule reports (the
@@ -115,16 +119,16 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 CPUs)", flush=True)
     rows: list[dict] = []
     for i in range(0 if args.only else 2):
-        rows.append(run(f"healthy#{i}", Job(), None, None))
+        rows.append(run(f"healthy#{i}", Job(sleep_s=0.1), None, None))
         show(rows[-1])
     for i in range(args.runs):
         rows.append(run(f"compute2x#{i}", Job(straggler=1), 1, "compute"))
         show(rows[-1])
     if args.only:
         return summary(rows)
-    rows.append(run("slow-input", Job(slow_input_rank=1, getitem_s=0.02), 1, "input"))
+    rows.append(run("slow-input", Job(sleep_s=0.1, slow_input_rank=1, getitem_s=0.02), 1, "input"))
     show(rows[-1])
-    rows.append(run("comm-heavy", Job(params_mb=16), None, None))
+    rows.append(run("comm-heavy", Job(sleep_s=0.05, params_mb=16), None, None))
     show(rows[-1])
     rows.append(run("windows-apart", Job(straggler=1, offset_rank=1, offset=2), 1, "compute"))
     show(rows[-1])

@@ -273,3 +273,17 @@ def test_a_communication_heavy_cpu_job_is_judged_on_its_step_share():
     (finding,) = outcome(traced_job(None, {"trace_comm_own_pct": 44.0}, None, True)(),
                          "L4.comm-share")  # fmt: skip
     assert finding.priority == "P0" and "all_reduce" in finding.title
+
+
+def test_a_straggler_on_a_host_where_every_rank_waits_for_cpus_is_not_blamed_for_it():
+    job = traced_job(None, None, CASES["L4.straggler-rank"][2])()
+    for proc in job.of_kind("process"):
+        proc.run_delay_pct = 30.0
+    (finding,) = outcome(job, "L4.straggler-rank")
+    notes = " ".join(ev.note or "" for ev in finding.evidence)
+    assert "live snapshot" in notes and "waits for CPUs" not in notes
+    job.nodes["proc:201"].run_delay_pct = 80.0
+    (finding,) = outcome(job, "L4.straggler-rank")
+    assert "waits for CPUs more than the other ranks" in " ".join(
+        e.note or "" for e in finding.evidence
+    )
