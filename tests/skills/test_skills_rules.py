@@ -11,8 +11,10 @@ from wp_mcp.skills.bottleneck_identification.trace import TRACE_RULE_IDS
 
 from .builders import (
     GIB,
+    accepts,
     device,
     device_ranks,
+    loader,
     process,
     tcp_ranks,
     tcp_socket,
@@ -341,9 +343,8 @@ def loaders(trainer_cpu, worker_cpu, wakeups):
             graph.nodes[rank].cpu_pct = trainer_cpu
             for w in range(2):
                 pid = 300 + 10 * rank_index + w
-                worker = process(graph, pid, parent=200 + rank_index, name="pt_data_worker",
-                                 cpu_pct=worker_cpu, vol_switches_per_s=wakeups)  # fmt: skip
-                graph.link("talks_to", worker, rank, transport="pipe", bytes=1 << 20)
+                loader(graph, pid, parent=200 + rank_index, cpu_pct=worker_cpu,
+                       vol_switches_per_s=wakeups)  # fmt: skip
         return graph
 
     return build
@@ -358,6 +359,8 @@ def front_end(cpu):
             rank = process(graph, 200 + i, parent=100, cmdline="python3 worker.py")
             graph.link("uses_device", rank, device(graph, i, i))
         thread(graph, 90, 90, name="vllm", cpu_pct=cpu)
+        accepts(graph, "proc:90", process(graph, 60, name="curl"), 8000, 900)
+        graph.link("talks_to", "proc:90", "proc:100", transport="unix", bytes=1 << 20)
         return graph
 
     return build
@@ -369,8 +372,7 @@ def oversubscribed(workers_per_rank):
         tcp_ranks(graph, count=2)
         for rank_index in range(2):
             for w in range(workers_per_rank):
-                process(graph, 300 + 100 * rank_index + w, parent=200 + rank_index,
-                        name="pt_data_worker")  # fmt: skip
+                loader(graph, 300 + 100 * rank_index + w, parent=200 + rank_index)
         return graph
 
     return build
@@ -380,8 +382,7 @@ def loader_node(worker_node):
     def build():
         graph = two_node_host()
         tcp_ranks(graph, count=2, numa_cpu_share={"0": 1.0})
-        process(graph, 300, parent=200, name="pt_data_worker",
-                numa_cpu_share={str(worker_node): 1.0})  # fmt: skip
+        loader(graph, 300, parent=200, numa_cpu_share={str(worker_node): 1.0})
         return graph
 
     return build
@@ -680,7 +681,7 @@ def test_a_ranks_data_loaders_move_with_it():
     """Loaders forked before the fix do not inherit it: the plan moves them too, or the
     re-diagnosed copy would find them a socket away from their trainer."""
     graph = placement(0.1)()
-    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"1": 1.0})
+    loader(graph, 400, parent=200, numa_cpu_share={"1": 1.0})
     report = run_skill("bottleneck-identification", graph)
     finding = report.finding("L3.device-numa-mismatch@proc:200")
     assert finding.command == (
@@ -710,8 +711,8 @@ def test_ranks_of_two_hosts_never_share_cpus():
 
 def test_a_rule_that_could_not_judge_every_subject_is_not_clean():
     graph = placement(0.9)()
-    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"0": 1.0})
-    process(graph, 401, parent=200, name="pt_data_worker")  # no per-node CPU share
+    loader(graph, 400, parent=200, numa_cpu_share={"0": 1.0})
+    loader(graph, 401, parent=200)  # no per-node CPU share
     report = run_skill("bottleneck-identification", graph, layers=[7])
     (layer7,) = report.sections[:1]
     assert not any("L7.data-path-cross-numa" in item for item in layer7.clean)
