@@ -293,7 +293,7 @@ class Analysis:
 
     @cached_property
     def _roles(self) -> Roles:
-        return Roles(self)
+        return Roles(self.facts)
 
     @property
     def groups(self) -> list[Group]:

@@ -26,12 +26,9 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from wp_mcp.graph import Edge, Node
-
-if TYPE_CHECKING:
-    from .analysis import Analysis
+from wp_mcp.converters.facts import Facts
+from wp_mcp.graph import Edge, Node, query
 
 QUEUES = frozenset({"pipe", "unix", "shm"})  # how a loader's batches reach its trainer
 SOCKETS = frozenset({"tcp", "udp", "unix"})
@@ -61,9 +58,9 @@ class Group:
 class Roles:
     """The roles of one graph's processes, with their evidence (built once per Analysis)."""
 
-    def __init__(self, analysis: Analysis) -> None:
-        self.a = analysis
-        self.graph = analysis.graph
+    def __init__(self, facts: Facts) -> None:
+        self.a = _Lookups(facts)
+        self.graph = facts.graph
         self.evidence: dict[str, list[str]] = defaultdict(list)
         self.groups = self._groups()
         self.ranks = {m for g in self.groups for m in g.members}
@@ -368,6 +365,35 @@ class Roles:
             for worker in workers:
                 out.setdefault(worker, "dataloader")
         return out
+
+
+class _Lookups:
+    """The family, link and device look-ups roles stand on (``Facts``'s, as views read)."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.profiler = facts.profiler
+
+    def parent(self, proc_id: str) -> str | None:
+        return self.facts.parent_of(proc_id)
+
+    def children(self, proc_id: str) -> list[str]:
+        return self.facts.children_of(proc_id)
+
+    def ancestors(self, proc_id: str) -> set[str]:
+        return self.facts.ancestors(proc_id)
+
+    def descendants(self, proc_id: str) -> set[str]:
+        return self.facts.descendants(proc_id)
+
+    def talks(self, proc_id: str) -> list[tuple[str, Edge]]:
+        return query.talks(self.facts.graph, proc_id)
+
+    def devices_of(self, proc_id: str) -> list[Node]:
+        return self.facts.accelerators_of(proc_id)
+
+    def threads_of(self, proc: Node) -> list[Node]:
+        return self.facts.threads_of.get(proc.id, [])
 
 
 def _listening(sock: Node) -> bool:
