@@ -388,6 +388,31 @@ def loader_node(worker_node):
     return build
 
 
+def limited_cgroup(**attrs):
+    """Two ranks in one cgroup with ``attrs`` (its limit and its counters over 5 s)."""
+
+    def build():
+        graph = two_node_host(cpus=8)
+        ranks = tcp_ranks(graph, count=2, cpu_pct=20.0, rss_bytes=GIB)
+        graph.add("cgroup", "cgroup:v2:/job", path="/job", hierarchy="v2",
+                  directory="/sys/fs/cgroup/job", window_s=5.0, **attrs)  # fmt: skip
+        for rank in ranks:
+            graph.link("in_cgroup", rank, "cgroup:v2:/job")
+        return graph
+
+    return build
+
+
+QUOTA = dict(cpu_quota_cpus=0.2, cpu_period_us=100_000, cpu_limit_file="cpu.max")
+MEMORY_LIMIT = dict(memory_limit_bytes=256 << 20, memory_limit_file="memory.high",
+                    memory_current_bytes=250 << 20)  # fmt: skip
+
+
+def io_limit(read_bytes_per_s):
+    return limited_cgroup(io_devices={"8:0": {"rbps_limit": 1 << 20,
+                                              "read_bytes_per_s": read_bytes_per_s}})  # fmt: skip
+
+
 # rule id → (graph where it must fire, graph where it must not)
 CASES = {
     "L1.cpu-saturation": (busy(97.0), busy(60.0)),
@@ -395,6 +420,15 @@ CASES = {
     "L1.driver-thread-saturated": (driver_thread(99.5), driver_thread(40.0)),
     "L1.accelerator-idle": (idle_gpu(5.0), idle_gpu(85.0)),
     "L1.container-throttled": (throttled(25.0), throttled(0.0)),
+    "L1.cgroup-cpu-quota": (
+        limited_cgroup(**QUOTA, cpu_throttled_periods_pct=95.0, cpu_usage_pct=20.0),
+        limited_cgroup(**QUOTA, cpu_throttled_periods_pct=0.0, cpu_usage_pct=5.0),
+    ),
+    "L2.cgroup-memory-limit": (
+        limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=900.0, memory_high_events=40),
+        limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=0.0, memory_high_events=0),
+    ),
+    "L5.cgroup-io-limit": (io_limit(1_000_000.0), io_limit(10_000.0)),
     "L2.mem-available-low": (available(2.0), available(40.0)),
     "L2.swapping": (swap(GIB, faults=50.0), swap(0)),
     "L2.major-faults": (faults(500.0), faults(2.0)),
