@@ -3,6 +3,7 @@ is a hint at most, and each role carries what was seen."""
 
 from __future__ import annotations
 
+from wp_mcp.skills import run_skill
 from wp_mcp.skills.analysis import Analysis
 from wp_mcp.skills.rule_engine import evaluate
 
@@ -96,3 +97,13 @@ def test_a_front_end_accepts_clients_and_feeds_workers_its_name_is_only_a_hint()
     assert analysis.front_ends == {front}
     assert analysis.roles[front] == "front end" and named not in analysis.roles
     assert "talks to 2 worker(s) below it (proc:100, proc:101)" in analysis.role_evidence(front)
+
+
+def test_the_topology_report_says_what_each_role_stands_on():
+    graph = two_node_host()
+    ranks = tcp_ranks(graph, count=2)
+    report = run_skill("dataflow-topology-restore", graph)
+    assert report.data["roles"][ranks[0]] == {
+        "role": "rank",
+        "seen": ["exchanges data over TCP with 1 sibling(s) of one program"],
+    }
