@@ -164,10 +164,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     # classes no rule was written for: the design must generalise (issue 26)
     Scenario(
-        "cpu-quota-one",
-        "the job's CPU cgroup capped at 1 CPU of the host's 2 (a container limit below "
-        "what its ranks and loaders want)",
-        functools.partial(inject.cpu_quota, cpus=1.0),
+        "cpu-quota-half",
+        "the job's CPU cgroup capped at half a CPU (a container limit below what its ranks "
+        "and loaders want; at 1 CPU this job is not slowed)",
+        functools.partial(inject.cpu_quota, cpus=0.5),
         expect("1,6", "job"),
         related=(expect("1,6,7", "job,host"),),
         cgroups=("cpu",),

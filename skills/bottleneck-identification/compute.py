@@ -15,7 +15,7 @@ from ..thresholds import (
     graded,
 )
 from .contention import host_priority
-from .limits import limited, members, members_evidence, set_file, who
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 
 USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
 
@@ -213,8 +213,8 @@ def cgroup_cpu_quota(ctx: RuleContext) -> list[Finding]:
                 subject=cgroup.id,
                 value=pct,
                 priority="P0" if THROTTLED_P0.reached(pct) else "P1",
-                title=f"The CPU quota of cgroup {ctx.label(cgroup.id)} ({quota:g} CPU) throttled "
-                f"{who(ctx, procs)} in {pct:.0f} % of its periods{use}",
+                title=f"The CPU quota of {cgroup_name(cgroup)} ({quota:g} CPU) throttled "
+                f"{members_named(ctx, procs)} in {pct:.0f} % of its periods{use}",
                 evidence=[
                     ctx.entity(
                         cgroup,

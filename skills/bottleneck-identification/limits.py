@@ -7,7 +7,7 @@ import shlex
 
 from wp_mcp.graph import Node
 
-from ..report import Evidence
+from ..report import Evidence, safe
 from ..rulebook import NotEvaluable, RuleContext
 
 MEMBERS_SHOWN = 8
@@ -43,7 +43,7 @@ def members_evidence(ctx: RuleContext, procs: list[Node], *attrs: str) -> Eviden
     return Evidence("aggregate", [p.id for p in procs], values, ctx.window_s, note=note)
 
 
-def who(ctx: RuleContext, procs: list[Node]) -> str:
+def members_named(ctx: RuleContext, procs: list[Node]) -> str:
     """``python3 (pid 200, rank), python3 (pid 201, rank) and 3 more``."""
     named = ", ".join(ctx.label(p.id) for p in procs[:3])
     return named + (f" and {len(procs) - 3} more" if procs[3:] else "")
@@ -55,3 +55,8 @@ def set_file(cgroup: Node, file: str, value: str) -> str | None:
     if not directory:
         return None
     return f"echo {shlex.quote(value)} > {shlex.quote(f'{directory}/{file}')}"
+
+
+def cgroup_name(cgroup: Node) -> str:
+    """``cgroup /job.slice (memory)``: its path, escaped, and its hierarchy."""
+    return f"cgroup {safe(cgroup.get('path') or cgroup.id, 80)} ({cgroup.get('hierarchy')})"

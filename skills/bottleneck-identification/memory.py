@@ -22,7 +22,7 @@ from ..thresholds import (
     SWAP_FAULTS_P1,
 )
 from .compute import USE_METHOD
-from .limits import limited, members, members_evidence, set_file, who
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 
 GIB = 1 << 30
 NAMED = 4  # processes a memory finding names, per kind
@@ -336,8 +336,8 @@ def cgroup_memory_limit(ctx: RuleContext) -> list[Finding]:
                 subject=cgroup.id,
                 value=reclaim if reclaim is not None else psi,
                 priority="P0" if kills else "P1",
-                title=f"The memory limit of cgroup {ctx.label(cgroup.id)} "
-                f"({limit / (1 << 20):.0f} MiB, {file}) squeezes {who(ctx, procs)}: {why}",
+                title=f"The memory limit of {cgroup_name(cgroup)} "
+                f"({limit / (1 << 20):.0f} MiB, {file}) squeezes {members_named(ctx, procs)}: {why}",
                 evidence=[
                     ctx.entity(
                         cgroup,

@@ -21,7 +21,7 @@ from ..thresholds import (
     graded,
 )
 from .contention import job_processes
-from .limits import limited, members, members_evidence, set_file, who
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 from .memory import PSI_DOC, psi_findings
 
 MB = 1_000_000  # rates in MB/s, as iostat and dd print them
@@ -364,8 +364,8 @@ def _io_finding(ctx: RuleContext, cgroup: Node, procs: list[Node], device: str,
         subject=cgroup.id,
         value=round(share, 1),
         priority="P1",
-        title=f"The I/O limit of cgroup {ctx.label(cgroup.id)} on device {device} "
-        f"({limit:,} {what}) holds {who(ctx, procs)} at {share:.0f} % of it",
+        title=f"The I/O limit of {cgroup_name(cgroup)} on device {device} "
+        f"({limit:,} {what}) holds {members_named(ctx, procs)} at {share:.0f} % of it",
         evidence=[
             Evidence(
                 "entity",
