@@ -22,11 +22,12 @@ from ..lines import (
     parts,
     sort_desc,
 )
-from ..text import IdRanges, fmt_pct, fmt_rate
+from ..text import IdRanges, fmt_pct, fmt_rate, show_id
 from . import view
 
 LEGEND = (
-    "host load psi_cpu | ctr throttled procs | proc allowed thr_allowed "
+    "host load psi_cpu | ctr throttled procs | cgroup quota used throttled procs | "
+    "proc allowed thr_allowed "
     "shares_cpus_with run "
     "invol cpu | (indented) thr run invol"
 )
@@ -53,6 +54,18 @@ def control(facts: Facts) -> list[Item]:
                 partial(_container_line, ctr, members),
                 procs=tuple(members),
                 metrics={"throttled": attr(ctr, "cpu_throttled_pct") or 0},
+            )
+        )
+    # cgroups with a CPU quota (collectors/cgroups.py): the limit and how often it bit
+    quotas = [c for c in graph.of_kind("cgroup") if attr(c, "cpu_quota_cpus") is not None]
+    for cgroup in sorted(quotas, key=_quota_rank):
+        members = [e.src for e in graph.in_edges(cgroup.id, "in_cgroup")]
+        items.append(
+            node_item(
+                cgroup,
+                partial(_quota_line, cgroup, members),
+                procs=tuple(members),
+                metrics={"throttled": attr(cgroup, "cpu_throttled_periods_pct") or 0},
             )
         )
     shared = _shared_affinity(facts)
@@ -110,6 +123,21 @@ def _container_line(ctr: Node, members: list[str]) -> str:
         kv("runtime", g("runtime"), escape_short),
         kv("throttled", g("cpu_throttled_pct"), fmt_pct),
         kv("throttled", g("cpu_throttled_per_s"), fmt_rate),
+        f"procs={len(members)}" if members else None,
+    )
+
+
+def _quota_rank(cgroup: Node) -> tuple[Any, ...]:
+    return (sort_desc(attr(cgroup, "cpu_throttled_periods_pct")), cgroup.id)
+
+
+def _quota_line(cgroup: Node, members: list[str]) -> str:
+    g = cgroup.get
+    return parts(
+        show_id(cgroup.id),
+        kv("quota", g("cpu_quota_cpus"), lambda v: f"{v:g}cpu"),
+        kv("used", g("cpu_usage_pct"), fmt_pct),
+        kv("throttled", g("cpu_throttled_periods_pct"), fmt_pct),
         f"procs={len(members)}" if members else None,
     )
 
