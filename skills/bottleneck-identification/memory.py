@@ -331,13 +331,23 @@ def cgroup_memory_limit(ctx: RuleContext) -> list[Finding]:
             if kills
             else (f"{reclaim or 0:.0f} pages/s read back from disk at {used:.0f} % of it")
         )
+        faulting = sorted(
+            (p for p in procs if (p.get("major_faults_per_s") or 0) > 0),
+            key=lambda p: (-p.get("major_faults_per_s"), p.id),
+        )
+        if faulting:
+            why += f", by {members_named(ctx, faulting)}"
+        largest = procs[0]
+        holder = f"; the largest resident: {ctx.label(largest.id)}" + (
+            f" ({largest.get('rss_bytes') / (1 << 20):.0f} MiB)" if largest.get("rss_bytes") else ""
+        )
         out.append(
             ctx.finding(
                 subject=cgroup.id,
                 value=reclaim if reclaim is not None else psi,
                 priority="P0" if kills else "P1",
                 title=f"The memory limit of {cgroup_name(cgroup)} "
-                f"({limit / (1 << 20):.0f} MiB, {file}) squeezes {members_named(ctx, procs)}: {why}",
+                f"({limit / (1 << 20):.0f} MiB, {file}): {why}{holder}",
                 evidence=[
                     ctx.entity(
                         cgroup,

@@ -752,3 +752,26 @@ def test_a_rule_that_could_not_judge_every_subject_is_not_clean():
     assert not any("L7.data-path-cross-numa" in item for item in layer7.clean)
     (partial,) = [i for i in layer7.not_evaluable if i["rule_id"] == "L7.data-path-cross-numa"]
     assert partial["reason"] == ("not evaluated for proc:401: no per-node CPU share for the loader")
+
+
+def test_a_cgroup_memory_limit_names_who_faults_and_who_holds_the_memory():
+    graph = limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=900.0, memory_high_events=4)()
+    graph.nodes["proc:201"].major_faults_per_s = 40.0
+    graph.add("process", "proc:900", pid=900, name="hog", rss_bytes=4 * GIB)
+    graph.link("in_cgroup", "proc:900", "cgroup:v2:/job")
+    (finding,) = outcome(graph, "L2.cgroup-memory-limit")
+    assert finding.subject == "cgroup:v2:/job" and finding.priority == "P1"
+    assert "900 pages/s read back from disk at 98 % of it, by proc:201" in finding.title
+    assert finding.title.endswith("the largest resident: proc:900 (hog) (4096 MiB)")
+    assert finding.command == "echo 536870912 > /sys/fs/cgroup/job/memory.high"
+
+
+def test_cgroup_cpu_and_io_limits_are_the_subject_and_their_fix_changes_the_setting():
+    graph = limited_cgroup(**QUOTA, cpu_throttled_periods_pct=95.0, cpu_usage_pct=20.0)()
+    (quota,) = outcome(graph, "L1.cgroup-cpu-quota")
+    assert quota.subject == "cgroup:v2:/job" and quota.priority == "P0"
+    assert quota.command == "echo '800000 100000' > /sys/fs/cgroup/job/cpu.max"  # 8 CPUs
+    assert {"proc:200", "proc:201"} <= set(quota.evidence[1].ids)  # the victims: evidence
+    (io,) = outcome(io_limit(1_000_000.0)(), "L5.cgroup-io-limit")
+    assert io.subject == "cgroup:v2:/job" and "95 % of it" in io.title
+    assert io.command == "echo '8:0 rbps=max' > /sys/fs/cgroup/job/io.max"
