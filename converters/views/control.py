@@ -3,6 +3,7 @@ threads waiting for a CPU or sharing a restricted CPU set (the rest folded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -46,28 +47,12 @@ INVOL_SHOWN_PER_S = 10.0
 def control(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("ctl",))
-    for ctr in sorted(graph.of_kind("container"), key=_throttle_rank):
-        members = [e.src for e in graph.in_edges(ctr.id, "in_container")]
-        items.append(
-            node_item(
-                ctr,
-                partial(_container_line, ctr, members),
-                procs=tuple(members),
-                metrics={"throttled": attr(ctr, "cpu_throttled_pct") or 0},
-            )
-        )
+    containers = sorted(graph.of_kind("container"), key=_throttle_rank)
+    items += _limit_items(facts, containers, "in_container", "cpu_throttled_pct", _container_line)
     # cgroups with a CPU quota (collectors/cgroups.py): the limit and how often it bit
     quotas = [c for c in graph.of_kind("cgroup") if attr(c, "cpu_quota_cpus") is not None]
-    for cgroup in sorted(quotas, key=_quota_rank):
-        members = [e.src for e in graph.in_edges(cgroup.id, "in_cgroup")]
-        items.append(
-            node_item(
-                cgroup,
-                partial(_quota_line, cgroup, members),
-                procs=tuple(members),
-                metrics={"throttled": attr(cgroup, "cpu_throttled_periods_pct") or 0},
-            )
-        )
+    quotas.sort(key=_quota_rank)
+    items += _limit_items(facts, quotas, "in_cgroup", "cpu_throttled_periods_pct", _quota_line)
     shared = _shared_affinity(facts)
     processes = sorted(graph.of_kind("process"), key=_contention_rank)
 
@@ -109,6 +94,28 @@ def control(facts: Facts) -> list[Item]:
                 )
                 for t in threads
             ]
+    return items
+
+
+def _limit_items(
+    facts: Facts,
+    limits: list[Node],
+    membership: str,
+    throttled: str,
+    line: Callable[[Node, list[str]], str],
+) -> list[Item]:
+    """One item per container or cgroup, with its member processes and how throttled it was."""
+    items = []
+    for limit in limits:
+        members = [e.src for e in facts.graph.in_edges(limit.id, membership)]
+        items.append(
+            node_item(
+                limit,
+                partial(line, limit, members),
+                procs=tuple(members),
+                metrics={"throttled": attr(limit, throttled) or 0},
+            )
+        )
     return items
 
 
