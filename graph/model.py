@@ -32,11 +32,11 @@ FORMAT_VERSION = 1
 
 NODE_KINDS = (
     "host", "numa_node", "process", "thread", "socket", "pipe", "shm", "mqueue", "container",
-    "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk",
+    "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk", "cgroup",
 )  # fmt: skip
 EDGE_KINDS = (
     "parent_of", "has_thread", "in_container", "holds", "peer", "talks_to", "cpu_on", "mem_on",
-    "local_to", "uses_device", "path", "attached",
+    "local_to", "uses_device", "path", "attached", "in_cgroup",
 )  # fmt: skip
 
 CpuList = str  # kernel cpulist syntax, e.g. "0-23,48-71"
@@ -345,6 +345,30 @@ class DiskNode(Node):
     writes_per_s: float | None = None
 
 
+class CgroupNode(Node):
+    """A cgroup the snapshot's processes are in: its limits and what they cost in the
+    window (collectors/cgroups.py; ``in_cgroup`` edges from its processes)."""
+
+    kind: Literal["cgroup"] = "cgroup"
+    path: str | None = None
+    hierarchy: str | None = None  # v2, or the v1 controllers (cpu,cpuacct | memory | blkio)
+    window_s: Seconds | None = None
+    cpu_quota_cpus: float | None = None  # cpu.max quota / period; absent: no quota
+    cpu_usage_pct: float | None = None  # % of one CPU over the window
+    cpu_throttled_periods_pct: float | None = None
+    cpu_throttled_s: float | None = None
+    memory_limit_bytes: int | None = None  # the lowest of memory.high / memory.max / v1 limit
+    memory_limit_file: str | None = None
+    memory_current_bytes: int | None = None
+    memory_major_faults_per_s: float | None = None
+    memory_refaults_per_s: float | None = None
+    memory_high_events: int | None = None
+    memory_max_events: int | None = None
+    memory_oom_kill_events: int | None = None
+    io_devices: dict[str, dict[str, Any]] | None = None  # "8:0" -> limits and rates
+    psi: dict[str, float] | None = None  # memory_some_pct … over the window
+
+
 NODE_CLASSES: dict[str, type[Node]] = {
     cls.kind: cls
     for cls in (
@@ -363,6 +387,7 @@ NODE_CLASSES: dict[str, type[Node]] = {
         RdmaDeviceNode,
         PciBridgeNode,
         DiskNode,
+        CgroupNode,
     )  # fmt: skip
 }
 

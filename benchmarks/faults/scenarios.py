@@ -164,9 +164,36 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("1,6", "injector", victims="job"),
         related=(AROUND_NEIGHBOUR,),
     ),
+    # classes no rule was written for: the design must generalise (issue 26)
+    Scenario(
+        "cpu-quota-half",
+        "the job's CPU cgroup capped at half a CPU (a container limit below what its ranks "
+        "and loaders want; at 1 CPU this job is not slowed)",
+        functools.partial(inject.cpu_quota, cpus=0.5),
+        expect("1,6", "job"),
+        related=(expect("1,6,7", "job,host"),),
+        cgroups=("cpu",),
+    ),
+    Scenario(
+        "loader-reads-throttled",
+        "the loaders' memory-mapped 192 MiB dataset dropped from the cache; the job's reads "
+        "from its disk throttled to 1 MiB/s (io.max / blkio)",
+        functools.partial(inject.read_throttle, bytes_per_s=1 << 20),
+        expect("5,7", "job"),
+        related=(expect("1,2,5,6,7", "job,host"),),
+        cgroups=("blkio",),
+        dataset_mb=192,
+    ),
+    Scenario(
+        "healthy-browser",
+        "nothing wrong: a headless Chromium (Playwright) drawing a page beside the job",
+        inject.browser,
+        None,
+        related=(expect("1,6", "injector,host"),),
+    ),
     Scenario(
         "healthy-netns",
-        "nothing: the healthy job, its ranks in two netns over a veth pair",
+        "nothing wrong: the ranks in two network namespaces joined by a veth pair",
         inject.nothing,
         None,
         netns=True,

@@ -11,8 +11,10 @@ from wp_mcp.skills.bottleneck_identification.trace import TRACE_RULE_IDS
 
 from .builders import (
     GIB,
+    accepts,
     device,
     device_ranks,
+    loader,
     process,
     tcp_ranks,
     tcp_socket,
@@ -385,9 +387,8 @@ def loaders(trainer_cpu, worker_cpu, wakeups):
             graph.nodes[rank].cpu_pct = trainer_cpu
             for w in range(2):
                 pid = 300 + 10 * rank_index + w
-                worker = process(graph, pid, parent=200 + rank_index, name="pt_data_worker",
-                                 cpu_pct=worker_cpu, vol_switches_per_s=wakeups)  # fmt: skip
-                graph.link("talks_to", worker, rank, transport="pipe", bytes=1 << 20)
+                loader(graph, pid, parent=200 + rank_index, cpu_pct=worker_cpu,
+                       vol_switches_per_s=wakeups)  # fmt: skip
         return graph
 
     return build
@@ -402,6 +403,8 @@ def front_end(cpu):
             rank = process(graph, 200 + i, parent=100, cmdline="python3 worker.py")
             graph.link("uses_device", rank, device(graph, i, i))
         thread(graph, 90, 90, name="vllm", cpu_pct=cpu)
+        accepts(graph, "proc:90", process(graph, 60, name="curl"), 8000, 900)
+        graph.link("talks_to", "proc:90", "proc:100", transport="unix", bytes=1 << 20)
         return graph
 
     return build
@@ -413,8 +416,7 @@ def oversubscribed(workers_per_rank):
         tcp_ranks(graph, count=2)
         for rank_index in range(2):
             for w in range(workers_per_rank):
-                process(graph, 300 + 100 * rank_index + w, parent=200 + rank_index,
-                        name="pt_data_worker")  # fmt: skip
+                loader(graph, 300 + 100 * rank_index + w, parent=200 + rank_index)
         return graph
 
     return build
@@ -424,11 +426,35 @@ def loader_node(worker_node):
     def build():
         graph = two_node_host()
         tcp_ranks(graph, count=2, numa_cpu_share={"0": 1.0})
-        process(graph, 300, parent=200, name="pt_data_worker",
-                numa_cpu_share={str(worker_node): 1.0})  # fmt: skip
+        loader(graph, 300, parent=200, numa_cpu_share={str(worker_node): 1.0})
         return graph
 
     return build
+
+
+def limited_cgroup(**attrs):
+    """Two ranks in one cgroup with ``attrs`` (its limit and its counters over 5 s)."""
+
+    def build():
+        graph = two_node_host(cpus=8)
+        ranks = tcp_ranks(graph, count=2, cpu_pct=20.0, rss_bytes=GIB)
+        graph.add("cgroup", "cgroup:v2:/job", path="/job", hierarchy="v2",
+                  directory="/sys/fs/cgroup/job", window_s=5.0, **attrs)  # fmt: skip
+        for rank in ranks:
+            graph.link("in_cgroup", rank, "cgroup:v2:/job")
+        return graph
+
+    return build
+
+
+QUOTA = dict(cpu_quota_cpus=0.2, cpu_period_us=100_000, cpu_limit_file="cpu.max")
+MEMORY_LIMIT = dict(memory_limit_bytes=256 << 20, memory_limit_file="memory.high",
+                    memory_current_bytes=250 << 20)  # fmt: skip
+
+
+def io_limit(read_bytes_per_s):
+    return limited_cgroup(io_devices={"8:0": {"rbps_limit": 1 << 20,
+                                              "read_bytes_per_s": read_bytes_per_s}})  # fmt: skip
 
 
 # rule id → (graph where it must fire, graph where it must not)
@@ -438,6 +464,15 @@ CASES = {
     "L1.driver-thread-saturated": (driver_thread(99.5), driver_thread(40.0)),
     "L1.accelerator-idle": (idle_gpu(5.0), idle_gpu(85.0)),
     "L1.container-throttled": (throttled(25.0), throttled(0.0)),
+    "L1.cgroup-cpu-quota": (
+        limited_cgroup(**QUOTA, cpu_throttled_periods_pct=95.0, cpu_usage_pct=20.0),
+        limited_cgroup(**QUOTA, cpu_throttled_periods_pct=0.0, cpu_usage_pct=5.0),
+    ),
+    "L2.cgroup-memory-limit": (
+        limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=900.0, memory_high_events=40),
+        limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=0.0, memory_high_events=0),
+    ),
+    "L5.cgroup-io-limit": (io_limit(1_000_000.0), io_limit(10_000.0)),
     "L2.mem-available-low": (available(2.0), available(40.0)),
     "L2.swapping": (swap(GIB, faults=50.0), swap(0)),
     "L2.major-faults": (faults(500.0), faults(2.0)),
@@ -756,7 +791,7 @@ def test_a_ranks_data_loaders_move_with_it():
     """Loaders forked before the fix do not inherit it: the plan moves them too, or the
     re-diagnosed copy would find them a socket away from their trainer."""
     graph = placement(0.1)()
-    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"1": 1.0})
+    loader(graph, 400, parent=200, numa_cpu_share={"1": 1.0})
     report = run_skill("bottleneck-identification", graph)
     finding = report.finding("L3.device-numa-mismatch@proc:200")
     assert finding.command == (
@@ -786,10 +821,33 @@ def test_ranks_of_two_hosts_never_share_cpus():
 
 def test_a_rule_that_could_not_judge_every_subject_is_not_clean():
     graph = placement(0.9)()
-    process(graph, 400, parent=200, name="pt_data_worker", numa_cpu_share={"0": 1.0})
-    process(graph, 401, parent=200, name="pt_data_worker")  # no per-node CPU share
+    loader(graph, 400, parent=200, numa_cpu_share={"0": 1.0})
+    loader(graph, 401, parent=200)  # no per-node CPU share
     report = run_skill("bottleneck-identification", graph, layers=[7])
     (layer7,) = report.sections[:1]
     assert not any("L7.data-path-cross-numa" in item for item in layer7.clean)
     (partial,) = [i for i in layer7.not_evaluable if i["rule_id"] == "L7.data-path-cross-numa"]
     assert partial["reason"] == ("not evaluated for proc:401: no per-node CPU share for the loader")
+
+
+def test_a_cgroup_memory_limit_names_who_faults_and_who_holds_the_memory():
+    graph = limited_cgroup(**MEMORY_LIMIT, memory_major_faults_per_s=900.0, memory_high_events=4)()
+    graph.nodes["proc:201"].major_faults_per_s = 40.0
+    graph.add("process", "proc:900", pid=900, name="hog", rss_bytes=4 * GIB)
+    graph.link("in_cgroup", "proc:900", "cgroup:v2:/job")
+    (finding,) = outcome(graph, "L2.cgroup-memory-limit")
+    assert finding.subject == "cgroup:v2:/job" and finding.priority == "P1"
+    assert "900 pages/s read back from disk at 98 % of it, by proc:201" in finding.title
+    assert finding.title.endswith("the largest resident: proc:900 (hog) (4096 MiB)")
+    assert finding.command == "echo 536870912 > /sys/fs/cgroup/job/memory.high"
+
+
+def test_cgroup_cpu_and_io_limits_are_the_subject_and_their_fix_changes_the_setting():
+    graph = limited_cgroup(**QUOTA, cpu_throttled_periods_pct=95.0, cpu_usage_pct=20.0)()
+    (quota,) = outcome(graph, "L1.cgroup-cpu-quota")
+    assert quota.subject == "cgroup:v2:/job" and quota.priority == "P0"
+    assert quota.command == "echo '800000 100000' > /sys/fs/cgroup/job/cpu.max"  # 8 CPUs
+    assert {"proc:200", "proc:201"} <= set(quota.evidence[1].ids)  # the victims: evidence
+    (io,) = outcome(io_limit(1_000_000.0)(), "L5.cgroup-io-limit")
+    assert io.subject == "cgroup:v2:/job" and "95 % of it" in io.title
+    assert io.command == "echo '8:0 rbps=max' > /sys/fs/cgroup/job/io.max"
