@@ -38,6 +38,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_skills.py": ["--window", "0.5", "--repeat", "1", "--hosts", "2"],
     "bench_store.py": ["--hosts", "2", "--witty-mb", "0.5", "--runs", "1", "--calls", "2"],
     "bench_trace.py": ["--mb", "1"],
+    "bench_trace_jobs.py": ["--runs", "1", "--only", "compute2x"],
     "bench_views.py": ["--hosts", "4", "--pages", "1", "--repeat", "1"],  # it opens h3
     "faults": ["--list"],
 }
@@ -68,7 +69,14 @@ def chromium_missing() -> str | None:
     return None if Path("/usr/bin/chromium").exists() else "no /usr/bin/chromium"
 
 
-NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_picture.py": chromium_missing}
+def torch_missing() -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec("torch") else "no torch (.ci/setup.d/20-collectors.sh)"
+
+
+NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_picture.py": chromium_missing,
+         "bench_trace_jobs.py": torch_missing}  # fmt: skip
 
 
 def run(name: str) -> str:

@@ -20,6 +20,8 @@ COLLECTORS: list[str] = [
     "wp_mcp.collectors.procfs:ProcfsCollector",
     "wp_mcp.collectors.sockets:SocketsCollector",
     "wp_mcp.collectors.containers:ContainersCollector",
+    "wp_mcp.collectors.cgroups:CgroupsCollector",
+    "wp_mcp.collectors.rankenv:RankEnvCollector",
     "wp_mcp.collectors.ipc:IpcCollector",
     "wp_mcp.collectors.metrics:MetricsCollector",
     "wp_mcp.collectors.numa:NumaCollector",

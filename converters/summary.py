@@ -14,6 +14,7 @@ from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.safetext import escape
 
 from . import filters as filtering
+from . import trace_lines
 from .cluster import cluster_facts, cluster_lines, host_part
 from .facts import attr
 from .formats import dumps
@@ -90,6 +91,7 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         "coverage": coverage,
         "layers": _layers(graph, index),
         "cluster": cluster_facts(graph),
+        "trace": trace_lines.summary_lines(graph),
     }
 
 
@@ -161,6 +163,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         lines.append(f"hosts: {host_text}")
     if facts["cluster"]:
         lines += cluster_lines(facts["cluster"], width)
+    lines += [_short(line, max(120, 2 * width + 60)) for line in facts["trace"]]
     # a cluster's own lines take the room of its rarer kinds
     shown = CLUSTER_KINDS if facts["cluster"] else 9
     kinds = ", ".join(f"{word(k, 20)} {fmt_count(n)}" for k, n in facts["kinds"][:shown])
@@ -213,6 +216,7 @@ def _as_json(facts: dict[str, Any], width: int) -> str:
         "kinds": dict(facts["kinds"][:9]),
         "coverage": {k: v[:4] for k, v in facts["coverage"].items()},
         "cluster": _cluster_json(facts["cluster"]),
+        "trace": [_short(line, max(120, 2 * width + 60)) for line in facts["trace"]] or None,
         "layers": {
             name: {
                 "tokens": layer["tokens"][0],

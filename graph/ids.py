@@ -51,6 +51,11 @@ def container(container_id: str) -> str:
     return f"ctr:{container_id[:12]}"
 
 
+def cgroup(hierarchy: str, path: str) -> str:
+    """``cgroup:v2:/job.slice`` or, on a v1 hierarchy, ``cgroup:cpu,cpuacct:/job``."""
+    return f"cgroup:{hierarchy}:{path}"
+
+
 def gpu(index: int) -> str:
     return f"gpu:{index}"
 

@@ -32,11 +32,11 @@ FORMAT_VERSION = 1
 
 NODE_KINDS = (
     "host", "numa_node", "process", "thread", "socket", "pipe", "shm", "mqueue", "container",
-    "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk",
+    "gpu", "npu", "nic", "rdma_device", "pci_bridge", "disk", "cgroup",
 )  # fmt: skip
 EDGE_KINDS = (
     "parent_of", "has_thread", "in_container", "holds", "peer", "talks_to", "cpu_on", "mem_on",
-    "local_to", "uses_device", "path", "attached",
+    "local_to", "uses_device", "path", "attached", "in_cgroup",
 )  # fmt: skip
 
 CpuList = str  # kernel cpulist syntax, e.g. "0-23,48-71"
@@ -141,6 +141,8 @@ class ProcessNode(Node):
     trace_waited_ms: Seconds | None = None  # collective time beyond the fastest rank's
     trace_straggler: bool | None = None
     trace_skew_pct: float | None = None  # others' extra wait as a share of step time
+    trace_straggler_cause: str | None = None  # the phase in which it is slower
+    trace_comm_own_pct: float | None = None  # step time in collectives, waits excluded
     trace_threads_matched: Id | None = None
 
 
@@ -265,7 +267,14 @@ class _Accelerator(Node):
     trace_memcpy_pct: float | None = None  # memory copy/set not hidden under the above
     trace_idle_pct: float | None = None
     trace_overlap_pct: float | None = None  # share of communication time compute ran
-    trace_launch_gap_pct: float | None = None  # idle with an empty kernel queue
+    # idle as Holistic Trace Analysis splits it: the device waited for the host (the next
+    # kernel was launched after the device drained), back-to-back launch delay, other
+    trace_host_wait_pct: float | None = None  # of the span: the device waited for the host
+    trace_idle_host_pct: float | None = None  # of idle time, per stream pooled (HTA's)
+    trace_idle_kernel_pct: float | None = None
+    trace_idle_other_pct: float | None = None
+    trace_host_wait_causes: dict[str, float] | None = None  # CPU-side cause -> ms
+    trace_streams: dict[str, dict[str, float]] | None = None  # stream -> idle split
 
 
 class GpuNode(_Accelerator):
@@ -336,6 +345,30 @@ class DiskNode(Node):
     writes_per_s: float | None = None
 
 
+class CgroupNode(Node):
+    """A cgroup the snapshot's processes are in: its limits and what they cost in the
+    window (collectors/cgroups.py; ``in_cgroup`` edges from its processes)."""
+
+    kind: Literal["cgroup"] = "cgroup"
+    path: str | None = None
+    hierarchy: str | None = None  # v2, or the v1 controllers (cpu,cpuacct | memory | blkio)
+    window_s: Seconds | None = None
+    cpu_quota_cpus: float | None = None  # cpu.max quota / period; absent: no quota
+    cpu_usage_pct: float | None = None  # % of one CPU over the window
+    cpu_throttled_periods_pct: float | None = None
+    cpu_throttled_s: float | None = None
+    memory_limit_bytes: int | None = None  # the lowest of memory.high / memory.max / v1 limit
+    memory_limit_file: str | None = None
+    memory_current_bytes: int | None = None
+    memory_major_faults_per_s: float | None = None
+    memory_refaults_per_s: float | None = None
+    memory_high_events: int | None = None
+    memory_max_events: int | None = None
+    memory_oom_kill_events: int | None = None
+    io_devices: dict[str, dict[str, Any]] | None = None  # "8:0" -> limits and rates
+    psi: dict[str, float] | None = None  # memory_some_pct … over the window
+
+
 NODE_CLASSES: dict[str, type[Node]] = {
     cls.kind: cls
     for cls in (
@@ -354,6 +387,7 @@ NODE_CLASSES: dict[str, type[Node]] = {
         RdmaDeviceNode,
         PciBridgeNode,
         DiskNode,
+        CgroupNode,
     )  # fmt: skip
 }
 

@@ -12,6 +12,7 @@ anything: a trace that cannot be read raises ``FormatError`` before any graph ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ from .trace_read import (
     trace_files,
 )
 
+# Files of a job's ranks a snapshot names, for a later rank to join them
+MAX_FILES_KEPT = 4096
+
 # What callers read of a trace through this one module (the reading and the facts live beside it)
 __all__ = [
     "Collective", "MemoryBudget", "RankTrace", "attach_rank", "device_facts", "job_facts", "join",
@@ -52,6 +56,13 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
         raise UserError("no trace files given")
     budget = MemoryBudget()  # shared: the ranks of one import are held together
     ranks = [read_rank(path, max_bytes, budget) for path in files]
+    check_ranks(ranks)
+    return ranks
+
+
+def check_ranks(ranks: list[RankTrace]) -> None:
+    """One run, one file per rank: else one line saying why."""
+    one_run(ranks)
     seen: dict[int, str] = {}
     for rank in ranks:
         if rank.rank is not None and rank.rank in seen:
@@ -61,7 +72,36 @@ def read_ranks(paths: Iterable[str | Path], max_bytes: int | None = None) -> lis
             )
         if rank.rank is not None:
             seen[rank.rank] = rank.origin
-    return ranks
+
+
+def one_run(ranks: list[RankTrace]) -> None:
+    """Refuse, with one line, rank traces of different runs: the ranks of one job are
+    profiled at the same time, so their windows (first to last event, on the trace's clock)
+    overlap; traces whose windows fall apart, or that disagree on the job's world size, are
+    of different runs."""
+    sizes = {r.world_size for r in ranks if r.world_size}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{Path(r.origin).name} ({r.world_size})" for r in ranks[:6])
+        raise UserError(f"the traces are of jobs of different sizes (world_size: {shown}): "
+                        "import one run at a time")  # fmt: skip
+    timed = sorted(((w, r) for r in ranks if (w := r.window_us()) is not None), key=lambda t: t[0])
+    runs: list[list[RankTrace]] = []
+    end = -math.inf
+    for (start, stop), rank in timed:
+        if start > end:
+            runs.append([])
+        runs[-1].append(rank)
+        end = max(end, stop)
+    if len(runs) > 1:
+        shown = "; ".join(
+            f"{', '.join(Path(r.origin).name for r in run[:3])}"
+            f"{f' and {len(run) - 3} more' if len(run) > 3 else ''}"
+            for run in runs[:4]
+        )
+        raise UserError(
+            f"{excerpt(shown, 300, quoted=False)}: traces of {len(runs)} different runs (their "
+            "profiled windows do not overlap): import one run at a time"
+        )
 
 
 def to_graph(ranks: list[RankTrace]) -> Graph:
@@ -72,7 +112,7 @@ def to_graph(ranks: list[RankTrace]) -> Graph:
     for position, rank in enumerate(ranks):
         prefix = _prefix(rank, position, pids)
         attach_rank(graph, rank, ids.with_host(prefix, ids.process(rank.pid or 0)), prefix)
-    graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
+    graph.meta.trace = _job(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
     hosts = sorted({r.host for r in ranks if r.host})
     graph.meta.hosts = hosts
@@ -118,15 +158,22 @@ def _device_node(graph: Graph, prefix: str, index: int, proc_id: str) -> str:
 
 def _mark_straggler(graph: Graph, ranks: list[RankTrace]) -> None:
     summary = getattr(graph.meta, "trace", {}) or {}
-    waited = summary.get("waited_ms", {})
+    waited, own = summary.get("waited_ms", {}), summary.get("comm_own_pct", {})
     for node in graph.of_kind("process"):
         rank = node.get("trace_rank")
-        if rank is None or str(rank) not in waited:
+        if rank is None:
+            continue
+        if str(rank) in own:
+            node.set("trace_comm_own_pct", own[str(rank)], SOURCE)
+        if str(rank) not in waited:
             continue
         node.set("trace_waited_ms", waited[str(rank)], SOURCE)
         if summary.get("straggler_rank") == rank:
             node.set("trace_straggler", True, SOURCE)
             node.set("trace_skew_pct", summary.get("skew_pct"), SOURCE)
+            cause = summary.get("straggler_cause") or {}
+            if cause.get("phase"):
+                node.set("trace_straggler_cause", cause["phase"], SOURCE)
 
 
 def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
@@ -144,16 +191,43 @@ def join(graph: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph
         attach_rank(graph, rank, proc_id, prefix)
         matched = sum(1 for tid in rank.tids if ids.with_host(prefix, ids.thread(tid)) in graph)
         graph.nodes[proc_id].set("trace_threads_matched", matched, SOURCE)
-    graph.meta.trace = job_facts(ranks)  # type: ignore[attr-defined]
+    graph.meta.trace = _job(ranks)  # type: ignore[attr-defined]
     _mark_straggler(graph, ranks)
+    graph.meta.collectors = [s for s in graph.meta.collectors if s.name != "trace"]
     graph.meta.collectors.append(_status(ranks))
     graph.meta.origin = f"{graph.meta.origin or 'snapshot'} + {_origin(ranks)}"[:400]
     return graph
 
 
+def _job(ranks: list[RankTrace]) -> dict[str, Any]:
+    """The job summary, with the files its ranks were read from (a later rank joins them)."""
+    files = [str(Path(r.origin).resolve()) for r in ranks[:MAX_FILES_KEPT]]
+    return {**job_facts(ranks), "files": files}
+
+
 def join_copy(stored: Graph, ranks: list[RankTrace], force_pid: bool = False) -> Graph:
     """The traces joined to a copy of a stored snapshot: the stored graph is shared by the
-    store's cache and stays as it was; the join is stored as a new snapshot."""
+    store's cache and stays as it was; the join is stored as a new snapshot.
+
+    A snapshot that already holds ranks (a trace-only one, or a live one joined before)
+    gets the new ranks beside them: its ranks' traces are read again from the files it names
+    (the job's facts need every rank's calls), so the result is one job. A trace-only
+    snapshot is made anew from all the ranks; a live one has all of them joined."""
+    earlier = [f for f in (getattr(stored.meta, "trace", None) or {}).get("files", [])
+               if isinstance(f, str)]  # fmt: skip
+    if earlier:
+        given = {str(Path(r.origin).resolve()) for r in ranks}
+        missing = [f for f in earlier if not Path(f).is_file()]
+        if missing:
+            raise UserError(
+                f"{excerpt(missing[0], quoted=False)}: the snapshot's rank trace is no longer "
+                "readable; import every rank's trace together (a folder, or several files)"
+            )
+        again = [f for f in earlier if f not in given]
+        ranks = (read_ranks(again) if again else []) + ranks
+        check_ranks(ranks)
+    if earlier and all(status.name == "trace" for status in stored.meta.collectors):
+        return to_graph(ranks)
     return join(native.loads(native.dumps(stored)), ranks, force_pid)
 
 

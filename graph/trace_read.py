@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 import re
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,8 +54,21 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _LEADING = re.compile(rb"\s*,?\s*")
 # Kernel categories of Kineto's GPU activity, and the names NCCL gives its kernels
-_NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_COLLECTIVE_ANNOTATION = re.compile(r"(?:nccl|gloo|mpi|ucc|hccl):([A-Za-z_]+)\Z")
+_NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)|hcom_([A-Za-z]+)_")
+_COLLECTIVE_ANNOTATION = re.compile(r"(?:nccl|gloo|mpi|ucc|hccl|c10d):([A-Za-z_]+)\Z")
+# Collective kinds as NCCL, HCCL, gloo and torch.distributed spell them, in one spelling
+_KIND_ALIASES = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+    "reducescatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "alltoall": "all_to_all", "all_to_all_single": "all_to_all", "alltoallv": "all_to_all",
+    "sendrecv": "send_recv", "receive": "recv", "allreduce_coalesced": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+}  # fmt: skip
+# CPU calls after which the device's queue drains: the host waited for the device
+_SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy$|^cudaStreamWaitEvent$|^aclrtSynchronize")
+_SYNC_OPS = frozenset(("aten::item", "aten::_local_scalar_dense", "aten::nonzero"))
 _GPU_LABEL = re.compile(r"GPU (\d+)")
 _KINETO_CATEGORIES = frozenset(
     ("cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime",
@@ -61,6 +76,10 @@ _KINETO_CATEGORIES = frozenset(
 )  # fmt: skip
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8,
                 "Byte": 1, "Char": 1, "Short": 2, "Bool": 1}  # fmt: skip
+# record_shapes' "Input type" spellings
+_SHAPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4,
+                "long int": 8, "long": 8, "unsigned char": 1, "signed char": 1, "short int": 2,
+                "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}  # fmt: skip
 _NUMBER = (int, float)
 COMPUTE, COMM, MEMORY = 0, 1, 2
 
@@ -178,6 +197,7 @@ class _Intervals:
     end: array[float] = field(default_factory=lambda: array("d"))
     cls: array[int] = field(default_factory=lambda: array("b"))
     corr: array[int] = field(default_factory=lambda: array("q"))
+    stream: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass(slots=True)  # one per call: a few million in a large trace
@@ -186,6 +206,9 @@ class Collective:
     start: float  # µs
     dur: float  # µs
     nbytes: int | None = None
+    corr: int = -1  # a kernel's correlation id (its launch), -1 for a CPU span
+    kernel: str | None = None  # the kind the kernel's name says (SendRecv runs all_to_all…)
+    group: int | None = None  # ranks in the call's group, where the kernel says
 
 
 @dataclass
@@ -213,6 +236,8 @@ class RankTrace:
     launch_corr: array[int] = field(default_factory=lambda: array("q"))
     launch_ts: array[float] = field(default_factory=lambda: array("d"))
     steps: list[tuple[float, float]] = field(default_factory=list)
+    step_numbers: list[int] = field(default_factory=list)  # ProfilerStep#N, as steps
+    syncs: list[tuple[float, float]] = field(default_factory=list)  # host-device syncs
     loader: list[tuple[float, float]] = field(default_factory=list)
     cpu_collectives: list[Collective] = field(default_factory=list)
     kernel_collectives: list[Collective] = field(default_factory=list)
@@ -221,6 +246,7 @@ class RankTrace:
     world_size: int | None = None
     backend: str | None = None
     first_ts: float = math.inf  # the earliest event's ts (µs, the trace's clock)
+    last_ts: float = -math.inf  # the latest end of an event
     base_ns: int = 0  # Kineto's baseTimeNanoseconds: where that clock starts, when it says
 
     # ------------------------------------------------------------------ events
@@ -250,7 +276,7 @@ class RankTrace:
             intervals * _WEIGHT_INTERVAL
             + len(self.launch_corr) * _WEIGHT_LAUNCH
             + calls * _WEIGHT_CALL
-            + (len(self.steps) + len(self.loader)) * _WEIGHT_SPAN
+            + (len(self.steps) + len(self.loader) + len(self.syncs)) * _WEIGHT_SPAN
         )
 
     def _charge(self) -> None:
@@ -274,28 +300,37 @@ class RankTrace:
             )
         if start < self.first_ts:
             self.first_ts = float(start)
+        if start + dur > self.last_ts:
+            self.last_ts = float(start + dur)
         return float(start), float(start) + float(dur)
 
     def _kernel(self, event: dict[str, Any], cls: int | None = None) -> None:
         start, end = self._span(event)
         name = event.get("name")
         name = name if isinstance(name, str) else ""
-        if cls is None:
-            match = _NCCL_KERNEL.search(name) if "ccl" in name else None
-            cls = COMM if match or "nccl" in name.lower() else COMPUTE
-            if match:
-                kind = _snake(match.group(1))
-                self.kernel_collectives.append(Collective(kind, start, end - start, _bytes(event)))
-        device = self._device(event)
         args = event.get("args")
         corr = args.get("correlation") if isinstance(args, dict) else None
+        corr = corr if type(corr) is int and 0 <= corr < 1 << 62 else -1
+        if cls is None:
+            match = _NCCL_KERNEL.search(name) if "ccl" in name or "hcom_" in name else None
+            cls = COMM if match or "nccl" in name.lower() else COMPUTE
+            if match:
+                kind = collective_kind(match.group(1) or match.group(2))
+                group = args.get("Group size") if isinstance(args, dict) else None
+                self.kernel_collectives.append(
+                    Collective(kind, start, end - start, _bytes(event), corr, kind,
+                               group if type(group) is int and 0 < group < 1 << 20 else None)
+                )  # fmt: skip
+        device = self._device(event)
         intervals = self.devices.get(device)
         if intervals is None:
             intervals = self.devices[device] = _Intervals()
         intervals.start.append(start)
         intervals.end.append(end)
         intervals.cls.append(cls)
-        intervals.corr.append(corr if type(corr) is int and 0 <= corr < 1 << 62 else -1)
+        intervals.corr.append(corr)
+        stream = args.get("stream") if isinstance(args, dict) else None
+        intervals.stream.append(stream if type(stream) is int and 0 <= stream < 1 << 62 else -1)
 
     def _memory(self, event: dict[str, Any]) -> None:
         self._kernel(event, MEMORY)
@@ -316,6 +351,9 @@ class RankTrace:
         if type(corr) is int and 0 <= corr < 1 << 62:
             self.launch_corr.append(corr)
             self.launch_ts.append(self._span(event)[0])
+        name = event.get("name")
+        if isinstance(name, str) and _SYNC_CALL.search(name):
+            self.syncs.append(self._span(event))
         self._cpu_thread(event)
 
     def _annotation(self, event: dict[str, Any]) -> None:
@@ -325,6 +363,8 @@ class RankTrace:
             return
         if name.startswith("ProfilerStep#"):
             self.steps.append(self._span(event))
+            number = name[13:]
+            self.step_numbers.append(int(number) if number.isdigit() and len(number) < 12 else -1)
             pid = event.get("pid")
             if type(pid) is int and pid >= 0:
                 self.pid = pid
@@ -335,8 +375,10 @@ class RankTrace:
             if match:
                 start, end = self._span(event)
                 self.cpu_collectives.append(
-                    Collective(match.group(1).lower(), start, end - start, _bytes(event))
+                    Collective(collective_kind(match.group(1)), start, end - start, _bytes(event))
                 )
+        elif name in _SYNC_OPS:
+            self.syncs.append(self._span(event))
 
     def _cpu_thread(self, event: dict[str, Any]) -> None:
         tid = event.get("tid")
@@ -384,6 +426,14 @@ class RankTrace:
         base = header.get("baseTimeNanoseconds")
         self.base_ns = base if type(base) is int and 0 <= base < 1 << 63 else 0
 
+    def window_us(self) -> tuple[float, float] | None:
+        """The trace's first and last event on Kineto's clock, moved by
+        ``baseTimeNanoseconds`` (µs): ranks of one run overlap in it."""
+        if self.first_ts == math.inf:
+            return None
+        base = self.base_ns / 1000
+        return base + self.first_ts, base + self.last_ts
+
     def started_at(self) -> float | None:
         """Epoch seconds of the first event, when the trace's clock is the wall clock (Kineto
         writes epoch microseconds, or times after ``baseTimeNanoseconds``); None when its
@@ -393,16 +443,49 @@ class RankTrace:
         at = self.base_ns / 1e9 + self.first_ts / 1e6
         return at if PLAUSIBLE_EPOCH[0] < at < PLAUSIBLE_EPOCH[1] else None
 
-    @property
+    @cached_property
     def collectives(self) -> list[Collective]:
-        """Collective calls as the device ran them (NCCL kernels) where the trace has them,
-        else as the CPU issued them (``gloo:``/``nccl:`` annotations)."""
-        chosen = self.kernel_collectives or self.cpu_collectives
-        return sorted(chosen, key=lambda c: c.start)
+        """Collective calls as the device ran them (NCCL/HCCL kernels) where the trace has
+        them, else as the CPU issued them (``gloo:``/``nccl:`` annotations). A kernel is of
+        the kind its CPU annotation names where one encloses its launch (NCCL runs all_to_all,
+        all_gather and reduce_scatter as ``SendRecv`` kernels), and takes the annotation's
+        message size when its own args have none."""
+        if not self.kernel_collectives:
+            return sorted(self.cpu_collectives, key=lambda c: c.start)
+        launches = dict(zip(self.launch_corr, self.launch_ts, strict=True))
+        spans = sorted(self.cpu_collectives, key=lambda c: c.start)
+        starts = [c.start for c in spans]
+        for call in self.kernel_collectives:
+            launched = launches.get(call.corr)
+            if launched is None:
+                continue
+            index = bisect_right(starts, launched) - 1
+            if index >= 0 and launched <= spans[index].start + spans[index].dur:
+                annotation = spans[index]
+                call.kind = annotation.kind
+                if call.nbytes is None:
+                    call.nbytes = annotation.nbytes
+        return sorted(self.kernel_collectives, key=lambda c: c.start)
+
+    def numbered_steps(self) -> list[tuple[float, float, int]]:
+        """(start, end, N) of each ``ProfilerStep#N``, in order of start."""
+        if len(self.step_numbers) == len(self.steps):
+            return sorted(
+                (s, e, n) for (s, e), n in zip(self.steps, self.step_numbers, strict=True)
+            )
+        # steps not read from a trace's names: numbered in order
+        return [(s, e, n) for n, (s, e) in enumerate(sorted(self.steps))]
 
 
 def _snake(camel: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", camel).lower()
+
+
+def collective_kind(name: str) -> str:
+    """One spelling of a collective's kind: ``AllReduce``, ``allreduce`` and
+    ``all_reduce`` are ``all_reduce``; ``_all_gather_base`` is ``all_gather``."""
+    snake = _snake(name)
+    return _KIND_ALIASES.get(snake, _KIND_ALIASES.get(snake.replace("_", ""), snake))[:40]
 
 
 def _int_field(text: str, key: str) -> int | None:
@@ -411,12 +494,24 @@ def _int_field(text: str, key: str) -> int | None:
 
 
 def _bytes(event: dict[str, Any]) -> int | None:
+    """A collective's message size: NCCL's kernel args (``In msg nelems``, ``dtype``), else
+    the first input's shape and type where the profiler recorded shapes (``record_shapes``)."""
     args = event.get("args")
     if not isinstance(args, dict):
         return None
     count, dtype = args.get("In msg nelems"), args.get("dtype")
     size = _DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
-    return count * size if type(count) is int and count >= 0 and size else None
+    if type(count) is int and count >= 0 and size:
+        return count * size
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not (isinstance(dims, list) and dims and isinstance(types, list) and types):
+        return None
+    shape, size = dims[0], _SHAPE_BYTES.get(types[0]) if isinstance(types[0], str) else None
+    if not (isinstance(shape, list) and size and len(shape) <= 16):
+        return None
+    if not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
+        return None
+    return math.prod(shape) * size if shape else None
 
 
 def read_rank(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from wp_mcp.converters.facts import Facts
@@ -23,14 +23,10 @@ from wp_mcp.graph.cpulist import format_cpulist
 from wp_mcp.graph.query import cpu_set, device_numa_node, host_prefix
 
 from .report import safe
+from .roles import Group, Roles
 
 # NUMA locality grades (issue 6): share of the work that is local to one node.
 GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
-
-_DATALOADER_NAME = re.compile(r"pt_data_worker|dataloader|data_worker|loader", re.I)
-_IPC = {"pipe", "unix", "shm"}
-_SOCKETS = {"tcp", "udp", "unix"}
-_FRONT_END_HINT = re.compile(r"(?<![\w/-])(serve|api_server)(?![\w/.-])", re.I)
 
 
 def grade(share: float) -> str:
@@ -84,24 +80,6 @@ class Binding:
     def launch(self) -> str:
         """For the next launch (it lasts): the rank's command wrapped in numactl."""
         return f"numactl --physcpubind={self.cpus} --membind={self.node} <command>"
-
-
-@dataclass
-class Group:
-    """Processes working together: ranks of one job, or a serving engine's workers."""
-
-    kind: str  # "device ranks" | "tcp ranks"
-    members: list[str]
-    parent: str | None
-    devices: dict[str, list[str]] = field(default_factory=dict)
-    rendezvous: str | None = None  # "proc:ID port N"
-    front_end: str | None = None
-
-    @property
-    def label(self) -> str:
-        devices = sorted({d for ds in self.devices.values() for d in ds})
-        on = f" on {', '.join(devices)}" if devices else ""
-        return f"{len(self.members)} {self.kind}{on}"
 
 
 class Analysis:
@@ -314,168 +292,35 @@ class Analysis:
         return query.talks(self.graph, proc_id)
 
     @cached_property
+    def _roles(self) -> Roles:
+        return Roles(self.facts)
+
+    @property
     def groups(self) -> list[Group]:
-        groups = self._device_groups() + self._tcp_groups()
-        for group in groups:
-            group.rendezvous = self._rendezvous(group)
-            group.front_end = self._front_end(group)
-        return groups
+        """Rank groups (``skills/roles.py`` decides every role, from evidence)."""
+        return self._roles.groups
 
-    @cached_property
+    @property
     def ranks(self) -> set[str]:
-        # a cluster collection marks the processes whose environment names their rank
-        declared = {p.id for p in self.graph.of_kind("process") if p.get("rank") is not None}
-        return {m for g in self.groups for m in g.members} | declared
+        return self._roles.ranks
 
-    def _device_groups(self) -> list[Group]:
-        by_parent: dict[str | None, list[str]] = defaultdict(list)
-        for proc in self.graph.of_kind("process"):
-            if len(self.devices_of(proc.id)) == 1 and proc.id not in self.profiler:
-                by_parent[self.parent(proc.id)].append(proc.id)
-        groups = []
-        for parent, members in by_parent.items():
-            devices = {m: [d.id for d in self.devices_of(m)] for m in members}
-            distinct = {ds[0] for ds in devices.values()}
-            if len(members) >= 2 and len(distinct) == len(members):
-                groups.append(Group("device ranks", sorted(members), parent, devices))
-        return groups
-
-    def _tcp_groups(self) -> list[Group]:
-        """Sibling processes of one program exchanging data over TCP with each other, that
-        were running when the window opened (a test's or a script's short-lived processes
-        talking over loopback are not a job's ranks)."""
-        claimed = {m for g in self._device_groups() for m in g.members}
-        by_key: dict[tuple, list[str]] = defaultdict(list)
-        for proc in self.graph.of_kind("process"):
-            if proc.id not in claimed and self._may_be_rank(proc):
-                by_key[(self.parent(proc.id), _program(proc))].append(proc.id)
-        groups = []
-        for (parent, _), members in by_key.items():
-            if len(members) < 2 or parent is None:
-                continue  # no known parent (seen only by eBPF, gone by the end): no siblings
-            inside = set(members)
-            linked = {
-                m
-                for m in members
-                if any(
-                    peer in inside and edge.get("transport") == "tcp"
-                    for peer, edge in self.talks(m)
-                )
-            }
-            if len(linked) >= 2:
-                groups.append(Group("tcp ranks", sorted(linked), parent))
-        return groups
-
-    def _may_be_rank(self, proc: Node) -> bool:
-        """Not the profiler's, and alive before the window opened (when both times are known)."""
-        if proc.id in self.profiler:
-            return False
-        opened, started = self.graph.meta.started_at, proc.get("started_at")
-        return opened is None or started is None or started <= opened
-
-    def _rendezvous(self, group: Group) -> str | None:
-        """A listening TCP port that most other members connect to (a TCPStore, etc.)."""
-        listeners: dict[tuple[str, int], str] = {}
-        connects: dict[int, set[str]] = defaultdict(set)
-        scope = set(group.members) | ({group.parent} if group.parent else set())
-        for member in scope:
-            for sock in self.graph.successors(member, "holds"):
-                if sock.kind != "socket" or sock.get("proto") != "tcp":
-                    continue
-                if (sock.get("state") or "").lower() == "listen":
-                    listeners[(member, sock.get("local_port"))] = member
-                elif sock.get("remote_port") is not None:
-                    connects[int(sock.get("remote_port"))].add(member)
-        best = None
-        for (owner, port), _ in listeners.items():
-            clients = connects.get(port, set()) - {owner}
-            if len(clients) >= max(1, (len(group.members) - 1) // 2) and (
-                best is None or len(clients) > best[2]
-            ):
-                best = (owner, port, len(clients))
-        return f"{best[0]} port {best[1]}" if best else None
-
-    def _front_end(self, group: Group) -> str | None:
-        """The nearest ancestor that talks to processes outside the job (a serving API)."""
-        ancestor = group.parent
-        for _ in range(3):
-            if ancestor is None:
-                return None
-            # clients over sockets, neither above it (pipes to the shell that started it) nor
-            # below it (workers that inherited its sockets)
-            related = self.ancestors(ancestor) | self.descendants(ancestor)
-            outside = [
-                p
-                for p, edge in self.talks(ancestor)
-                if p not in related and edge.get("transport") in _SOCKETS
-            ]
-            node = self.graph.node(ancestor)
-            if outside or (node and _FRONT_END_HINT.search(node.get("cmdline") or "")):
-                return ancestor
-            ancestor = self.parent(ancestor)
-        return None
-
-    @cached_property
+    @property
     def dataloaders(self) -> dict[str, list[str]]:
         """trainer → its data-loading worker processes."""
-        out: dict[str, list[str]] = {}
-        for trainer in sorted(self.ranks) or [p.id for p in self.graph.of_kind("process")]:
-            # children (torch DataLoader workers) and processes feeding it over local IPC,
-            # but not its ancestors (the shell that started it talks to it over pipes): only
-            # a peer can be one (a child that is an ancestor is a cycle), and walking every
-            # process's ancestors made a deep process tree quadratic
-            candidates = set(self.children(trainer))
-            others = self.ranks | self.profiler
-            if trainer in self.ranks:
-                candidates |= {p for p, e in self.talks(trainer) if e.get("transport") in _IPC}
-                others = others | self.ancestors(trainer)
-            workers = sorted(c for c in candidates - others if self._is_loader(trainer, c))
-            if workers:
-                out[trainer] = workers
-        return out
+        return self._roles.dataloaders
 
-    def _is_loader(self, trainer: str, candidate: str) -> bool:
-        node = self.graph.node(candidate)
-        if node is None or self.devices_of(candidate):
-            return False
-        if _DATALOADER_NAME.search(f"{node.get('name', '')} {node.get('cmdline', '')}"):
-            return True
-        return trainer in self.ranks and self._feeds(candidate, trainer)
+    @property
+    def front_ends(self) -> set[str]:
+        """Processes accepting clients' connections and feeding workers below them."""
+        return self._roles.front_ends
 
-    def _feeds(self, candidate: str, trainer: str) -> bool:
-        """It writes what the trainer reads over local IPC, or shares memory with it; a
-        process only reading the trainer's output (a test runner capturing its stdout) does
-        not feed it."""
-        for peer, edge in self.talks(candidate):
-            if peer != trainer or edge.get("transport") not in _IPC:
-                continue
-            if edge.get("directed") is False or edge.src == candidate:
-                return True
-        return False
-
-    @cached_property
+    @property
     def roles(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for group in self.groups:
-            for member in group.members:
-                out[member] = "rank"
-            if group.front_end:
-                out.setdefault(group.front_end, "front end")
-            if group.rendezvous:
-                out.setdefault(group.rendezvous.split(" ")[0], "rendezvous")
-        for workers in self.dataloaders.values():
-            for worker in workers:
-                out.setdefault(worker, "dataloader")
-        return out
+        return self._roles.of
 
-
-def _program(proc: Node) -> str:
-    """What program a process runs, without its arguments (ranks differ only in those)."""
-    words = (proc.get("cmdline") or "").split()  # procfs joins argv with spaces
-    # the first words that are neither options nor numbers: "python3 train.py" for every
-    # rank of "python3 train.py --rank 3", "python3 job.py loader" apart from "… job.py rank"
-    program = [w for w in words if not w.startswith("-") and not w.isdigit()][:3]
-    return " ".join(program) or (proc.get("name") or "")
+    def role_evidence(self, proc_id: str) -> list[str]:
+        """What was seen that gave ``proc_id`` its role (empty: none)."""
+        return list(self._roles.evidence.get(proc_id, []))
 
 
 def _natural(text: str) -> tuple:

@@ -10,10 +10,17 @@ job's processes or threads, or an object they hold) or about the host the job ru
 host, NUMA node, disk, NIC, device, container the job is in). Findings about other
 processes go — unless their evidence names the job (a neighbour pinned onto a rank's CPUs
 stays: it is outside load on the job, said as such by its rule).
+
+A scoped report never advises stopping or renicing the job it was asked about: a command
+that would (``renice``, ``ionice -c 3``, ``kill`` with a stopping or ending signal, aimed at
+one of the job's pids) loses those pids. A finding about another process whose only command
+was that (another job slowed by this one, told to renice it) is left out; a finding about
+the job keeps its diagnosis and says why its command went.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from wp_mcp.graph import Graph, UserError
@@ -22,6 +29,14 @@ from wp_mcp.graph.query import host_prefix
 
 from .analysis import Analysis
 from .report import Finding, Report, Section
+
+# Signals that resume or ask nothing of a process (kill -CONT a stopped rank is a fix).
+_HARMLESS_SIGNALS = frozenset({"-CONT", "-SIGCONT", "-18", "-0"})
+_SEPARATORS = re.compile(r"\s*(?:&&|\|\||;)\s*")
+NOT_THE_JOB = (
+    " (its command stopped or reniced the job asked about, and is left out: "
+    "change the job's own code or settings instead)"
+)
 
 # Kinds whose findings concern every process of their host; others must name the job.
 HOST_WIDE_KINDS = frozenset(
@@ -63,6 +78,8 @@ def scope_to_job(report: Report, graph: Graph, pid: int) -> Report:
     job = job_processes(graph, pid, analysis)
     related = _related_ids(graph, analysis, job)
     kept = [f for f in report.findings if _concerns(graph, f, related)]
+    job_pids = {graph.nodes[p].get("pid") for p in job if p in graph.nodes} - {None}
+    kept = [f for f in (_spare_the_job(f, job, job_pids) for f in kept) if f is not None]
     kept_ids = {f.id for f in kept}
     sections = [
         replace(s, finding_ids=[i for i in s.finding_ids if i in kept_ids]) for s in report.sections
@@ -83,6 +100,59 @@ def scope_to_job(report: Report, graph: Graph, pid: int) -> Report:
         data={**report.data, "job": sorted(job)},
         notes=[note, *report.notes],
     )
+
+
+def _spare_the_job(finding: Finding, job: set[str], job_pids: set[int]) -> Finding | None:
+    """The finding without commands that stop or renice the job's own processes; None for
+    a finding about another process whose command was only that."""
+    if not finding.command:
+        return finding
+    command = spare_pids(finding.command, job_pids)
+    if command == finding.command:
+        return finding
+    subjects = {s for s in (finding.subject or "").split("+") if s}
+    if command is None and not subjects & job:
+        return None
+    return replace(finding, command=command, action=finding.action.rstrip() + NOT_THE_JOB)
+
+
+def spare_pids(command: str, pids: set[int]) -> str | None:
+    """``command`` with ``pids`` taken out of its steps that renice, deprioritise, stop or
+    end processes (a step left with no pid goes); None when no step is left.
+
+    ``renice -n 19 -p 300 500`` with 300 spared → ``renice -n 19 -p 500``;
+    ``kill -STOP 300  # why`` → None; ``kill -CONT 300`` and ``taskset …`` stay."""
+    code = command.partition("#")[0].strip()
+    steps, changed = [], False
+    for step in filter(None, (s.strip() for s in _SEPARATORS.split(code))):
+        words = step.split()
+        if not _stops_or_deprioritises(words):
+            steps.append(step)
+            continue
+        left = [w for w in words if not (w.isdigit() and int(w) in pids and _is_pid(words, w))]
+        changed = changed or left != words
+        if any(w.isdigit() and _is_pid(left, w) for w in left):
+            steps.append(" ".join(left))
+    if not changed:
+        return command  # its comment, if any, still true
+    return " && ".join(steps) or None
+
+
+def _stops_or_deprioritises(words: list[str]) -> bool:
+    verb = words[0].rsplit("/", 1)[-1]
+    if verb == "renice":
+        return True
+    if verb == "ionice":
+        return any(w in ("-c3", "3", "idle") for w in words[1:])
+    if verb == "kill":
+        return not any(w.upper() in _HARMLESS_SIGNALS for w in words[1:])
+    return False
+
+
+def _is_pid(words: list[str], word: str) -> bool:
+    """A number in a renice/ionice/kill step that is a pid (not ``-n 19``, ``-c 3``)."""
+    index = words.index(word)
+    return index == 0 or words[index - 1] not in ("-n", "-c", "-s", "--priority", "-l")
 
 
 def _related_ids(graph: Graph, analysis: Analysis, job: set[str]) -> set[str]:

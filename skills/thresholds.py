@@ -124,3 +124,10 @@ TRAINER_ON_QUEUE = Limit(25, "% of the window")
 LOADERS_WORKING = Limit(80, "% of the window")
 NEW_WORKER_MIN_CPU = 0.05  # the least share of a CPU a new loader worker is counted at
 OVERSUBSCRIBED = Limit(2, "× the CPUs", strict=True)  # (ranks + loader workers) / CPUs
+
+# --------------------------------------------------------------------------- cgroup limits
+# A cgroup's own counters of why (collectors/cgroups.py): the limit is the subject.
+CGROUP_MEMORY_FULL = Limit(90, "% of its limit")  # usage near the limit …
+CGROUP_RECLAIM = Limit(20, "major faults or refaults/s")  # … while pages come back from disk
+CGROUP_PSI = Limit(10, "% of the window stalled")  # cgroup PSI some share (v2)
+CGROUP_IO_AT_LIMIT = Limit(70, "% of its limit")  # I/O moved against the device's io.max

@@ -348,3 +348,88 @@ def netns_link_module():
     import netns_link
 
     return netns_link
+
+
+@contextlib.contextmanager
+def shaped_link(job: Job, setup: dict, rate: str) -> Iterator[list[int]]:
+    """A tbf of ``rate`` on both ends of the ranks' veth pair (each rank's egress): the link
+    is rate-limited, not lossy. Each qdisc is deleted by its namespace and device."""
+    made: list[tuple[str, ...]] = []
+    try:
+        for namespace in setup["netns"].values():
+            tc = ("tc", "-n", namespace)
+            subprocess.run([*tc, "qdisc", "add", "dev", setup["ifname"], "root", "tbf", "rate",
+                            rate, "burst", "64kb", "latency", "200ms"], check=True,
+                           capture_output=True, timeout=30)  # fmt: skip
+            made.append(tc)
+        yield []
+    finally:
+        for tc in made:
+            subprocess.run([*tc, "qdisc", "del", "dev", setup["ifname"], "root"],
+                           capture_output=True, timeout=30)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- unseen classes
+
+
+@contextlib.contextmanager
+def read_throttle(job: Job, setup: dict, bytes_per_s: int) -> Iterator[list[int]]:
+    """Throttle the job's reads from the disk under its memory-mapped dataset (io.max
+    ``rbps`` / blkio ``read_bps_device`` of the job's own cgroup, on the device the file
+    made here lives on), its pages dropped from the cache first: the loaders fault them
+    back in at the limit's pace. Nothing is written to any device node."""
+    group: Cgroup = setup["cgroups"]["blkio"]
+    dataset = job.workdir / "dataset.bin"
+    dev = os.stat(dataset).st_dev
+    device = f"{os.major(dev)}:{os.minor(dev)}"
+    with dataset.open("rb") as data:
+        os.posix_fadvise(data.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    value = f"{device} rbps={bytes_per_s}" if group.v2 else f"{device} {bytes_per_s}"
+    group.write("io.max", "blkio.throttle.read_bps_device", value)
+    try:
+        yield []
+    finally:
+        group.write("io.max", "blkio.throttle.read_bps_device",
+                    f"{device} rbps=max" if group.v2 else f"{device} 0")  # fmt: skip
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Headless Chromium driven by Playwright (its default flags: `--disable-features=…
+# AvoidCorsURLLoaderRestartOnRedirect…` is in every process's command line), on a page that
+# draws and computes a little every 50 ms, as a browser left open beside a job does.
+BROWSER = """
+import sys, time
+from playwright.sync_api import sync_playwright
+page_html = "<canvas id=c width=400 height=300></canvas><script>" \\
+    "let n=0; setInterval(()=>{let x=0; for(let i=0;i<100000;i++) x+=Math.sqrt(i+n);" \\
+    "n++; const g=document.getElementById('c').getContext('2d');" \\
+    "g.fillStyle='#'+((n*2654435761)%16777215).toString(16).padStart(6,'0');" \\
+    "g.fillRect(n%400,(x|0)%300,20,20);}, 50);</script>"
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=sys.argv[1], headless=True,
+                                args=["--no-sandbox"])
+    page = browser.new_page()
+    page.set_content(page_html)
+    print("ready", flush=True)
+    time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def browser(job: Job, setup: dict) -> Iterator[list[int]]:
+    """A headless Chromium (Playwright) beside the job, in a session of its own: stopped by
+    killing that session's process group by its id (the driver, the browser, its
+    renderers), nothing else."""
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"{CHROMIUM} not installed (.ci/setup.d/50-pictures.sh)")
+    env = {**os.environ, "HOME": str(job.workdir)}  # Chromium writes its profile under HOME
+    proc = subprocess.Popen(python(BROWSER, str(CHROMIUM)), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        _await_line(proc, "ready")
+        yield [proc.pid]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -3,6 +3,7 @@ threads waiting for a CPU or sharing a restricted CPU set (the rest folded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -22,11 +23,12 @@ from ..lines import (
     parts,
     sort_desc,
 )
-from ..text import IdRanges, fmt_pct, fmt_rate
+from ..text import IdRanges, fmt_pct, fmt_rate, show_id
 from . import view
 
 LEGEND = (
-    "host load psi_cpu | ctr throttled procs | proc allowed thr_allowed "
+    "host load psi_cpu | ctr throttled procs | cgroup quota used throttled procs | "
+    "proc allowed thr_allowed "
     "shares_cpus_with run "
     "invol cpu | (indented) thr run invol"
 )
@@ -45,16 +47,12 @@ INVOL_SHOWN_PER_S = 10.0
 def control(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("ctl",))
-    for ctr in sorted(graph.of_kind("container"), key=_throttle_rank):
-        members = [e.src for e in graph.in_edges(ctr.id, "in_container")]
-        items.append(
-            node_item(
-                ctr,
-                partial(_container_line, ctr, members),
-                procs=tuple(members),
-                metrics={"throttled": attr(ctr, "cpu_throttled_pct") or 0},
-            )
-        )
+    containers = sorted(graph.of_kind("container"), key=_throttle_rank)
+    items += _limit_items(facts, containers, "in_container", "cpu_throttled_pct", _container_line)
+    # cgroups with a CPU quota (collectors/cgroups.py): the limit and how often it bit
+    quotas = [c for c in graph.of_kind("cgroup") if attr(c, "cpu_quota_cpus") is not None]
+    quotas.sort(key=_quota_rank)
+    items += _limit_items(facts, quotas, "in_cgroup", "cpu_throttled_periods_pct", _quota_line)
     shared = _shared_affinity(facts)
     processes = sorted(graph.of_kind("process"), key=_contention_rank)
 
@@ -99,6 +97,28 @@ def control(facts: Facts) -> list[Item]:
     return items
 
 
+def _limit_items(
+    facts: Facts,
+    limits: list[Node],
+    membership: str,
+    throttled: str,
+    line: Callable[[Node, list[str]], str],
+) -> list[Item]:
+    """One item per container or cgroup, with its member processes and how throttled it was."""
+    items = []
+    for limit in limits:
+        members = [e.src for e in facts.graph.in_edges(limit.id, membership)]
+        items.append(
+            node_item(
+                limit,
+                partial(line, limit, members),
+                procs=tuple(members),
+                metrics={"throttled": attr(limit, throttled) or 0},
+            )
+        )
+    return items
+
+
 def _throttle_rank(ctr: Node) -> tuple[Any, ...]:
     return (sort_desc(attr(ctr, "cpu_throttled_pct")), ctr.id)
 
@@ -110,6 +130,21 @@ def _container_line(ctr: Node, members: list[str]) -> str:
         kv("runtime", g("runtime"), escape_short),
         kv("throttled", g("cpu_throttled_pct"), fmt_pct),
         kv("throttled", g("cpu_throttled_per_s"), fmt_rate),
+        f"procs={len(members)}" if members else None,
+    )
+
+
+def _quota_rank(cgroup: Node) -> tuple[Any, ...]:
+    return (sort_desc(attr(cgroup, "cpu_throttled_periods_pct")), cgroup.id)
+
+
+def _quota_line(cgroup: Node, members: list[str]) -> str:
+    g = cgroup.get
+    return parts(
+        show_id(cgroup.id),
+        kv("quota", g("cpu_quota_cpus"), lambda v: f"{v:g}cpu"),
+        kv("used", g("cpu_usage_pct"), fmt_pct),
+        kv("throttled", g("cpu_throttled_periods_pct"), fmt_pct),
         f"procs={len(members)}" if members else None,
     )
 

@@ -32,11 +32,13 @@ from ..text import (
     show_id,
     word,
 )
+from ..trace_lines import collective_items
 from . import view
 
 LEGEND = (
     "host retrans listen_ovf | nic state speed rx/tx err drop | A → B transport "
-    "bytes rate flows retrans | sock proto state local→remote sent/recv rate rtt(min) retrans q proc"
+    "bytes rate flows retrans | collective kind ×calls/rank ranks bytes/call p50 p99 "
+    "fastest_p50 wait_slowest | sock proto state local→remote sent/recv rate rtt(min) retrans q proc"
 )
 
 
@@ -44,7 +46,7 @@ LEGEND = (
     "network",
     legend=LEGEND,
     narrow="kind=socket pid=N min_bytes=1M min_retrans=1",
-    top=("talks_to", "socket", "nic"),
+    top=("collective", "talks_to", "socket", "nic"),
 )
 def network(facts: Facts) -> list[Item]:
     graph = facts.graph
@@ -56,7 +58,7 @@ def network(facts: Facts) -> list[Item]:
     items += flow_items(facts, lambda t: t in NETWORK_TRANSPORTS)
     sockets = [s for s in graph.of_kind("socket") if (attr(s, "proto") or "") != "unix"]
     items += socket_items(facts, sockets)
-    return items
+    return collective_items(facts) + items
 
 
 def _nic_rank(nic: Node) -> tuple[Any, ...]:

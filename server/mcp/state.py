@@ -257,7 +257,7 @@ class ServerState:
                 continue  # an allowed dir that does not exist allows nothing
         return resolved
 
-    def check_import_path(self, path: str) -> Path:
+    def check_import_path(self, path: str, folder: bool = False) -> Path:
         """The real path of a file the model may import, or a UserError saying why not.
 
         The path is resolved (symlinks followed) and checked against the roots before
@@ -284,6 +284,8 @@ class ServerState:
                 f"no such file: {excerpt(path, MAX_PATH_EXCERPT)}; give a path below an "
                 f"allowed root ({listed})"
             ) from None
+        if folder and stat.S_ISDIR(info.st_mode):
+            return real  # its files are checked one by one (check_import_paths)
         if not stat.S_ISREG(info.st_mode):
             raise UserError(
                 f"{excerpt(path, MAX_PATH_EXCERPT)} is not a regular file; give a graph file "
@@ -297,6 +299,14 @@ class ServerState:
                 "allow it"
             )
         return real
+
+    def check_import_paths(self, paths: list[str]) -> list[Path]:
+        """Trace files, or folders of them, each file checked as ``check_import_path`` does
+        (a folder's files too: a link in it may point outside the roots)."""
+        from wp_mcp.graph.trace import trace_files
+
+        real = [self.check_import_path(path, folder=True) for path in paths]
+        return [self.check_import_path(str(file)) for file in trace_files(real)]
 
     @property
     def max_file_bytes(self) -> int:

@@ -15,6 +15,7 @@ from ..thresholds import (
     graded,
 )
 from .contention import host_priority
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 
 USE_METHOD = "B. Gregg, The USE Method: Linux Performance Checklist"
 
@@ -174,6 +175,67 @@ def container_throttled(ctx: RuleContext) -> list[Finding]:
                     "CPUs its workers really use, or use a static CPU manager policy.",
                 )
             )
+    return out
+
+
+@rule(
+    "L1.cgroup-cpu-quota",
+    1,
+    "Processes held off their CPUs by their cgroup's CPU quota",
+    "cgroup cpu_throttled_periods_pct (nr_throttled / nr_periods over the window)",
+    graded(THROTTLED, THROTTLED_P0, "P0"),
+    "proposed; CFS bandwidth control (the kernel's Documentation/scheduler/sched-bwc.rst)",
+)
+def cgroup_cpu_quota(ctx: RuleContext) -> list[Finding]:
+    """The subject is the quota (the cgroup's setting), not the threads that wait for it:
+    its fix is the value that lets them run."""
+    out, measured = [], False
+    for cgroup in limited(ctx, "cpu_quota_cpus", "a CPU quota (cpu.max / cfs_quota_us)"):
+        pct = cgroup.get("cpu_throttled_periods_pct")
+        procs = members(ctx, cgroup, "cpu_pct")
+        if pct is None or not procs:
+            continue
+        measured = True
+        if not THROTTLED.reached(pct):
+            continue
+        quota, used = cgroup.get("cpu_quota_cpus"), cgroup.get("cpu_usage_pct")
+        wanted = ctx.host_cpus(procs[0].id) or max(2, int(2 * quota + 0.999))
+        period = cgroup.get("cpu_period_us") or 100_000
+        v2 = cgroup.get("cpu_limit_file") == "cpu.max"
+        command = (
+            set_file(cgroup, "cpu.max", f"{wanted * period} {period}")
+            if v2
+            else set_file(cgroup, "cpu.cfs_quota_us", str(wanted * period))
+        )
+        use = f", using {used:.0f} % of a CPU" if used is not None else ""
+        out.append(
+            ctx.finding(
+                subject=cgroup.id,
+                value=pct,
+                priority="P0" if THROTTLED_P0.reached(pct) else "P1",
+                title=f"The CPU quota of {cgroup_name(cgroup)} ({quota:g} CPU) throttled "
+                f"{members_named(ctx, procs)} in {pct:.0f} % of its periods{use}",
+                evidence=[
+                    ctx.entity(
+                        cgroup,
+                        "cpu_quota_cpus",
+                        "cpu_throttled_periods_pct",
+                        "cpu_throttled_s",
+                        "cpu_usage_pct",
+                        "cpu_periods",
+                    ),  # fmt: skip
+                    members_evidence(ctx, procs, "cpu_pct", "run_delay_pct"),
+                ],
+                impact=f"its processes get at most {quota:g} CPU however many are idle; each "
+                "period they reach it they wait for the next",
+                action=f"Raise the cgroup's CPU quota ({cgroup.get('cpu_limit_file')}) to the "
+                f"{wanted} CPUs its processes may run on, or remove it (--cpus, k8s limits, "
+                "systemd CPUQuota= set it); then its throttled periods drop to none.",
+                command=command,
+            )
+        )
+    if not measured:
+        raise NotEvaluable("no throttling counters over a window for a cgroup with a quota")
     return out
 
 

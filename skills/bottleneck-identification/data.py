@@ -38,8 +38,19 @@ def _loader_sets(ctx: RuleContext) -> list[tuple[Node, list[Node]]]:
     return sets
 
 
+def role_evidence(ctx: RuleContext, proc_id: str) -> Evidence:
+    """Why ``proc_id`` holds its role (skills/roles.py): what was seen, not its name."""
+    return Evidence(
+        "entity",
+        [proc_id],
+        {"role": ctx.analysis.roles.get(proc_id), "seen": ctx.analysis.role_evidence(proc_id)},
+        note="why it has this role",
+    )
+
+
 def _loader_evidence(ctx: RuleContext, trainer: Node, workers: list[Node]) -> list[Evidence]:
     return [
+        role_evidence(ctx, workers[0].id),
         ctx.entity(trainer, "cpu_pct", "vol_switches_per_s", "main_waits", note="trainer"),
         Evidence(
             "aggregate",
@@ -269,11 +280,13 @@ def worker_count_advice(
     "≥ 90 % of one CPU",
 )
 def frontend_saturated(ctx: RuleContext) -> list[Finding]:
-    fronts = [g.front_end for g in ctx.analysis.groups if g.front_end]
+    fronts = ctx.analysis.front_ends
     if not fronts:
-        raise NotEvaluable("no serving front end found")
+        raise NotEvaluable(
+            "no serving front end found (no process accepting clients and feeding workers)"
+        )
     out, measured = [], False
-    for front in sorted(set(fronts)):
+    for front in sorted(fronts):
         threads = [
             t for t in ctx.graph.successors(front, "has_thread") if t.get("cpu_pct") is not None
         ]
@@ -288,7 +301,10 @@ def frontend_saturated(ctx: RuleContext) -> list[Finding]:
                     value=hot.get("cpu_pct"),
                     priority="P1",
                     title=f"Front end {ctx.label(front)}: {ctx.label(hot.id)} at {hot.get('cpu_pct'):.0f} % CPU",
-                    evidence=[ctx.entity(hot, "cpu_pct", "invol_switches_per_s")],
+                    evidence=[
+                        ctx.entity(hot, "cpu_pct", "invol_switches_per_s"),
+                        role_evidence(ctx, front),
+                    ],
                     action="Requests queue behind one thread (tokenising, scheduling, HTTP): "
                     "run more API server processes or move tokenisation out of the loop.",
                 )

@@ -9,6 +9,9 @@ from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 from ..thresholds import (
     BIG_RESIDENT_NAMED,
+    CGROUP_MEMORY_FULL,
+    CGROUP_PSI,
+    CGROUP_RECLAIM,
     MAJOR_FAULTS,
     MEM_AVAILABLE_LOW,
     MEM_AVAILABLE_P0,
@@ -19,6 +22,7 @@ from ..thresholds import (
     SWAP_FAULTS_P1,
 )
 from .compute import USE_METHOD
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 
 GIB = 1 << 30
 NAMED = 4  # processes a memory finding names, per kind
@@ -291,3 +295,90 @@ def _home_node(ctx: RuleContext, proc) -> int | None:
 )
 def memory_bandwidth(ctx: RuleContext) -> list[Finding]:
     raise NotEvaluable("needs uncore PMU memory-controller counters; this snapshot has none")
+
+
+@rule(
+    "L2.cgroup-memory-limit",
+    2,
+    "A cgroup's memory limit makes its processes read pages back from disk",
+    "cgroup major faults or refaults/s while at its limit (memory.events, memory.stat)",
+    f"{CGROUP_RECLAIM} at {CGROUP_MEMORY_FULL} or with limit events in the window, or memory "
+    f"PSI {CGROUP_PSI}; P0 on an OOM kill",
+    "proposed; cgroup v2 memory.high/memory.max, memory.events (the kernel's cgroup-v2.rst)",
+)
+def cgroup_memory_limit(ctx: RuleContext) -> list[Finding]:
+    """The limit is the subject: the processes reclaiming under it are its evidence, the
+    largest resident first (a neighbour inside the same cgroup shows there too)."""
+    out, measured = [], False
+    for cgroup in limited(ctx, "memory_limit_bytes", "a memory limit"):
+        limit = cgroup.get("memory_limit_bytes")
+        reclaim = _reclaim_rate(cgroup)
+        psi = (cgroup.get("psi") or {}).get("memory_some_pct")
+        procs = members(ctx, cgroup, "rss_bytes")
+        if (reclaim is None and psi is None) or not procs or not limit:
+            continue
+        measured = True
+        kills = cgroup.get("memory_oom_kill_events") or 0
+        events = (cgroup.get("memory_high_events") or 0) + (cgroup.get("memory_max_events") or 0)
+        used = 100 * (cgroup.get("memory_current_bytes") or 0) / limit
+        at_limit = CGROUP_MEMORY_FULL.reached(used) or events > 0
+        stalled = CGROUP_RECLAIM.reached(reclaim) or CGROUP_PSI.reached(psi)
+        if not kills and not (at_limit and stalled):
+            continue
+        file = cgroup.get("memory_limit_file") or "memory.max"
+        why = (
+            f"OOM-killed {kills} process(es)"
+            if kills
+            else (f"{reclaim or 0:.0f} pages/s read back from disk at {used:.0f} % of it")
+        )
+        faulting = sorted(
+            (p for p in procs if (p.get("major_faults_per_s") or 0) > 0),
+            key=lambda p: (-p.get("major_faults_per_s"), p.id),
+        )
+        if faulting:
+            why += f", by {members_named(ctx, faulting)}"
+        largest = procs[0]
+        holder = f"; the largest resident: {ctx.label(largest.id)}" + (
+            f" ({largest.get('rss_bytes') / (1 << 20):.0f} MiB)" if largest.get("rss_bytes") else ""
+        )
+        out.append(
+            ctx.finding(
+                subject=cgroup.id,
+                value=reclaim if reclaim is not None else psi,
+                priority="P0" if kills else "P1",
+                title=f"The memory limit of {cgroup_name(cgroup)} "
+                f"({limit / (1 << 20):.0f} MiB, {file}): {why}{holder}",
+                evidence=[
+                    ctx.entity(
+                        cgroup,
+                        "memory_limit_bytes",
+                        "memory_current_bytes",
+                        "memory_anon_bytes",
+                        "memory_file_bytes",
+                        "memory_major_faults_per_s",
+                        "memory_refaults_per_s",
+                        "memory_high_events",
+                        "memory_max_events",
+                        "memory_oom_kill_events",
+                        "psi",
+                    ),  # fmt: skip
+                    members_evidence(ctx, procs, "rss_bytes", "major_faults_per_s"),
+                ],
+                impact="what does not fit under the limit is evicted and read back from disk "
+                "(a memory-mapped dataset, code, anonymous pages): its processes wait on it",
+                action=f"Raise the cgroup's memory limit ({file}; --memory, k8s limits, "
+                "systemd MemoryHigh=/MemoryMax= set it) above its working set, anonymous memory "
+                "plus the files it maps: at least twice the present limit, then check that its "
+                "major faults and memory.events stop growing; or move what else lives in it out.",
+                command=set_file(cgroup, file, str(2 * limit)),
+            )
+        )
+    if not measured:
+        raise NotEvaluable("no reclaim counters over a window for a cgroup with a memory limit")
+    return out
+
+
+def _reclaim_rate(cgroup: Node) -> float | None:
+    rates = [cgroup.get(a) for a in ("memory_major_faults_per_s", "memory_refaults_per_s")]
+    known = [r for r in rates if r is not None]
+    return max(known) if known else None

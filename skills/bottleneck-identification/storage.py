@@ -9,6 +9,7 @@ from wp_mcp.graph import Node
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 from ..thresholds import (
+    CGROUP_IO_AT_LIMIT,
     DISK_AWAIT,
     DISK_AWAIT_P1,
     DISK_QUEUE,
@@ -20,6 +21,7 @@ from ..thresholds import (
     graded,
 )
 from .contention import job_processes
+from .limits import cgroup_name, limited, members, members_evidence, members_named, set_file
 from .memory import PSI_DOC, psi_findings
 
 MB = 1_000_000  # rates in MB/s, as iostat and dd print them
@@ -309,3 +311,75 @@ def disk_queue(ctx: RuleContext) -> list[Finding]:
                 )
             )
     return out
+
+
+# (limit key, rate key, what, v1 file)
+IO_LIMITS = (
+    ("rbps_limit", "read_bytes_per_s", "bytes/s read", "blkio.throttle.read_bps_device"),
+    ("wbps_limit", "write_bytes_per_s", "bytes/s written", "blkio.throttle.write_bps_device"),
+    ("riops_limit", "reads_per_s", "reads/s", "blkio.throttle.read_iops_device"),
+    ("wiops_limit", "writes_per_s", "writes/s", "blkio.throttle.write_iops_device"),
+)
+
+
+@rule(
+    "L5.cgroup-io-limit",
+    5,
+    "A cgroup's I/O limit caps its processes' reads or writes",
+    "cgroup bytes or I/Os per second on a device against its io.max / blkio.throttle limit",
+    str(CGROUP_IO_AT_LIMIT),
+    "proposed; cgroup v2 io.max, v1 blkio throttling (the kernel's cgroup-v2.rst)",
+)
+def cgroup_io_limit(ctx: RuleContext) -> list[Finding]:
+    out, measured = [], False
+    for cgroup in limited(ctx, "io_devices", "I/O counters"):
+        procs = members(ctx, cgroup, "io_read_bytes_per_s")
+        for device, seen in sorted((cgroup.get("io_devices") or {}).items()):
+            for limit_key, rate_key, what, v1_file in IO_LIMITS:
+                limit = seen.get(limit_key)
+                if not limit or not procs:
+                    continue
+                measured = True
+                moved = seen.get(rate_key) or 0.0
+                share = 100 * moved / limit
+                if CGROUP_IO_AT_LIMIT.reached(share):
+                    out.append(_io_finding(ctx, cgroup, procs, device, limit_key, v1_file,
+                                           (what, limit, moved, share)))  # fmt: skip
+    if not measured:
+        raise NotEvaluable("no cgroup with an I/O limit and processes in it")
+    return out
+
+
+def _io_finding(ctx: RuleContext, cgroup: Node, procs: list[Node], device: str,
+                limit_key: str, v1_file: str, seen: tuple[str, int, float, float]) -> Finding:  # fmt: skip
+    what, limit, moved, share = seen
+    v2 = cgroup.get("hierarchy") == "v2"
+    key = limit_key.removesuffix("_limit")
+    command = (
+        set_file(cgroup, "io.max", f"{device} {key}=max")
+        if v2
+        else set_file(cgroup, v1_file, f"{device} 0")
+    )
+    return ctx.finding(
+        subject=cgroup.id,
+        value=round(share, 1),
+        priority="P1",
+        title=f"The I/O limit of {cgroup_name(cgroup)} on device {device} "
+        f"({limit:,} {what}) holds {members_named(ctx, procs)} at {share:.0f} % of it",
+        evidence=[
+            Evidence(
+                "entity",
+                [cgroup.id],
+                {"device": device, **(cgroup.get("io_devices") or {}).get(device, {})},
+                ctx.window_s,
+                note="the cgroup's limit and what it moved",
+            ),  # fmt: skip
+            members_evidence(ctx, procs, "io_read_bytes_per_s", "io_write_bytes_per_s", "state"),
+        ],
+        impact="its processes' I/O on that device waits for the limit's budget, whatever the "
+        "disk could do",
+        action=f"Raise or remove the cgroup's I/O limit on {device} "
+        f"({'io.max' if v2 else v1_file}; docker --device-read-bps, systemd IOReadBandwidthMax= "
+        "set it), or keep the data it reads in memory or on a device without a limit.",
+        command=command,
+    )

@@ -202,11 +202,10 @@ def _communication(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Se
 def _parallelism(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
     lines = []
     for group in analysis.groups:
-        kind = (
-            "tensor/data-parallel group (one device per rank)"
-            if group.kind == "device ranks"
-            else "rank group over TCP"
-        )
+        kind = {
+            "device ranks": "tensor/data-parallel group (one device per rank)",
+            "env ranks": "rank group by environment (RANK, WORLD_SIZE)",
+        }.get(group.kind, "rank group over TCP")
         lines.append(f"- **{kind}**: {safe(group.label)}; parent {code(group.parent or '-')}")
         for member in group.members:
             devices = ", ".join(map(code, group.devices.get(member, []))) or "no device"
@@ -219,6 +218,11 @@ def _parallelism(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Sect
         lines.append(f"- **data loaders** of {code(trainer)}: " + ", ".join(map(code, workers)))
     data["groups"] = [_group_dict(g) for g in analysis.groups]
     data["dataloaders"] = analysis.dataloaders
+    # what each role stands on (skills/roles.py): the evidence, not the name
+    data["roles"] = {
+        proc: {"role": role, "seen": analysis.role_evidence(proc)}
+        for proc, role in sorted(analysis.roles.items())
+    }
     if not lines:
         return Section("Parallelism", "info", "No rank group, data loader or front end recognised.")
     return Section("Parallelism", "info", "\n".join(lines))

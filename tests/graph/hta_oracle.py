@@ -74,6 +74,15 @@ def collective_durations(analysis: TraceAnalysis) -> dict[str, list[float]]:
     return out
 
 
+def idle_breakdown(analysis: TraceAnalysis) -> dict[str, dict[str, float]]:
+    """µs of idle time per stream in each of HTA's categories (host_wait, kernel_wait, other)."""
+    frame, _ = analysis.get_idle_time_breakdown(ranks=[0], visualize=False)
+    out: dict[str, dict[str, float]] = {}
+    for row in frame.to_dict("records"):
+        out.setdefault(str(int(row["stream"])), {})[row["idle_category"]] = float(row["idle_time"])
+    return out
+
+
 def gpu_kernel_count(analysis: TraceAnalysis) -> int:
     return int(sum(frame["stream"].ne(-1).sum() for frame in analysis.t.traces.values()))
 
@@ -96,6 +105,7 @@ def figures(path: str) -> dict:
         **temporal_breakdown(analysis),
         "kernel_type_us": kernel_type_time(analysis),
         "overlap_pct": overlap_pct(analysis),
+        "idle_us_by_stream": idle_breakdown(analysis),
         "collectives_us": collective_durations(whole),
     }
 

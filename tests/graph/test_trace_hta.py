@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from wp_mcp.graph import trace
+from wp_mcp.graph.trace_facts import collective_facts
 from wp_require import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +116,7 @@ def nearest_rank(values: list[float], q: int) -> float:
 @pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
 def test_collective_durations_agree_with_hta_communication_kernels(hta, path):
     expected = hta[path.name]["collectives_us"]
-    got = trace.rank_facts(trace.read_rank(path))[0]["trace_collectives"]
+    got = collective_facts(trace.read_rank(path).collectives, by_kernel=True)
     assert set(got) == set(expected)
     for kind, durations in expected.items():
         assert got[kind]["count"] == len(durations), kind
@@ -129,3 +130,25 @@ def test_cpu_only_trace_has_no_device_split_for_hta_nor_here(hta):
     (gloo,) = (path for path in ALL_TRACES if path not in GPU_TRACES)
     assert hta[gloo.name] == {"gpu_kernels": 0}
     assert trace.rank_facts(trace.read_rank(gloo))[1] == {}
+
+
+@pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
+def test_idle_split_per_stream_and_device_agrees_with_hta_idle_time_breakdown(hta, path):
+    """Host wait, kernel wait and other, as shares of each stream's idle time (HTA's
+    get_idle_time_breakdown), and pooled over the device's streams: within 2 points (the
+    issue's bar); the algorithm is HTA's, so in practice they agree to our 0.01 rounding."""
+    streams = hta[path.name]["idle_us_by_stream"]
+    ours = device_facts(path)
+    for stream, split in streams.items():
+        idle = sum(split.values())
+        if idle <= 0:
+            continue
+        got = ours["trace_streams"][stream]
+        assert got["idle_ms"] == pytest.approx(idle / 1000, abs=0.001), stream
+        for category, key in (("host_wait", "host_wait_pct"), ("kernel_wait", "kernel_wait_pct")):
+            assert got[key] == pytest.approx(100 * split.get(category, 0.0) / idle, abs=2), stream
+    pooled = sum(s.get("host_wait", 0.0) for s in streams.values())
+    total = sum(sum(s.values()) for s in streams.values())
+    assert ours["trace_idle_host_pct"] == pytest.approx(100 * pooled / total, abs=2)
+    # the device waited for the host at most as long as it idled
+    assert 0 < ours["trace_host_wait_pct"] <= ours["trace_idle_pct"] + ROUNDING_PCT

@@ -21,6 +21,7 @@ from wp_mcp.graph import formats, native, trace, trace_read
 from wp_mcp.graph.errors import FormatError, UserError
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.store import Store
+from wp_mcp.graph.trace_facts import collective_facts
 from wp_mcp.server.cli import main
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -130,7 +131,7 @@ def test_device_time_split_agrees_with_an_independent_sweep(path):
 @pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.name)
 def test_collective_durations_agree_with_the_kernels(path):
     expected = nccl_kernel_durations(document(path))
-    got = trace.rank_facts(trace.read_rank(path))[0]["trace_collectives"]
+    got = collective_facts(trace.read_rank(path).collectives, by_kernel=True)
     assert set(got) == set(expected)
     for kind, durations in expected.items():
         assert got[kind]["count"] == len(durations)
@@ -442,3 +443,67 @@ def test_wp_open_imports_a_rank_trace_alone_or_joined_to_a_snapshot(tmp_path):
     assert joined.node("proc:4037").trace_rank == 0
     assert joined.node("proc:4037").name == "pyper:trainer:0", "the live snapshot's name stays"
     assert joined.node("thr:4037") is not None, "the live snapshot's threads are kept"
+
+
+def test_nccl_send_recv_kernels_take_the_kind_and_size_their_annotation_names():
+    """On the 128-rank job NCCL ran every collective as a SendRecv kernel: each kernel is of
+    the kind of the ``nccl:*`` annotation enclosing its launch, with that call's message size
+    from record_shapes (Input Dims × Input type)."""
+    rank = trace.read_rank(TRACES / "gpu-train-nccl-rank0.json.gz")
+    assert {c.kernel for c in rank.collectives} == {"send_recv"}
+    facts = collective_facts(rank.collectives)
+    assert set(facts) == {"all_reduce", "all_to_all", "all_gather"}
+    assert facts["all_reduce"]["count"] == 4 and facts["all_to_all"]["count"] == 4
+    assert all(kind["bytes"] > 1 << 20 for kind in facts.values())
+
+
+def rank_doc(path: Path, rank: int, base_s: float) -> Path:
+    """A gloo rank's trace of 3 steps of 100 ms starting at epoch ``base_s``."""
+    events = []
+    for step in range(3):
+        start = step * 100_000.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7,
+             "tid": 7, "ts": start, "dur": 100_000.0},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 7, "tid": 8,
+             "ts": start + 50_000, "dur": 1_000.0},
+        ]  # fmt: skip
+    doc = {
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "baseTimeNanoseconds": int(base_s * 1e9),
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_traces_of_two_runs_in_one_folder_are_refused_with_one_line(tmp_path, capsys):
+    for rank in (0, 1):
+        rank_doc(tmp_path / f"run1-rank{rank}.json", rank, 1.7e9)
+        rank_doc(tmp_path / f"run2-rank{rank}.json", rank, 1.7e9 + 600)
+    with pytest.raises(UserError, match=r"traces of 2 different runs .* import one run at a time"):
+        trace.load_traces([tmp_path])
+    assert main(["--store", str(tmp_path / "store"), "import", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "run1-rank0.json, run1-rank1.json; run2-rank0.json, run2-rank1.json" in line
+    for name in ("run2-rank0.json", "run2-rank1.json"):
+        (tmp_path / name).unlink()
+    assert trace.load_traces([tmp_path]).meta.trace["ranks"] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("AllReduce", "all_reduce"), ("allreduce", "all_reduce"), ("_all_gather_base", "all_gather"),
+     ("reduce_scatter_tensor", "reduce_scatter"), ("all_to_all_single", "all_to_all"),
+     ("SendRecv", "send_recv"), ("allGather", "all_gather"), ("broadcast", "broadcast")],
+)  # fmt: skip
+def test_collective_kinds_of_nccl_hccl_gloo_and_torch_have_one_spelling(name, kind):
+    assert trace_read.collective_kind(name) == kind
+
+
+def test_an_hccl_kernel_is_a_collective_of_its_kind():
+    rank = trace_read.RankTrace(origin="npu.json")
+    rank.add([{"ph": "X", "cat": "kernel", "name": "hcom_allReduce__482_0_1", "pid": 1,
+               "tid": 1, "ts": 10.0, "dur": 50.0, "args": {"device": 0, "stream": 3}}])  # fmt: skip
+    (call,) = rank.collectives
+    assert call.kind == "all_reduce" and call.dur == 50.0

@@ -84,3 +84,22 @@ def tcp_socket(graph: Graph, owner: str, inode: int, **attrs) -> str:
     graph.add("socket", f"sock:{inode}", inode=inode, **attrs)
     graph.link("holds", owner, f"sock:{inode}")
     return f"sock:{inode}"
+
+
+def accepts(graph: Graph, server: str, client: str, port: int, inode: int) -> None:
+    """``server`` listens on ``port`` and accepted a connection from ``client`` on it: the
+    listening socket, both ends joined by ``peer``, and their ``talks_to``."""
+    tcp_socket(graph, server, inode, state="LISTEN", local_port=port)
+    ours = tcp_socket(graph, server, inode + 1, local_port=port, remote_port=40000 + inode)
+    theirs = tcp_socket(graph, client, inode + 2, local_port=40000 + inode, remote_port=port)
+    graph.link("peer", ours, theirs)
+    graph.link("talks_to", client, server, transport="tcp", bytes=500)
+
+
+def loader(graph: Graph, pid: int, parent: int, **attrs) -> str:
+    """A DataLoader worker of ``parent``: torch's worker loop (its name) and the pipe its
+    batches reach the trainer through (skills/roles.py wants both)."""
+    attrs.setdefault("name", "pt_data_worker")
+    worker = process(graph, pid, parent=parent, **attrs)
+    graph.link("talks_to", worker, f"proc:{parent}", key="pipe", transport="pipe", measured=False)
+    return worker

@@ -16,7 +16,7 @@ from wp_mcp.skills.bottleneck_identification.engine import run
 from wp_mcp.skills.job_scope import scope_to_job
 from wp_mcp.skills.rule_engine import evaluate
 
-from .builders import process, tcp_ranks, thread
+from .builders import loader, process, tcp_ranks, thread
 
 CPU_RULES = ("L1.cpu-saturation", "L6.load-over-cpus", "L6.psi-cpu", "L6.run-queue-delay")
 
@@ -42,8 +42,8 @@ def job(graph: Graph, rank_cpu: float, rank_delay: float, workers: int = 2,
         graph.nodes[rank].run_delay_pct = rank_delay
         thread(graph, pid, pid, name="python3", cpu_pct=rank_cpu, run_delay_pct=rank_delay)
         for w in range(workers):
-            process(graph, 1000 + 100 * index + w, parent=pid, name="pt_data_worker",
-                    cpus_allowed="0-1", cpu_pct=worker_cpu, run_delay_pct=worker_delay)  # fmt: skip
+            loader(graph, 1000 + 100 * index + w, parent=pid, cpus_allowed="0-1",
+                   cpu_pct=worker_cpu, run_delay_pct=worker_delay)  # fmt: skip
     return ranks
 
 

@@ -10,7 +10,7 @@ from wp_mcp.skills import diagnose
 from wp_mcp.skills.bottleneck_identification import evaluate
 from wp_mcp.skills.thresholds import Limit, graded
 
-from .builders import GIB, process, tcp_ranks, thread, two_node_host
+from .builders import GIB, loader, process, tcp_ranks, thread, two_node_host
 
 RULE = "L6.rank-stalled"
 MIB = 1 << 20
@@ -138,8 +138,8 @@ def loader_waits(trainer=None, worker=None, worker_cpu=5.0, run_delay=0.0, worke
             thread(graph, 200 + index, 200 + index, cpu_pct=10.0, run_delay_pct=run_delay)
             for w in range(workers):
                 pid = 300 + 10 * index + w
-                process(graph, pid, parent=200 + index, name="pt_data_worker",
-                        cpu_pct=worker_cpu, main_waits=worker)  # fmt: skip
+                loader(graph, pid, parent=200 + index, cpu_pct=worker_cpu,
+                       main_waits=worker)  # fmt: skip
         return graph
 
     return build
@@ -233,7 +233,7 @@ def test_oversubscribed_loaders_get_a_count_that_fits_the_cpus():
     graph = loader_waits()()
     for index in range(2):
         for w in range(2, 12):
-            process(graph, 400 + 20 * index + w, parent=200 + index, name="pt_data_worker")
+            loader(graph, 400 + 20 * index + w, parent=200 + index)
     (finding,) = loader_findings(graph, "L7.loader-oversubscribed")
     assert "num_workers=3 per rank" in finding.action  # 2 ranks + 6 workers ≤ 8 CPUs
 
@@ -305,7 +305,7 @@ def test_memory_stalls_name_who_faults_and_who_holds_the_memory():
     fault findings name both, the loaders as dataloaders of the job."""
     graph = two_node_host(major_faults_per_s=180.0, psi={"memory_some_avg10": 20.0})
     for i, _ in enumerate(tcp_ranks(graph)):
-        process(graph, 300 + i, parent=200 + i, name="pt_data_worker", major_faults_per_s=45.0,
+        loader(graph, 300 + i, parent=200 + i, major_faults_per_s=45.0,
                 rss_bytes=GIB // 4)  # fmt: skip
     hog = process(graph, 900, name="hog", rss_bytes=GIB, major_faults_per_s=0.0)
     found = [f for o in evaluate(graph) if isinstance(o.result, list) for f in o.result]

@@ -8,15 +8,17 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from wp_mcp.graph import UserError
 from wp_mcp.server.cli import main
 from wp_mcp.skills import diagnose
-from wp_mcp.skills.job_scope import job_processes, scope_to_job, without_process
+from wp_mcp.skills.job_scope import job_processes, scope_to_job, spare_pids, without_process
+from wp_mcp.skills.report import Evidence
 
-from .builders import process, tcp_ranks, thread, two_node_host
+from .builders import loader, process, tcp_ranks, thread, two_node_host
 
 
 def host_with_a_job_and_neighbours():
@@ -25,7 +27,7 @@ def host_with_a_job_and_neighbours():
     the host's CPU saturated."""
     graph = two_node_host(cpu_busy_pct=97.0)
     tcp_ranks(graph, cpus_allowed="4-5", cpu_pct=60.0)
-    process(graph, 300, parent=200, name="pt_data_worker", cpu_pct=5.0)
+    loader(graph, 300, parent=200, cpu_pct=5.0)
     process(graph, 500, name="stress", cpu_pct=99.0, cpus_allowed="5")
     process(graph, 900, name="wp-mcp", cpu_pct=30.0)
     thread(graph, 900, 900, cpu_pct=30.0, run_delay_pct=40.0)
@@ -106,3 +108,43 @@ def test_diagnose_live_job_reports_only_that_process_tree(store_dir, capsys):
 def test_diagnose_job_of_a_missing_process_is_refused_before_collecting(store_dir, capsys):
     assert main(["diagnose", "--live", "--job", "999999999"]) == 2
     assert "--job 999999999: no such process" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "spared"),
+    [
+        ("renice -n 19 -p 200 500", "renice -n 19 -p 500"),
+        ("renice -n 19 -p 200 201", None),
+        ("kill -STOP 300  # no CPU is free of ranks on this host", None),
+        ("kill 201", None),
+        ("ionice -c 3 -p 200", None),
+        ("kill -CONT 201", "kill -CONT 201"),  # resuming a stopped rank is a fix
+        ("taskset -a -c -p 0-3 200 && migratepages 200 all 0", None),
+        ("renice -n 19 -p 500", "renice -n 19 -p 500"),  # not the job's
+        (
+            "renice -n 19 -p 500 200 && taskset -c -p 2 500",
+            "renice -n 19 -p 500 && taskset -c -p 2 500",
+        ),
+    ],
+)
+def test_commands_lose_the_pids_of_the_job_they_would_stop_or_renice(command, spared):
+    expected = command if spared is None and command.startswith("taskset") else spared
+    assert spare_pids(command, {200, 201, 300}) == expected
+
+
+def test_a_job_report_never_advises_stopping_or_renicing_the_job():
+    """Another job (ranks 600/601) slowed by this one is told to renice it; this job's own
+    front-end-like hog finding says kill -STOP: scoped to this job, neither command is left."""
+    graph = host_with_a_job_and_neighbours()
+    report = diagnose(graph)
+    other = replace(report.findings[0], id="other", subject="proc:600", command="renice -n 19 -p 200 201",
+                    evidence=[Evidence("aggregate", ["proc:200"], {})])  # fmt: skip
+    own = replace(report.findings[0], id="own", subject="proc:300", command="kill -STOP 300  # why",
+                  action="Stop it.")  # fmt: skip
+    report = replace(report, findings=[*report.findings, other, own])
+    scoped = scope_to_job(report, graph, 300)
+    by_id = {f.id: f for f in scoped.findings}
+    assert "other" not in by_id
+    assert by_id["own"].command is None and "left out" in by_id["own"].action
+    job_pids = {100, 200, 201, 300}
+    assert all(spare_pids(f.command, job_pids) == f.command for f in scoped.findings if f.command)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from wp_mcp.skills import run_skill
 from wp_mcp.skills.hotspot_thread_discovery import classify
 
-from .builders import process, thread, two_node_host
+from .builders import loader, process, thread, two_node_host
 
 
 def busy_host():
@@ -16,7 +16,7 @@ def busy_host():
     thread(graph, 10, 12, name="python3", cpu_pct=0.1, run_delay_pct=0.0)
     thread(graph, 10, 13, name="ckpt-writer", cpu_pct=30.0, state="D")
     thread(graph, 10, 14, name="python3", cpu_pct=70.0, numa_cpu_time={"1": 5.0})
-    process(graph, 20, parent=10, name="pt_data_worker")
+    loader(graph, 20, parent=10)
     thread(graph, 20, 20, name="python3", cpu_pct=60.0)
     return graph
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from wp_mcp.skills import run_skill
 from wp_mcp.skills.analysis import Analysis, grade
 
-from .builders import process, tcp_ranks, tcp_socket, two_node_host
+from .builders import accepts, process, tcp_ranks, tcp_socket, two_node_host
 
 
 def job():
@@ -78,4 +78,19 @@ def test_a_front_end_serves_clients_over_sockets_not_pipes_to_its_shell():
     assert Analysis(graph).groups[0].front_end is None
     client = process(graph, 60, name="curl", cmdline="curl http://localhost:8000")
     graph.link("talks_to", client, "proc:100", transport="tcp", bytes=500)
-    assert Analysis(graph).groups[0].front_end == "proc:100"
+    analysis = Analysis(graph)  # no sockets of proc:100 here: its links are what is known
+    assert analysis.groups[0].front_end == "proc:100"
+    assert any("no socket detail" in line for line in analysis.role_evidence("proc:100"))
+
+
+def test_with_socket_detail_a_front_end_is_one_that_accepted_clients():
+    graph, _, _ = job()
+    client = process(graph, 60, name="curl", cmdline="curl http://localhost:8000")
+    tcp_socket(graph, client, 800, local_port=41000, remote_port=8000)
+    tcp_socket(graph, "proc:100", 801, local_port=43000, remote_port=8000)  # it is a client
+    graph.link("talks_to", client, "proc:100", transport="tcp", bytes=500)
+    assert Analysis(graph).groups[0].front_end is None
+    accepts(graph, "proc:100", client, 8000, 900)
+    analysis = Analysis(graph)
+    assert analysis.groups[0].front_end == "proc:100"
+    assert any("accepted 1 client" in line for line in analysis.role_evidence("proc:100"))

@@ -27,7 +27,11 @@ HEALTHY_RANK = {
     "trace_step_ms": 100.0,
     "trace_input_wait_pct": 1.0,
     "trace_step_input_wait_pct": [1.0] * 4,
-    "trace_collectives": {"all_reduce": {"count": 8, "p50_us": 90, "p99_us": 120, "total_ms": 1}},
+    "trace_world_size": 2,
+    "trace_comm_own_pct": 2.0,
+    "trace_collectives": {
+        "all_reduce": {"count": 8, "bytes": 32_000_000, "p50_us": 90, "p99_us": 120, "total_ms": 1}
+    },
 }
 HEALTHY_DEVICE = {
     "trace_span_ms": 400.0,
@@ -36,7 +40,10 @@ HEALTHY_DEVICE = {
     "trace_memcpy_pct": 1.0,
     "trace_idle_pct": 10.0,
     "trace_overlap_pct": 80.0,
-    "trace_launch_gap_pct": 1.0,
+    "trace_host_wait_pct": 1.0,
+    "link_speed_gts": 16.0,  # PCIe Gen4 x16: 31.5 GB/s, the path between the two GPUs
+    "link_width": 16,
+    "trace_host_wait_causes": {"cpu_overhead": 4.0},
 }
 HEALTHY_JOB = {
     "ranks": [0, 1],
@@ -47,9 +54,14 @@ HEALTHY_JOB = {
 }
 
 
-def traced_job(device: dict | None = None, rank: dict | None = None, job: dict | None = None):
-    """A host with two traced ranks on gpu:0 and gpu:1; ``device``/``rank`` override rank 1's
-    device and process facts, ``job`` the job summary."""
+def traced_job(
+    device: dict | None = None,
+    rank: dict | None = None,
+    job: dict | None = None,
+    cpu_only: bool = False,
+):
+    """A host with two traced ranks on gpu:0 and gpu:1 (none with ``cpu_only``: a gloo job);
+    ``device``/``rank`` override rank 1's device and process facts, ``job`` the job summary."""
 
     def build() -> Graph:
         graph = two_node_host()
@@ -57,6 +69,8 @@ def traced_job(device: dict | None = None, rank: dict | None = None, job: dict |
             proc = f"proc:{200 + i}"
             proc_facts = dict(HEALTHY_RANK, trace_rank=i, **((rank or {}) if i == 1 else {}))
             graph.add("process", proc, pid=200 + i, name="python3", **proc_facts)
+            if cpu_only:
+                continue
             gpu_facts = dict(HEALTHY_DEVICE, trace_rank=i, **((device or {}) if i == 1 else {}))
             graph.add("gpu", f"gpu:{i}", index=i, numa_node=0, **gpu_facts)
             graph.link("uses_device", proc, f"gpu:{i}")
@@ -70,7 +84,11 @@ CASES = {
     "L1.device-idle": ({"trace_idle_pct": 70.0, "trace_compute_pct": 25.0}, None, None),
     "L3.memcpy-heavy": ({"trace_memcpy_pct": 18.0, "trace_compute_pct": 72.0}, None, None),
     "L4.comm-overlap": ({"trace_comm_pct": 25.0, "trace_overlap_pct": 20.0}, None, None),
-    "L6.launch-bound": ({"trace_launch_gap_pct": 30.0}, None, None),
+    "L6.launch-bound": (
+        {"trace_host_wait_pct": 30.0, "trace_host_wait_causes": {"synchronisation": 120.0}},
+        None,
+        None,
+    ),
     "L7.input-wait-trace": (
         None,
         {"trace_input_wait_pct": 40.0, "trace_step_input_wait_pct": [45.0, 40.0, 38.0, 2.0]},
@@ -86,7 +104,8 @@ CASES = {
             "straggler_rank": 1,
         },
     ),  # fmt: skip
-    "L4.collective-latency": (None, None, {"latency_p50_us": {"all_reduce": 900.0}}),
+    "L4.collective-latency": (None, None, {"latency_p50_us": {"all_reduce": 9000.0}}),
+    "L4.comm-share": (None, {"trace_comm_own_pct": 40.0}, None, True),
 }
 
 
@@ -105,7 +124,9 @@ def test_trace_rule_fires_on_its_problem_with_evidence_and_a_fix(rule_id):
     (finding,) = findings
     assert finding.layer == int(rule_id[1]) and finding.priority in ("P0", "P1")
     # the job's collective latency is one finding, on its first rank; the rest name rank 1
-    expected = {"L4.collective-latency": "proc:200"}.get(rule_id, ("gpu:1", "proc:201"))
+    expected = {"L4.collective-latency": "proc:200", "L4.comm-share": "proc:200"}.get(
+        rule_id, ("gpu:1", "proc:201")
+    )
     assert finding.subject in expected
     assert finding.evidence and all(ev.ids for ev in finding.evidence)
     assert finding.threshold and finding.threshold_source and finding.action
@@ -113,7 +134,7 @@ def test_trace_rule_fires_on_its_problem_with_evidence_and_a_fix(rule_id):
 
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_trace_rule_is_quiet_on_a_healthy_job(rule_id):
-    assert outcome(traced_job()(), rule_id) == []
+    assert outcome(traced_job(cpu_only=rule_id == "L4.comm-share")(), rule_id) == []
 
 
 @pytest.mark.parametrize("rule_id", sorted(CASES))
@@ -211,3 +232,58 @@ def test_diagnose_with_a_bad_trace_fails_before_collecting(tmp_path, capsys):
     assert main(argv) == 2
     assert "truncated" in capsys.readouterr().err
     assert Store(tmp_path / "store").list() == []
+
+
+def test_published_devices_waiting_for_their_cpu_are_launch_bound_with_the_cpu_cause():
+    """The A100 rank's GPU waits for its CPU 77 % of its span (HTA: > 99 % of its idle time is
+    host wait): launch-bound P0, naming what the CPU did, and the idle P0's action names that
+    cause rather than sending the reader to clean layers."""
+    graph = trace.load_traces([TRACES / "gpu-nccl-collectives.json.gz"])
+    (bound,) = outcome(graph, "L6.launch-bound")
+    assert bound.priority == "P0" and 70 < bound.value < 80
+    assert "waits for its CPU" in bound.title and "mostly for" in bound.title
+    (idle,) = outcome(graph, "L1.device-idle")
+    assert "waits for its CPU" in idle.action and "L6.launch-bound" in idle.action
+
+
+def test_collectives_without_sizes_or_path_are_not_evaluable_with_the_reason():
+    sizeless = traced_job(None, None, {"latency_p50_us": {"all_reduce": 9000.0}})()
+    for proc in sizeless.of_kind("process"):
+        proc.trace_collectives = {"all_reduce": {"count": 8, "p50_us": 9000, "total_ms": 72}}
+    reason = outcome(sizeless, "L4.collective-latency")
+    assert reason.startswith("no sizes") and "all_reduce ×8 (no size)" in reason
+    pair = trace.load_traces([TRACES / "gpu-train-nccl-rank0.json.gz",
+                              TRACES / "gpu-train-nccl-rank1.json.gz"])  # fmt: skip
+    reason = outcome(pair, "L4.collective-latency")
+    assert "knows no path" in reason
+    for kind in ("all_reduce ×4", "all_to_all ×4", "all_gather ×2"):
+        assert kind in reason and "GB/s bus" in reason
+
+
+def test_two_of_128_ranks_are_judged_and_the_coverage_says_so():
+    pair = trace.load_traces([TRACES / "gpu-train-nccl-rank0.json.gz",
+                              TRACES / "gpu-train-nccl-rank1.json.gz"])  # fmt: skip
+    (straggler,) = [o for o in evaluate(pair) if o.rule.id == "L4.straggler-rank"]
+    assert "judged 2 of 128 ranks" in " ".join(straggler.skipped)
+    alone = trace.load_traces([TRACES / "gpu-train-nccl-rank0.json.gz"])
+    assert "judged 1 of 128 ranks" in outcome(alone, "L4.straggler-rank")
+
+
+def test_a_communication_heavy_cpu_job_is_judged_on_its_step_share():
+    (finding,) = outcome(traced_job(None, {"trace_comm_own_pct": 44.0}, None, True)(),
+                         "L4.comm-share")  # fmt: skip
+    assert finding.priority == "P0" and "all_reduce" in finding.title
+
+
+def test_a_straggler_on_a_host_where_every_rank_waits_for_cpus_is_not_blamed_for_it():
+    job = traced_job(None, None, CASES["L4.straggler-rank"][2])()
+    for proc in job.of_kind("process"):
+        proc.run_delay_pct = 30.0
+    (finding,) = outcome(job, "L4.straggler-rank")
+    notes = " ".join(ev.note or "" for ev in finding.evidence)
+    assert "live snapshot" in notes and "waits for CPUs" not in notes
+    job.nodes["proc:201"].run_delay_pct = 80.0
+    (finding,) = outcome(job, "L4.straggler-rank")
+    assert "waits for CPUs more than the other ranks" in " ".join(
+        e.note or "" for e in finding.evidence
+    )

@@ -23,31 +23,45 @@ OVERVIEW_RENDER_ELEMENTS = 5_000
 
 @tool(
     name="wp_open",
-    title="Import a graph file",
+    title="Import a graph file or a job's traces",
     annotations=WRITES_STORE,
     description=(
-        "Import a wp-graph (.json/.json.gz) or witty-profiler graph file, or one rank's "
-        "PyTorch profiler trace (`to`: joined to that snapshot), into the store. "
+        "Import a wp-graph (.json/.json.gz) or witty-profiler graph file, or PyTorch profiler "
+        "traces: one rank's file, a folder of rank traces, or several (`paths`), as one job; "
+        "`to` joins them to that snapshot (its processes, or the ranks it already holds). "
         "Only files below the allowed roots (working directory, the store, --allow-dir) "
         "and below the size limit. Returns the snapshot id and a short overview."
     ),
 )
 def wp_open(
     state: ServerState,
-    path: Annotated[str, Field(description="file path, absolute or relative to the cwd")],
+    path: Annotated[
+        str,
+        Field(description="file path, or a folder of rank traces; absolute or relative to the cwd"),
+    ],
     label: Annotated[str | None, Field(max_length=200)] = None,
-    to: Annotated[str | None, Field(max_length=64, description="snapshot id a trace joins")] = None,
+    to: Annotated[
+        str | None, Field(max_length=64, description="snapshot id the traces join")
+    ] = None,
     force_pid: Annotated[
         bool, Field(description="`to`: join by pid even if name or start time differ")
     ] = False,
+    paths: Annotated[
+        list[Annotated[str, Field(max_length=4096)]] | None,
+        Field(max_length=1024, description="more rank traces (or folders) of the same job"),
+    ] = None,
 ) -> CallToolResult:
     from wp_mcp.graph import trace
     from wp_mcp.graph.formats import load_any
 
-    real = state.check_import_path(path)
-    if to:
-        ranks = trace.read_ranks([real], state.max_file_bytes)
-        graph = trace.join_copy(state.store.get(to), ranks, force_pid)
+    given = [path, *(paths or [])]
+    real = state.check_import_path(path, folder=True)
+    if to or paths or real.is_dir():
+        ranks = trace.read_ranks(state.check_import_paths(given), state.max_file_bytes)
+        if to:
+            graph = trace.join_copy(state.store.get(to), ranks, force_pid)
+        else:
+            graph = trace.to_graph(ranks)
     else:
         graph = load_any(real, max_bytes=state.max_file_bytes)
     snapshot_id = state.put(graph, label or real.name)
