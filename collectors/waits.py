@@ -34,7 +34,7 @@ sampler competes for the CPUs it samples (on a busy 2-CPU host a thread was seen
 91 % of the samples at 18 % CPU, elsewhere 19 % at 31 % running and runnable), so the
 accounted shares come from the kernel's counters and the samples only apportion the rest.
 
-Each process also gets ``main_waits`` (its main thread's samples in the classes rules of the
+Each process also gets ``main_waits`` (its main thread's shares in the classes rules of the
 data plane read: running, io, stopped, sleep, fd_wait — poll or a read of local IPC —,
 pipe_write, futex, socket, other) and ``main_wait_samples``. Only processes whose name says
 Python or a Python framework are sampled, at most ``MAX_PROCESSES`` and
@@ -110,7 +110,7 @@ _WCHAN_CLASSES = (
 )
 _NO_FD = {"sleep", "poll", "futex"}  # classes whose wait channel needs no system call read
 _STATE_CLASSES = {"R": "running", "T": "stopped", "t": "stopped"}
-# the data plane's classes of a main thread's samples (``main_waits``)
+# the data plane's classes of a main thread's shares (``main_waits``)
 _MAIN_CLASSES = {
     "running": "running", "disk_io": "io", "page_fault": "io", "stopped": "stopped",
     "sleep": "sleep", "poll": "fd_wait", "pipe_read": "fd_wait", "pipe_write": "pipe_write",
@@ -304,7 +304,7 @@ class WaitsCollector(Collector):
             graph.add("thread", thread_id, source=NAME, tid=waits.tid, pid=waits.pid,
                       time_shares=shares, time_samples=waits.total,
                       **({"waits_on": targets} if targets else {}))  # fmt: skip
-            main = _main_waits(waits) if waits.tid == waits.pid else {}
+            main = _main_waits(waits, shares) if waits.tid == waits.pid else {}
             graph.add("process", ids.process(waits.pid), source=NAME, pid=waits.pid, **main)
             graph.link("has_thread", ids.process(waits.pid), thread_id)
             sampled.add(waits.pid)
@@ -322,17 +322,21 @@ class WaitsCollector(Collector):
         self._finish()
 
 
-def _main_waits(waits: ThreadWaits) -> dict[str, object]:
-    """The main thread's samples in the data plane's classes (see the module docstring)."""
-    counts: Counter[str] = Counter()
-    for sample, count in waits.samples.items():
-        if sample.klass == "socket_recv":  # a read of local IPC (a UNIX socket): a queue
-            counts["fd_wait" if sample.local else "socket"] += count
-        else:
-            counts[_MAIN_CLASSES.get(sample.klass, "other")] += count
-    total = waits.total
-    shares = {name: round(count / total, 3) for name, count in counts.most_common()}
-    return {"main_waits": shares, "main_wait_samples": total}
+def _main_waits(waits: ThreadWaits, shares: dict[str, float]) -> dict[str, object]:
+    """The main thread's time shares in the data plane's classes (see the module docstring):
+    ``running`` is on a CPU or runnable, as the kernel accounted it."""
+    local = sum(n for s, n in waits.samples.items() if s.klass == "socket_recv" and s.local)
+    remote = sum(n for s, n in waits.samples.items() if s.klass == "socket_recv" and not s.local)
+    out: dict[str, float] = {}
+    for klass, share in shares.items():
+        if klass == "socket_recv":  # a read of local IPC (a UNIX socket) is a queue wait
+            local_part = share * local / max(local + remote, 1)
+            out["fd_wait"] = out.get("fd_wait", 0.0) + local_part
+            out["socket"] = out.get("socket", 0.0) + share - local_part
+            continue
+        name = "running" if klass in ("on_cpu", "runnable") else _MAIN_CLASSES.get(klass, "other")
+        out[name] = out.get(name, 0.0) + share
+    return {"main_waits": _rounded(out), "main_wait_samples": waits.total}
 
 
 def _task(ctx: Context, pid: int, tid: int) -> str:
