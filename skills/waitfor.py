@@ -1,0 +1,230 @@
+"""The wait-for chain: what each thread of the job waits on, followed to the cause.
+
+A thread's time breakdown (``time_shares``, ``waits_on``: collectors/waits.py) says how much
+of the window it spent blocked and on what object: a pipe, a socket, a lock. Each blocked
+share is followed to the process at the other end, and on through what *that* process does:
+
+- a write into a full pipe → the processes holding the pipe's read end (its reader);
+- a read of an empty pipe → those holding its write end;
+- a socket read or write → the peer socket's owner (the other end of the connection); a
+  write that waits for send-buffer space ends at the link itself (its window, buffer or
+  shaper: the network layer judges it);
+- a lock (futex) → the sibling thread of the same process that ran meanwhile (a Python
+  thread holding the GIL, a lock holder); none busy: the chain ends at the lock.
+
+At each process reached, the chain looks at its threads: one on a CPU (or runnable) most of
+the window ends the chain there — that thread is **busy**, the cause; otherwise its main
+thread's own longest wait is followed the same way (a reader that itself waits on a pipe),
+until a thread that sleeps, blocks on something that leads nowhere, or a process already
+seen (a cycle: they wait on each other). The chain's end is the cause a finding names; the
+threads it passed through are its victims, the evidence. Nothing here judges: rules do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wp_mcp.graph import Graph, Node, query
+
+BLOCKED_SHARE = 0.2  # a thread blocked at least this share of the window on one kind of wait
+BUSY_SHARE = 0.5  # a thread on a CPU or runnable at least this share of the window is busy
+MAX_HOPS = 4
+FOLLOWED = ("pipe_write", "pipe_read", "socket_recv", "socket_send", "futex")
+WAIT_WORDS = {
+    "pipe_write": "writing into a full pipe",
+    "pipe_read": "reading an empty pipe",
+    "socket_recv": "waiting to receive from a peer",
+    "socket_send": "waiting for send-buffer space (the link's window or buffer)",
+    "futex": "waiting on a lock",
+    "poll": "polling its fds",
+    "disk_io": "blocked on disk I/O",
+    "page_fault": "faulting pages in",
+    "sleep": "in a timed sleep",
+    "stopped": "stopped",
+    "runnable": "waiting for a CPU",
+    "on_cpu": "on a CPU",
+    "other": "waiting in the kernel",
+}
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One step of a chain: ``waiter`` spends ``share`` of the window in ``how`` on
+    ``via`` (a pipe or socket, None for a lock), which leads to ``to`` (a process or
+    thread)."""
+
+    waiter: str  # a thread id
+    how: str  # a class of collectors/waits.py
+    share: float
+    via: str | None
+    to: str
+
+
+@dataclass
+class Chain:
+    """From one blocked thread to what it ends at."""
+
+    victim: str  # the first waiting thread
+    process: str  # its process
+    hops: list[Hop] = field(default_factory=list)
+    end: str = ""  # the cause: a thread (busy), a process, a socket (the link), a pipe
+    end_kind: str = ""  # busy | sleeping | blocked | link | lock | cycle
+    end_shares: dict[str, float] = field(default_factory=dict)  # what the end does
+
+    @property
+    def first(self) -> Hop:
+        return self.hops[0]
+
+    @property
+    def share(self) -> float:
+        return self.first.share
+
+    @property
+    def end_process(self) -> str | None:
+        """The process the chain ends in (a thread's owner), None at a link or a pipe."""
+        return self.hops[-1].to if self.hops and self.hops[-1].to.startswith(_PROCS) else None
+
+
+_PROCS = ("proc:", "thr:")
+
+
+class WaitGraph:
+    """The chains of one graph: its threads' shares, who holds which end of what."""
+
+    def __init__(self, graph: Graph, thread_owner: dict[str, str]) -> None:
+        self.graph = graph
+        self.owner = thread_owner
+        self.threads: dict[str, list[Node]] = {}
+        for thread in graph.of_kind("thread"):
+            proc = thread_owner.get(thread.id)
+            if proc is not None and thread.get("time_shares"):
+                self.threads.setdefault(proc, []).append(thread)
+
+    def chains_of(self, proc_id: str) -> list[Chain]:
+        """Every chain that starts at a thread of ``proc_id`` blocked ``BLOCKED_SHARE``."""
+        out = []
+        for thread in self.threads.get(proc_id, []):
+            for how, share in _blocked(thread):
+                chain = Chain(victim=thread.id, process=proc_id)
+                self._follow(chain, thread, proc_id, how, share, {proc_id})
+                if chain.hops:
+                    out.append(chain)
+        return sorted(out, key=lambda c: -c.share)
+
+    def shares_of(self, proc_id: str) -> dict[str, float]:
+        """A process's main thread's shares (its first thread when the main is unknown)."""
+        main = self.main_thread(proc_id)
+        return dict(main.get("time_shares") or {}) if main is not None else {}
+
+    def main_thread(self, proc_id: str) -> Node | None:
+        threads = self.threads.get(proc_id, [])
+        node = self.graph.node(proc_id)
+        pid = node.get("pid") if node is not None else None
+        main = [t for t in threads if t.get("tid") == pid]
+        return main[0] if main else (threads[0] if threads else None)
+
+    def busiest(self, proc_id: str, besides: str | None = None) -> tuple[Node | None, float]:
+        """The thread of ``proc_id`` longest on a CPU or runnable (but ``besides``)."""
+        best, best_share = None, 0.0
+        for thread in self.threads.get(proc_id, []):
+            share = wants_cpu(thread)
+            if thread.id != besides and share > best_share:
+                best, best_share = thread, share
+        return best, best_share
+
+    # ------------------------------------------------------------------ following
+
+    def _follow(self, chain: Chain, thread: Node, proc: str, how: str, share: float,
+                seen: set[str]) -> None:  # fmt: skip
+        if how == "futex":
+            sibling, busy = self.busiest(proc, besides=thread.id)
+            if sibling is None or busy < BUSY_SHARE:
+                chain.hops.append(Hop(thread.id, how, share, None, proc))
+                chain.end, chain.end_kind = proc, "lock"
+                return
+            chain.hops.append(Hop(thread.id, how, share, None, sibling.id))
+            chain.end, chain.end_kind = sibling.id, "busy"
+            chain.end_shares = dict(sibling.get("time_shares") or {})
+            return
+        via = _target(thread, how)
+        if via is None:
+            return  # blocked on an fd the graph does not know
+        if how == "socket_send":
+            chain.hops.append(Hop(thread.id, how, share, via, via))
+            chain.end, chain.end_kind = via, "link"
+            return
+        others = [p for p in self._other_ends(via, how) if p != proc]
+        if not others:
+            chain.hops.append(Hop(thread.id, how, share, via, via))
+            chain.end, chain.end_kind = via, "blocked"
+            return
+        nxt = max(others, key=lambda p: (wants_cpu(self.busiest(p)[0]), p))
+        chain.hops.append(Hop(thread.id, how, share, via, nxt))
+        self._at_process(chain, nxt, seen)
+
+    def _at_process(self, chain: Chain, proc: str, seen: set[str]) -> None:
+        busy, busy_share = self.busiest(proc)
+        if busy is not None and busy_share >= BUSY_SHARE:
+            chain.end, chain.end_kind = busy.id, "busy"
+            chain.end_shares = dict(busy.get("time_shares") or {})
+            return
+        chain.end, chain.end_shares = proc, self.shares_of(proc)
+        if proc in seen:
+            chain.end_kind = "cycle"
+            return
+        main = self.main_thread(proc)
+        onward = _blocked(main) if main is not None else []
+        if not onward or len(chain.hops) >= MAX_HOPS:
+            chain.end_kind = "sleeping" if _longest(chain.end_shares) == "sleep" else "blocked"
+            return
+        how, share = onward[0]
+        assert main is not None
+        hops = len(chain.hops)
+        self._follow(chain, main, proc, how, share, seen | {proc})
+        if len(chain.hops) == hops:  # its wait leads nowhere the graph knows
+            chain.end, chain.end_kind = proc, "blocked"
+
+    def _other_ends(self, via: str, how: str) -> list[str]:
+        """The processes at the other end of a pipe or a socket."""
+        if via.startswith("pipe:"):
+            wanted = ("r", "rw") if how == "pipe_write" else ("w", "rw")
+            return sorted({e.src for e in self.graph.in_edges(via, "holds")
+                           if (e.get("mode") or "rw") in wanted})  # fmt: skip
+        peers = [n.id for n in self.graph.successors(via, "peer")]
+        peers += [n.id for n in self.graph.predecessors(via, "peer")]
+        owners = {o for peer in peers for o in query.socket_owners(self.graph, peer)}
+        if not peers:  # a UNIX socketpair or an unpaired socket: its other holders
+            owners = set(query.socket_owners(self.graph, via))
+        return sorted(owners)
+
+
+def wants_cpu(thread: Node | None) -> float:
+    """Share of the window a thread was on a CPU or waiting for one."""
+    if thread is None:
+        return 0.0
+    shares = thread.get("time_shares") or {}
+    return float(shares.get("on_cpu", 0.0)) + float(shares.get("runnable", 0.0))
+
+
+def _blocked(thread: Node) -> list[tuple[str, float]]:
+    """The thread's followed waits of at least ``BLOCKED_SHARE``, longest first."""
+    shares = thread.get("time_shares") or {}
+    found = [(k, float(shares[k])) for k in FOLLOWED if shares.get(k, 0) >= BLOCKED_SHARE]
+    return sorted(found, key=lambda item: -item[1])
+
+
+def _target(thread: Node, how: str) -> str | None:
+    """The object a thread waits on most in this kind of wait (a pipe or a socket)."""
+    prefix = "pipe:" if how.startswith("pipe_") else "sock:"
+    targets = {k: v for k, v in (thread.get("waits_on") or {}).items() if k.startswith(prefix)}
+    return max(targets, key=lambda k: targets[k]) if targets else None
+
+
+def _longest(shares: dict[str, float]) -> str | None:
+    return max(shares, key=lambda k: shares[k]) if shares else None
+
+
+def shares_text(shares: dict[str, float], top: int = 3) -> str:
+    """``on_cpu 91 %, futex 6 %``: the largest shares of a time breakdown."""
+    ordered = sorted(shares.items(), key=lambda item: -item[1])[:top]
+    return ", ".join(f"{name} {100 * value:.0f} %" for name, value in ordered)
