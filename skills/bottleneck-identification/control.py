@@ -183,6 +183,19 @@ def _fewer_workers(ctx: RuleContext, found: Contention, cpus: int | None) -> str
     ranks = len(found.group.members)
     if not cpus or not any(ctx.analysis.dataloaders.get(r) for r in found.group.members):
         return "The job's own processes want more CPU than it has: fewer threads per rank."
+    workers = [w for r in found.group.members for w in ctx.analysis.dataloaders.get(r, [])]
+    wanted = sum(demand(node) for node in filter(None, map(ctx.graph.node, workers)))
+    if wanted < found.job_demand / 3:  # the extra demand is the ranks' own work
+        by_rank = {r: demand(n) for r in found.group.members if (n := ctx.graph.node(r))}
+        busiest = max(by_rank, key=lambda r: (by_rank[r], r))
+        least = min(by_rank.values())
+        uneven = f", {by_rank[busiest] / least:.1f}× the least busy" if least > 0 else ""
+        return (
+            f"The ranks' own work is the demand (their loader workers want only ≈ {wanted:.0f} "
+            f"% of a CPU): {busiest} wants ≈ {by_rank[busiest]:.0f} % of a CPU{uneven} (see "
+            "L6.rank-imbalance). Balance the ranks' work or give the job more CPUs; fewer "
+            "workers would not help."
+        )
     fit = workers_that_fit(cpus, ranks)
     return (
         f"Its busy processes outnumber the CPUs: set num_workers={fit} per rank on this host "
