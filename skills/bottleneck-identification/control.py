@@ -477,10 +477,10 @@ def _what_slow_does(
     runnable = shares.get("runnable", 0.0)
     if RANK_RUN_DELAY.reached(100 * runnable):
         return f"waits for a CPU {100 * runnable:.0f} % of the window", "L6.run-queue-delay"
-    for klass, owner in (("disk_io", "L5.d-state"), ("page_fault", "layer 2"),
-                         ("stopped", "L6.rank-stalled")):  # fmt: skip
+    for klass, rule_id in (("disk_io", "L5.d-state"), ("page_fault", "layer 2"),
+                           ("stopped", "L6.rank-stalled")):  # fmt: skip
         if shares.get(klass, 0.0) >= 0.2:
-            return f"is {WAIT_WORDS[klass]} {100 * shares[klass]:.0f} % of the window", owner
+            return f"is {WAIT_WORDS[klass]} {100 * shares[klass]:.0f} % of the window", rule_id
     on_cpu, other = shares.get("on_cpu", 0.0), waiter.get("on_cpu", 0.0)
     times = f"{on_cpu / other:.1f}× as long as its peers" if other > 0 else "while they wait"
     return f"computes {100 * on_cpu:.0f} % of the window, {times}", None

@@ -265,7 +265,8 @@ def _action(analysis: Analysis, item: ThreadScore) -> str:
         nodes = len(analysis.numa_nodes.get(host_prefix(item.thread), {}))
         if placed and nodes > 1:
             return _ACTIONS["compute"]
-        pid = (analysis.graph.node(item.process).get("pid") if item.process else None) or "PID"
+        owner = analysis.graph.node(item.process) if item.process else None
+        pid = (owner.get("pid") if owner is not None else None) or "PID"
         return (
             f"It keeps a CPU busy: `py-spy dump --pid {pid}` shows what it runs. It slows the "
             "job only where others wait for it (L6.wait-chain) or for its CPU (run delay)."
