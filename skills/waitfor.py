@@ -4,7 +4,8 @@ A thread's time breakdown (``time_shares``, ``waits_on``: collectors/waits.py) s
 of the window it spent blocked and on what object: a pipe, a socket, a lock. Each blocked
 share is followed to the process at the other end, and on through what *that* process does:
 
-- a write into a full pipe → the processes holding the pipe's read end (its reader);
+- a write into a full pipe → the processes holding the pipe's read end (its reader, the
+  cause: it does not drain the pipe, whatever it does instead);
 - a read of an empty pipe → those holding its write end;
 - a socket read or write → the peer socket's owner (the other end of the connection); a
   write that waits for send-buffer space ends at the link itself (its window, buffer or
@@ -160,9 +161,10 @@ class WaitGraph:
             return
         nxt = max(others, key=lambda p: (wants_cpu(self.busiest(p)[0]), p))
         chain.hops.append(Hop(thread.id, how, share, via, nxt))
-        self._at_process(chain, nxt, seen)
+        # a pipe's reader that does not read is the cause, whatever else it waits on
+        self._at_process(chain, nxt, seen, onward=how != "pipe_write")
 
-    def _at_process(self, chain: Chain, proc: str, seen: set[str]) -> None:
+    def _at_process(self, chain: Chain, proc: str, seen: set[str], onward: bool = True) -> None:
         busy, busy_share = self.busiest(proc)
         if busy is not None and busy_share >= BUSY_SHARE:
             chain.end, chain.end_kind = busy.id, "busy"
@@ -173,11 +175,11 @@ class WaitGraph:
             chain.end_kind = "cycle"
             return
         main = self.main_thread(proc)
-        onward = _blocked(main) if main is not None else []
-        if not onward or len(chain.hops) >= MAX_HOPS:
+        waits = _blocked(main) if main is not None and onward else []
+        if not waits or len(chain.hops) >= MAX_HOPS:
             chain.end_kind = "sleeping" if _longest(chain.end_shares) == "sleep" else "blocked"
             return
-        how, share = onward[0]
+        how, share = waits[0]
         assert main is not None
         hops = len(chain.hops)
         self._follow(chain, main, proc, how, share, seen | {proc})

@@ -162,6 +162,30 @@ SCENARIOS: tuple[Scenario, ...] = (
         expect("1,6", "injector", victims="job"),
         related=(AROUND_NEIGHBOUR,),
     ),
+    Scenario(
+        "slow-rank",
+        "rank 1 computes 40 ms more CPU per step than rank 0",
+        inject.nothing,
+        expect("6", "rank1", "L6.rank-imbalance"),
+        related=(ON_JOB, expect("6", "rank0,rank1")),
+        job_args=("--extra-ms", "1:40"),
+    ),
+    Scenario(
+        "thread-starving-own-process",
+        "a busy pure-Python thread beside rank 1's main thread (the GIL)",
+        inject.nothing,
+        expect("6", "rank1", "L6.wait-chain"),
+        related=(ON_JOB, expect("6", "rank0,rank1")),
+        job_args=("--busy-thread-rank", "1"),
+    ),
+    Scenario(
+        "blocked-log-pipe",
+        "each rank logs 64 KiB per step into its stdout pipe; the launcher drains 32 KiB/s",
+        inject.nothing,
+        expect("6", "launcher", "L6.wait-chain,L6.rank-stalled"),
+        related=(ON_JOB, expect("6", "ranks")),
+        job_args=("--log-kb-per-step", "64", "--log-reader-kb-per-s", "32"),
+    ),
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
