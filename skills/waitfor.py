@@ -11,7 +11,8 @@ share is followed to the process at the other end, and on through what *that* pr
   write that waits for send-buffer space ends at the link itself (its window, buffer or
   shaper: the network layer judges it);
 - a lock (futex) → the sibling thread of the same process that ran meanwhile (a Python
-  thread holding the GIL, a lock holder); none busy: the chain ends at the lock.
+  thread holding the GIL, a lock holder): with eBPF the busy sibling that woke it most
+  (``ebpf_woken_by``), else the busiest; none busy: the chain ends at the lock.
 
 At each process reached, the chain looks at its threads: one on a CPU (or runnable) most of
 the window ends the chain there — that thread is **busy**, the cause; otherwise its main
@@ -133,12 +134,22 @@ class WaitGraph:
                 best, best_share = thread, share
         return best, best_share
 
+    def _waker(self, thread: Node, proc: str) -> tuple[Node, float] | None:
+        """The busy sibling that woke the thread most (eBPF's ``ebpf_woken_by``): the one
+        that released the lock it waited on."""
+        woken_by = thread.get("ebpf_woken_by") or {}
+        siblings = {t.id: t for t in self.threads.get(proc, []) if t.id != thread.id}
+        for waker in sorted(woken_by, key=lambda w: -woken_by[w]):
+            if waker in siblings and wants_cpu(siblings[waker]) >= BUSY_SHARE:
+                return siblings[waker], wants_cpu(siblings[waker])
+        return None
+
     # ------------------------------------------------------------------ following
 
     def _follow(self, chain: Chain, thread: Node, proc: str, how: str, share: float,
                 seen: set[str]) -> None:  # fmt: skip
         if how == "futex":
-            sibling, busy = self.busiest(proc, besides=thread.id)
+            sibling, busy = self._waker(thread, proc) or self.busiest(proc, besides=thread.id)
             if sibling is None or busy < BUSY_SHARE:
                 chain.hops.append(Hop(thread.id, how, share, None, proc))
                 chain.end, chain.end_kind = proc, "lock"
