@@ -185,6 +185,10 @@ class WaitGraph:
         if proc in seen:
             chain.end_kind = "cycle"
             return
+        if not onward:  # a pipe's reader: what its most awake thread does (the read loop)
+            reader = max(self.threads.get(proc, []), key=_awake, default=None)
+            if reader is not None:
+                chain.end_shares = dict(reader.get("time_shares") or {})
         main = self.main_thread(proc)
         waits = _blocked(main) if main is not None and onward else []
         if not waits or len(chain.hops) >= MAX_HOPS:
@@ -219,6 +223,11 @@ def wants_cpu(thread: Node | None) -> float:
     return float(shares.get("on_cpu", 0.0)) + float(shares.get("runnable", 0.0))
 
 
+def _awake(thread: Node) -> float:
+    """Share of the window a thread ran, wanted to, or slept on a timer of its own."""
+    return wants_cpu(thread) + float((thread.get("time_shares") or {}).get("sleep", 0.0))
+
+
 def _blocked(thread: Node) -> list[tuple[str, float]]:
     """The thread's followed waits of at least ``BLOCKED_SHARE``, longest first."""
     shares = thread.get("time_shares") or {}
@@ -239,5 +248,8 @@ def _longest(shares: dict[str, float]) -> str | None:
 
 def shares_text(shares: dict[str, float], top: int = 3) -> str:
     """``on_cpu 91 %, futex 6 %``: the largest shares of a time breakdown."""
-    ordered = sorted(shares.items(), key=lambda item: -item[1])[:top]
+    ordered = [
+        item for item in sorted(shares.items(), key=lambda item: -item[1]) if item[1] >= 0.005
+    ]
+    ordered = ordered[:top]
     return ", ".join(f"{name} {100 * value:.0f} %" for name, value in ordered)

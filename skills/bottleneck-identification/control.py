@@ -474,16 +474,18 @@ def _what_slow_does(
             f"itself waits {100 * chain.share:.0f} % {chain.first.how} on {chain.end}",
             "L6.wait-chain",
         )
+    on_cpu, other = shares.get("on_cpu", 0.0), waiter.get("on_cpu", 0.0)
     runnable = shares.get("runnable", 0.0)
-    if RANK_RUN_DELAY.reached(100 * runnable):
+    computes_more = other > 0 and IMBALANCE.reached(on_cpu / other)
+    if RANK_RUN_DELAY.reached(100 * runnable) and not computes_more:
         return f"waits for a CPU {100 * runnable:.0f} % of the window", "L6.run-queue-delay"
     for klass, rule_id in (("disk_io", "L5.d-state"), ("page_fault", "layer 2"),
                            ("stopped", "L6.rank-stalled")):  # fmt: skip
         if shares.get(klass, 0.0) >= 0.2:
             return f"is {WAIT_WORDS[klass]} {100 * shares[klass]:.0f} % of the window", rule_id
-    on_cpu, other = shares.get("on_cpu", 0.0), waiter.get("on_cpu", 0.0)
     times = f"{on_cpu / other:.1f}× as long as its peers" if other > 0 else "while they wait"
-    return f"computes {100 * on_cpu:.0f} % of the window, {times}", None
+    also = f" (and waits for a CPU {100 * runnable:.0f} %)" if runnable >= 0.05 else ""
+    return f"computes {100 * on_cpu:.0f} % of the window, {times}{also}", None
 
 
 def _slowest_by_cpu(ctx: RuleContext, group, load: dict[str, float]) -> Finding | None:

@@ -19,7 +19,7 @@ from wp_mcp.graph import Node
 from ..report import Evidence, Finding, Priority
 from ..rulebook import NotEvaluable, RuleContext, rule
 from ..thresholds import CHAIN_LOSS, CHAIN_LOSS_P0
-from ..waitfor import WAIT_WORDS, Chain, shares_text
+from ..waitfor import WAIT_WORDS, Chain, shares_text, wants_cpu
 
 CRITICAL_ROLES = ("rank", "front end")  # a wait of theirs is the job's own time
 
@@ -54,9 +54,14 @@ def _ours(ctx: RuleContext, chain: Chain) -> bool:
         return False
     if ctx.analysis.is_profiler(chain.end) or ctx.analysis.is_profiler(chain.end_process):
         return False
-    first, end = chain.first, chain.end_process
-    if first.how in ("pipe_write", "socket_send") and chain.end_kind == "busy":
-        return False  # backpressure: the consumer is busy doing the job's work
+    if not _works(ctx, chain):
+        return False
+    last, end = chain.hops[-1].how, chain.end_process
+    if last in ("pipe_write", "socket_send"):
+        if chain.end_kind == "busy":
+            return False  # backpressure: the consumer is busy doing the job's work
+    elif chain.end_kind != "busy" and _longest(chain.end_shares) not in STUCK:
+        return False  # waiting for input from an idle producer: no demand, not a loss
     end_proc = ctx.analysis.facts.thread_owner.get(end or "", end)
     if end_proc in ctx.analysis.dataloaders.get(chain.process, []):
         return False  # a trainer waiting on its loaders: layer 7
@@ -64,6 +69,23 @@ def _ours(ctx: RuleContext, chain: Chain) -> bool:
         if chain.process in group.members and end_proc in group.members:
             return end_proc == chain.process  # rank → rank: L6.rank-imbalance
     return True
+
+
+STUCK = ("disk_io", "page_fault", "stopped", "pipe_write", "socket_send")  # held, not idle
+WORKING = 0.05  # a thread other than the main one is a victim only when it works this much
+
+
+def _works(ctx: RuleContext, chain: Chain) -> bool:
+    """The victim is a thread whose waiting costs the job: its process's main thread, or a
+    thread that works between its waits (an idle helper blocked all window loses nothing)."""
+    main = ctx.analysis.waits.main_thread(chain.process)
+    return (main is not None and main.id == chain.victim) or wants_cpu(
+        ctx.graph.node(chain.victim)
+    ) >= WORKING
+
+
+def _longest(shares: dict[str, float]) -> str | None:
+    return max(shares, key=lambda k: shares[k]) if shares else None
 
 
 def _finding(ctx: RuleContext, chain: Chain, every: list[Chain]) -> Finding:
@@ -96,13 +118,18 @@ def _priority(role: str | None, loss: float, chain: Chain) -> Priority:
 def chain_title(ctx: RuleContext, chain: Chain) -> str:
     """``thr:1 (python3) waits 70 % of the window writing into the full pipe pipe:9, read by
     proc:2 (cat), which sleeps (sleep 95 %)``: every hop, then what the end does."""
-    owner = ctx.analysis.facts.thread_owner.get(chain.victim)
-    main = owner is not None and chain.victim.split(":")[-1] == str(_pid(ctx, owner))
-    lead = ctx.label(chain.victim) + ("" if main else f" of {ctx.label(chain.process)}")
+    role = ctx.analysis.roles.get(chain.process)
+    main = ctx.analysis.waits.main_thread(chain.process)
+    if main is not None and main.id == chain.victim:  # the process itself waits
+        lead = f"{role + ' ' if role else ''}{ctx.label(chain.process)}"
+    else:
+        lead = (
+            f"{ctx.label(chain.victim)} of {role + ' ' if role else ''}{ctx.label(chain.process)}"
+        )
     parts = []
     for index, hop in enumerate(chain.hops):
         share = f"{100 * hop.share:.0f} %" + (" of the window" if index == 0 else "")
-        text = f"{lead if index == 0 else 'which waits'} {share} {HOP_WORDS[hop.how]}"
+        text = f"{lead + ' waits' if index == 0 else 'which waits'} {share} {HOP_WORDS[hop.how]}"
         text += f" {hop.via}" if hop.via else ""
         if hop.to != hop.via:
             text += f" {_TOWARD[hop.how]} {ctx.label(hop.to)}"
