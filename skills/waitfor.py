@@ -72,6 +72,7 @@ class Chain:
     end: str = ""  # the cause: a thread (busy), a process, a socket (the link), a pipe
     end_kind: str = ""  # busy | sleeping | blocked | link | lock | cycle
     end_shares: dict[str, float] = field(default_factory=dict)  # what the end does
+    end_thread: str | None = None  # the thread whose shares those are
 
     @property
     def first(self) -> Hop:
@@ -157,6 +158,7 @@ class WaitGraph:
             chain.hops.append(Hop(thread.id, how, share, None, sibling.id))
             chain.end, chain.end_kind = sibling.id, "busy"
             chain.end_shares = dict(sibling.get("time_shares") or {})
+            chain.end_thread = sibling.id
             return
         via = _target(thread, how)
         if via is None:
@@ -180,8 +182,11 @@ class WaitGraph:
         if busy is not None and busy_share >= BUSY_SHARE:
             chain.end, chain.end_kind = busy.id, "busy"
             chain.end_shares = dict(busy.get("time_shares") or {})
+            chain.end_thread = busy.id
             return
         chain.end, chain.end_shares = proc, self.shares_of(proc)
+        main = self.main_thread(proc)
+        chain.end_thread = main.id if main is not None else None
         if proc in seen:
             chain.end_kind = "cycle"
             return
@@ -189,7 +194,7 @@ class WaitGraph:
             reader = max(self.threads.get(proc, []), key=_awake, default=None)
             if reader is not None:
                 chain.end_shares = dict(reader.get("time_shares") or {})
-        main = self.main_thread(proc)
+                chain.end_thread = reader.id
         waits = _blocked(main) if main is not None and onward else []
         if not waits or len(chain.hops) >= MAX_HOPS:
             chain.end_kind = "sleeping" if _longest(chain.end_shares) == "sleep" else "blocked"

@@ -29,7 +29,7 @@ CRITICAL_ROLES = ("rank", "front end")  # a wait of theirs is the job's own time
     6,
     "The job waits on something at the end of a wait-for chain",
     "a job thread's share of the window blocked on a pipe, socket or lock, followed to its end",
-    f"{CHAIN_LOSS} of the window (P0 {CHAIN_LOSS_P0} on a rank or front end)",
+    f"{CHAIN_LOSS} (P0 {CHAIN_LOSS_P0} on a rank or front end)",
 )
 def wait_chain(ctx: RuleContext) -> list[Finding]:
     waits = ctx.analysis.waits
@@ -191,7 +191,7 @@ def _fix(ctx: RuleContext, chain: Chain) -> tuple[str, str | None]:
         )
     if last.how == "pipe_write":
         return (
-            f"{chain.end} does not drain the pipe {last.via} fast enough ({_doing(chain)}), so "
+            f"{chain.end} does not drain the pipe {last.via} fast enough ({_doing(chain)[6:]}), so "
             f"the writer blocks on every write once its buffer is full: make the reader read "
             "continuously (or read into a file), enlarge the pipe (fcntl F_SETPIPE_SZ), or "
             "write less into it (log level, a file or an asynchronous log handler).",
@@ -243,15 +243,11 @@ def _evidence(ctx: RuleContext, chain: Chain, every: list[Chain]) -> list[Eviden
         if node is not None:
             out.append(_shares(ctx, node, f"waits {100 * hop.share:.0f} % {_wait(hop.how)}"))
     end = ctx.graph.node(chain.end)
-    if end is not None and end.kind == "thread":
-        out.append(_shares(ctx, end, "the end of the chain"))
+    if chain.end_thread and ctx.graph.node(chain.end_thread) is not None:
+        out.append(_shares(ctx, ctx.graph.nodes[chain.end_thread], "the end of the chain"))
     elif end is not None and end.kind == "socket":
         out.append(ctx.entity(end, "rwnd_limited_pct", "sndbuf_limited_pct", "snd_wnd_bytes",
                               "tx_queue", "notsent_bytes", note="the link"))  # fmt: skip
-    elif end is not None:
-        main = ctx.analysis.waits.main_thread(end.id)
-        if main is not None:
-            out.append(_shares(ctx, main, "the end of the chain"))
     others = [c for c in every if c is not chain]
     if others:
         out.append(
