@@ -186,6 +186,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         related=(ON_JOB, expect("6", "ranks")),
         job_args=("--log-kb-per-step", "64", "--log-reader-kb-per-s", "32"),
     ),
+    Scenario(
+        "frontend-saturated-stage",
+        "serving: the front end's one preprocessing thread spends 30 ms of Python per "
+        "request; its 2 model workers wait for it (steps/s: requests, not training steps)",
+        inject.nothing,
+        expect("6,7", "launcher", "L6.wait-chain,L7.frontend-saturated"),
+        related=(ON_JOB,),
+        job_args=("--serve-preprocess-ms", "30"),
+    ),
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -11,7 +11,8 @@ The options put the faults of ``benchmarks/faults`` inside the job itself: a slo
 CPU-heavy ``__getitem__``, more loader workers, checkpoints, synchronous direct writes, ranks
 pinned to CPUs or placed in network namespaces, one rank doing more work per step, a busy
 Python thread beside a rank's main thread, chatty logging into a stdout pipe the launcher
-drains slowly. With ``--steplog PREFIX`` each rank appends
+drains slowly; or, with ``--serve-preprocess-ms``, a serving front end (the launcher) feeding
+model workers (the ranks) through one preprocessing thread. With ``--steplog PREFIX`` each rank appends
 the wall-clock time of every finished step to ``PREFIX.rank<R>``: the ground truth of how
 fast the job runs.
 """
@@ -98,12 +99,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="each rank writes this much log to its stdout every step")  # fmt: skip
     p.add_argument("--log-reader-kb-per-s", type=float, default=0.0,
                    help="the launcher reads each rank's stdout at this rate (0: not at all)")  # fmt: skip
+    p.add_argument("--serve-preprocess-ms", type=float, default=0.0,
+                   help="serve instead of train: the launcher is a front end whose one "
+                   "preprocessing thread spends MS ms of Python per request, and the ranks are "
+                   "model workers answering the requests it hands them")  # fmt: skip
     return p.parse_args(argv)
 
 
 def rank_main(rank: int, world: int, store_port: int, args: argparse.Namespace) -> None:
     if args.cpus:
         os.sched_setaffinity(0, _cpulist(args.cpus.split("|")[rank]))
+    if args.serve_preprocess_ms:
+        serve_worker(rank, args)
+        return
     store = dist.TCPStore(args.store_host, store_port, world, is_master=False,
                           timeout=timedelta(seconds=60))  # fmt: skip
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -118,6 +126,38 @@ def rank_main(rank: int, world: int, store_port: int, args: argparse.Namespace) 
     log_path = f"{args.steplog}.rank{rank}" if args.steplog else None
     with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as steplog:
         train(model, optimiser, loader, args, rank, steplog)
+
+
+def serve_worker(rank: int, args: argparse.Namespace) -> None:
+    """A model worker: one forward pass per request read from stdin (the front end's pipe),
+    each answered request a line of the step log."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, FEATURES))  # fmt: skip
+    log_path = f"{args.steplog}.rank{rank}" if args.steplog else None
+    with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as steplog:
+        requests = sys.stdin.buffer
+        for served in range(1 << 62):
+            if not requests.readline():
+                return
+            with torch.no_grad():
+                model(torch.full((8, FEATURES), 1.0))
+            if steplog:
+                steplog.write(f"{time.time():.4f}\n")
+            if served == 0:
+                print("ready", flush=True)
+
+
+def _preprocess(pipes: list, cost_ms: float) -> None:
+    """The front end's one preprocessing stage: Python work per request (tokenising,
+    resizing), then the request goes to the next worker."""
+    for n in range(1 << 62):
+        end = time.thread_time() + cost_ms / 1000
+        while time.thread_time() < end:
+            sum(range(100))
+        pipe = pipes[n % len(pipes)]
+        pipe.write(b"request\n")
+        pipe.flush()
 
 
 def _busy_python() -> None:
@@ -206,7 +246,13 @@ def launcher(args: argparse.Namespace, argv: list[str]) -> None:
     for r in range(world):
         enter = ["ip", "netns", "exec", namespaces[r]] if namespaces[r] else []
         command = [*enter, sys.executable, __file__, "rank", str(r), str(store.port), *argv]
-        ranks.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env))
+        serving = subprocess.PIPE if args.serve_preprocess_ms else None
+        ranks.append(subprocess.Popen(command, stdout=subprocess.PIPE, stdin=serving,
+                                      text=True, env=env))  # fmt: skip
+    if args.serve_preprocess_ms:  # requests are bytes, into each worker's stdin
+        pipes = [proc.stdin.buffer for proc in ranks]
+        threading.Thread(target=_preprocess, args=(pipes, args.serve_preprocess_ms),
+                         name="preprocess", daemon=True).start()  # fmt: skip
     try:
         for proc in ranks:
             assert proc.stdout.readline().strip() == "ready"
