@@ -10,8 +10,9 @@ share is followed to the process at the other end, and on through what *that* pr
 - a socket read or write → the peer socket's owner (the other end of the connection); a
   write that waits for send-buffer space ends at the link itself (its window, buffer or
   shaper: the network layer judges it);
-- a lock (futex) → the sibling thread of the same process that ran meanwhile (a Python
-  thread holding the GIL, a lock holder): with eBPF the busy sibling that woke it most
+- a lock (futex) of a process's main thread → the sibling thread that ran meanwhile (a
+  Python thread holding the GIL, a lock holder; a helper thread waiting on a lock is only
+  waiting for work): with eBPF the busy sibling that woke it most
   (``ebpf_woken_by``), else the busiest; none busy: the chain ends at the lock.
 
 At each process reached, the chain looks at its threads: one on a CPU (or runnable) most of
@@ -106,8 +107,11 @@ class WaitGraph:
     def chains_of(self, proc_id: str) -> list[Chain]:
         """Every chain that starts at a thread of ``proc_id`` blocked ``BLOCKED_SHARE``."""
         out = []
+        main = self.main_thread(proc_id)
         for thread in self.threads.get(proc_id, []):
             for how, share in _blocked(thread):
+                if how == "futex" and thread is not main:
+                    continue  # a helper thread waiting for work from its siblings is idle
                 chain = Chain(victim=thread.id, process=proc_id)
                 self._follow(chain, thread, proc_id, how, share, {proc_id})
                 if chain.hops:
