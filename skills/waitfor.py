@@ -32,6 +32,7 @@ from wp_mcp.graph import Graph, Node, query
 BLOCKED_SHARE = 0.2  # a thread blocked at least this share of the window on one kind of wait
 BUSY_SHARE = 0.5  # a thread on a CPU or runnable at least this share of the window is busy
 MAX_HOPS = 4
+PEER_WAITS = ("futex", "socket_recv", "socket_send")  # a rank waiting in a collective
 FOLLOWED = ("pipe_write", "pipe_read", "socket_recv", "socket_send", "futex")
 WAIT_WORDS = {
     "pipe_write": "writing into a full pipe",
@@ -148,6 +149,21 @@ class WaitGraph:
             if waker in siblings and wants_cpu(siblings[waker]) >= BUSY_SHARE:
                 return siblings[waker], wants_cpu(siblings[waker])
         return None
+
+    def peer_wait(self, rank: str) -> float | None:
+        """Share of the window a rank's main thread waited on its peers: in a collective (a
+        lock its communication threads release) or on a rank socket; a lock held by a busy
+        thread of its own process (the GIL) is its own time, not its peers'."""
+        shares = self.shares_of(rank)
+        if not shares:
+            return None
+        main = self.main_thread(rank)
+        own = sum(
+            c.share
+            for c in self.chains_of(rank)
+            if c.first.how == "futex" and c.end_kind == "busy" and main and c.victim == main.id
+        )
+        return max(sum(shares.get(k, 0.0) for k in PEER_WAITS) - own, 0.0)
 
     # ------------------------------------------------------------------ following
 

@@ -25,7 +25,7 @@ from ..thresholds import (
     RUN_DELAY,
     SHARED_CPUS_QUIET,
 )
-from ..waitfor import WAIT_WORDS, shares_text
+from ..waitfor import PEER_WAITS, WAIT_WORDS, shares_text
 from .compute import USE_METHOD
 from .contention import (
     NAMED,
@@ -408,23 +408,8 @@ def rank_imbalance(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-PEER_WAITS = ("futex", "socket_recv", "socket_send")  # a collective, a peer's bytes
-
-
 def peer_wait(ctx: RuleContext, rank: str) -> float | None:
-    """Share of the window a rank's main thread waited on its peers: in a collective (a
-    lock its communication threads release) or on a rank socket; a lock held by a busy
-    thread of its own process (the GIL) is its own time, not its peers'."""
-    waits = ctx.analysis.waits
-    shares = waits.shares_of(rank)
-    if not shares:
-        return None
-    own = sum(
-        c.share
-        for c in waits.chains_of(rank)
-        if c.first.how == "futex" and c.end_kind == "busy" and c.victim == _main_id(ctx, rank)
-    )
-    return max(sum(shares.get(k, 0.0) for k in PEER_WAITS) - own, 0.0)
+    return ctx.analysis.waits.peer_wait(rank)
 
 
 def _main_id(ctx: RuleContext, rank: str) -> str | None:

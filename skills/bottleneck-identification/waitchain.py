@@ -91,20 +91,39 @@ def _longest(shares: dict[str, float]) -> str | None:
 def _finding(ctx: RuleContext, chain: Chain, every: list[Chain]) -> Finding:
     role = ctx.analysis.roles.get(chain.process)
     loss = max(c.share for c in every)
-    priority = _priority(role, loss, chain)
+    peer, peer_loss = _peers_waiting(ctx, chain.process)
+    priority = _priority(role, max(loss, peer_loss), chain)  # the group waits on it too
     action, command = _fix(ctx, chain)
     victims = sorted({c.process for c in every})
+    impact = (f"{', '.join(victims[:3])} lose{'s' if len(victims) == 1 else ''} "
+              f"≈ {100 * loss:.0f} % of the window waiting on it")  # fmt: skip
+    if peer is not None:
+        impact += f"; its peer {ctx.label(peer)} waits {100 * peer_loss:.0f} % of the window for it"
     return ctx.finding(
         subject=chain.end,
         value=round(100 * loss, 1),
         priority=priority,
         title=chain_title(ctx, chain),
         evidence=_evidence(ctx, chain, every),
-        impact=f"{', '.join(victims[:3])} lose{'s' if len(victims) == 1 else ''} "
-        f"≈ {100 * loss:.0f} % of the window waiting on it",
+        impact=impact,
         action=action,
         command=command,
     )
+
+
+def _peers_waiting(ctx: RuleContext, rank: str) -> tuple[str | None, float]:
+    """The peer of a rank that waits longest on its peers, and that share, when the rank is
+    the one they wait for (it waits less on them): what its own wait costs its group."""
+    waits = ctx.analysis.waits
+    for group in ctx.analysis.groups:
+        if rank in group.members:
+            own = waits.peer_wait(rank) or 0.0
+            others = {p: waits.peer_wait(p) for p in group.members if p != rank}
+            known = {p: w for p, w in others.items() if w is not None and w > own + 0.05}
+            if known:
+                worst = max(known, key=lambda p: known[p])
+                return worst, known[worst]
+    return None, 0.0
 
 
 def _priority(role: str | None, loss: float, chain: Chain) -> Priority:
