@@ -16,7 +16,7 @@ share is followed to the process at the other end, and on through what *that* pr
   (``ebpf_woken_by``), else the busiest; none busy: the chain ends at the lock.
 
 At each process reached, the chain looks at its threads: one on a CPU (or runnable) most of
-the window ends the chain there — that thread is **busy**, the cause; otherwise its main
+the window, and on one at least a fifth of it, ends the chain there — that thread is **busy**, the cause; otherwise its main
 thread's own longest wait is followed the same way (a reader that itself waits on a pipe),
 until a thread that sleeps, blocks on something that leads nowhere, or a process already
 seen (a cycle: they wait on each other). The chain's end is the cause a finding names; the
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from wp_mcp.graph import Graph, Node, query
 
 BLOCKED_SHARE = 0.2  # a thread blocked at least this share of the window on one kind of wait
-BUSY_SHARE = 0.5  # a thread on a CPU or runnable at least this share of the window is busy
+BUSY_SHARE = 0.5  # a thread on a CPU or runnable at least this share of the window is busy…
+RUNS_SHARE = 0.2  # … when it ran at least this share (not only waited for a CPU it lacks)
 MAX_HOPS = 4
 PEER_WAITS = ("futex", "socket_recv", "socket_send")  # a rank waiting in a collective
 FOLLOWED = ("pipe_write", "pipe_read", "socket_recv", "socket_send", "futex")
@@ -146,7 +147,7 @@ class WaitGraph:
         woken_by = thread.get("ebpf_woken_by") or {}
         siblings = {t.id: t for t in self.threads.get(proc, []) if t.id != thread.id}
         for waker in sorted(woken_by, key=lambda w: -woken_by[w]):
-            if waker in siblings and wants_cpu(siblings[waker]) >= BUSY_SHARE:
+            if waker in siblings and busy(siblings[waker]):
                 return siblings[waker], wants_cpu(siblings[waker])
         return None
 
@@ -170,8 +171,8 @@ class WaitGraph:
     def _follow(self, chain: Chain, thread: Node, proc: str, how: str, share: float,
                 seen: set[str]) -> None:  # fmt: skip
         if how == "futex":
-            sibling, busy = self._waker(thread, proc) or self.busiest(proc, besides=thread.id)
-            if sibling is None or busy < BUSY_SHARE:
+            sibling, _ = self._waker(thread, proc) or self.busiest(proc, besides=thread.id)
+            if sibling is None or not busy(sibling):
                 chain.hops.append(Hop(thread.id, how, share, None, proc))
                 chain.end, chain.end_kind = proc, "lock"
                 return
@@ -198,11 +199,11 @@ class WaitGraph:
         self._at_process(chain, nxt, seen, onward=how != "pipe_write")
 
     def _at_process(self, chain: Chain, proc: str, seen: set[str], onward: bool = True) -> None:
-        busy, busy_share = self.busiest(proc)
-        if busy is not None and busy_share >= BUSY_SHARE:
-            chain.end, chain.end_kind = busy.id, "busy"
-            chain.end_shares = dict(busy.get("time_shares") or {})
-            chain.end_thread = busy.id
+        busiest, _ = self.busiest(proc)
+        if busiest is not None and busy(busiest):
+            chain.end, chain.end_kind = busiest.id, "busy"
+            chain.end_shares = dict(busiest.get("time_shares") or {})
+            chain.end_thread = busiest.id
             return
         chain.end, chain.end_shares = proc, self.shares_of(proc)
         main = self.main_thread(proc)
@@ -238,6 +239,12 @@ class WaitGraph:
         if not peers:  # a UNIX socketpair or an unpaired socket: its other holders
             owners = set(query.socket_owners(self.graph, via))
         return sorted(owners)
+
+
+def busy(thread: Node | None) -> bool:
+    """A thread that kept a CPU busy: it ran, and ran or was runnable most of the window."""
+    shares = (thread.get("time_shares") or {}) if thread is not None else {}
+    return wants_cpu(thread) >= BUSY_SHARE and shares.get("on_cpu", 0.0) >= RUNS_SHARE
 
 
 def wants_cpu(thread: Node | None) -> float:
