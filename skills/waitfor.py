@@ -16,7 +16,7 @@ share is followed to the process at the other end, and on through what *that* pr
   (``ebpf_woken_by``), else the busiest; none busy: the chain ends at the lock.
 
 At each process reached, the chain looks at its threads: one on a CPU (or runnable) most of
-the window, and on one at least a fifth of it, ends the chain there — that thread is **busy**, the cause; otherwise its main
+the window, and on one at least a fifth of it or never blocking, ends the chain there — that thread is **busy**, the cause; otherwise its main
 thread's own longest wait is followed the same way (a reader that itself waits on a pipe),
 until a thread that sleeps, blocks on something that leads nowhere, or a process already
 seen (a cycle: they wait on each other). The chain's end is the cause a finding names; the
@@ -32,6 +32,7 @@ from wp_mcp.graph import Graph, Node, query
 BLOCKED_SHARE = 0.2  # a thread blocked at least this share of the window on one kind of wait
 BUSY_SHARE = 0.5  # a thread on a CPU or runnable at least this share of the window is busy…
 RUNS_SHARE = 0.2  # … when it ran at least this share (not only waited for a CPU it lacks)
+CPU_BOUND_SHARE = 0.9  # … or never blocked: on a CPU or waiting for one this share of it
 MAX_HOPS = 4
 PEER_WAITS = ("futex", "socket_recv", "socket_send")  # a rank waiting in a collective
 FOLLOWED = ("pipe_write", "pipe_read", "socket_recv", "socket_send", "futex")
@@ -242,9 +243,14 @@ class WaitGraph:
 
 
 def busy(thread: Node | None) -> bool:
-    """A thread that kept a CPU busy: it ran, and ran or was runnable most of the window."""
+    """A thread that keeps a CPU busy: on a CPU or runnable most of the window, and either
+    running a fifth of it or never blocking (CPU-bound on a host too busy to run it much);
+    an event loop that polls between its turns and got little CPU is not."""
     shares = (thread.get("time_shares") or {}) if thread is not None else {}
-    return wants_cpu(thread) >= BUSY_SHARE and shares.get("on_cpu", 0.0) >= RUNS_SHARE
+    wants = wants_cpu(thread)
+    return wants >= BUSY_SHARE and (
+        shares.get("on_cpu", 0.0) >= RUNS_SHARE or wants >= CPU_BOUND_SHARE
+    )
 
 
 def wants_cpu(thread: Node | None) -> float:
