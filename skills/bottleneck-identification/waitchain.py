@@ -153,6 +153,10 @@ def chain_title(ctx: RuleContext, chain: Chain) -> str:
         if hop.to != hop.via:
             text += f" {_TOWARD[hop.how]} {ctx.label(hop.to)}"
         parts.append(text)
+    thread = chain.end != chain.hops[-1].to and chain.end_kind == "busy"
+    whose = f", whose thread {ctx.label(chain.end)} is busy ({shares_text(chain.end_shares, 2)})"
+    if thread:
+        return ", ".join(parts) + whose
     return ", ".join(parts) + (f", {_doing(chain)}" if chain.end_shares else "")
 
 
