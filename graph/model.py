@@ -162,6 +162,10 @@ class ThreadNode(Node):
     invol_switches_per_s: float | None = None
     run_delay_pct: float | None = None  # share of the window spent runnable but waiting
     numa_cpu_time: PerNuma | None = None  # CPU time (s) per NUMA node
+    # the time breakdown over the window (collectors/waits.py): class -> share of the window
+    time_shares: dict[str, float] | None = None  # on_cpu, runnable, pipe_write, futex…
+    time_samples: Id | None = None
+    waits_on: dict[str, float] | None = None  # pipe/socket node id -> share blocked on it
 
 
 class SocketNode(Node):

@@ -24,6 +24,7 @@ from wp_mcp.graph.query import cpu_set, device_numa_node, host_prefix
 
 from .report import safe
 from .roles import Group, Roles
+from .waitfor import WaitGraph
 
 # NUMA locality grades (issue 6): share of the work that is local to one node.
 GRADES = ((0.8, "good"), (0.5, "mild"), (0.3, "moderate"), (0.0, "severe"))
@@ -185,6 +186,11 @@ class Analysis:
         return query.numa_distance(self.numa_nodes.get(prefix, {}).get(first), second)
 
     # ------------------------------------------------------------------ threads, affinity
+
+    @cached_property
+    def waits(self) -> WaitGraph:
+        """The wait-for chains of the job's threads (skills/waitfor.py)."""
+        return WaitGraph(self.graph, self.facts.thread_owner)
 
     def threads_of(self, proc: Node) -> list[Node]:
         """A process's threads: ``has_thread`` edges, else threads naming its pid."""

@@ -95,6 +95,10 @@ INVOL_BUSY = Limit(20, "% CPU")  # … using at least this much CPU
 LOAD_OVER_CPUS = Limit(1, "× the CPUs", strict=True)  # load1 / CPUs
 IMBALANCE = Limit(1.5, "×")  # busiest / least busy rank of a group …
 IMBALANCE_BUSY = Limit(20, "% CPU")  # … with the busiest at least this busy
+# the wait-for chain (skills/waitfor.py): a victim's share of the window lost on one cause
+CHAIN_LOSS = Limit(20, "% of the window")
+CHAIN_LOSS_P0 = Limit(50, "% of the window")  # … a rank's or front end's: P0
+PEER_WAIT_GAP = Limit(20, "% of the window")  # a rank waits on its peers this much more
 SHARED_CPUS_QUIET = Limit(5, "%", below=True, strict=True)  # overlapping ranks' run delay: P2
 
 # --------------------------------------------------------------------------- layer 3

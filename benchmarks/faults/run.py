@@ -252,6 +252,7 @@ def _roles(job: Job, injector: list[int]) -> Roles:
         "rank1": {job.ranks[1]},
         "workers": workers,
         "job": {job.launcher, *job.ranks, *workers},
+        "launcher": {job.launcher},
     }
     owner = {}
     for pid in {pid for group in pids.values() for pid in group}:

@@ -216,6 +216,39 @@ SCENARIOS: tuple[Scenario, ...] = (
         netns=True,
         netns_sysctls=("net.ipv4.tcp_rmem=4096 4096 4096", "net.ipv4.tcp_wmem=4096 4096 4096"),
     ),
+    Scenario(
+        "slow-rank",
+        "rank 1 computes 40 ms more CPU per step than rank 0",
+        inject.nothing,
+        expect("6", "rank1", "L6.rank-imbalance"),
+        related=(ON_JOB, expect("6", "rank0,rank1")),
+        job_args=("--extra-ms", "1:40"),
+    ),
+    Scenario(
+        "thread-starving-own-process",
+        "a busy pure-Python thread beside rank 1's main thread (the GIL)",
+        inject.nothing,
+        expect("6", "rank1", "L6.wait-chain"),
+        related=(ON_JOB, expect("6", "rank0,rank1")),
+        job_args=("--busy-thread-rank", "1"),
+    ),
+    Scenario(
+        "blocked-log-pipe",
+        "each rank logs 64 KiB per step into its stdout pipe; the launcher drains 32 KiB/s",
+        inject.nothing,
+        expect("6", "launcher", "L6.wait-chain,L6.rank-stalled"),
+        related=(ON_JOB, expect("6", "ranks")),
+        job_args=("--log-kb-per-step", "64", "--log-reader-kb-per-s", "32"),
+    ),
+    Scenario(
+        "frontend-saturated-stage",
+        "serving: the front end's one preprocessing thread spends 30 ms of Python per "
+        "request; its 2 model workers wait for it (steps/s: requests, not training steps)",
+        inject.nothing,
+        expect("6,7", "launcher", "L6.wait-chain,L7.frontend-saturated"),
+        related=(ON_JOB,),
+        job_args=("--serve-preprocess-ms", "30"),
+    ),
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -1,16 +1,24 @@
-"""Run-queue latency and off-CPU time per thread, from ``sched:sched_wakeup``,
-``sched:sched_wakeup_new`` and ``sched:sched_switch``.
+"""Run-queue latency, off-CPU time and who woke whom per thread, from
+``sched:sched_wakeup``, ``sched:sched_wakeup_new`` and ``sched:sched_switch``.
 
 A thread becomes runnable when woken (or when preempted while still runnable); the time
 until it is switched in is run-queue latency: it wanted a CPU and had none. The time
 between being switched out and switched in, minus that wait, is off-CPU time proper
 (sleeping, blocked on I/O or a lock).
+
+Who woke whom: when a sleeping thread is woken, the task running the wakeup is its waker
+(the writer of the pipe it read, the thread that released the lock it waited on, the sender
+of the bytes it received — or, for wakeups from an interrupt, whatever task the interrupt
+landed on). The time the thread slept until then is counted for that (waker, wakee) pair:
+each thread gets ``ebpf_woken_by``, its wakers by the time it slept before each woke it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from wp_mcp.graph import ids
 
 from .common import comm_of, ensure_thread, tgid_of
 from .program import SOURCE, Program, Scope
@@ -40,6 +48,31 @@ struct thread_val_t {
    switch costs two lookups and no map updates (this runs on every switch, on every CPU). */
 BPF_HASH(threads, u32, struct thread_val_t, THREAD_MAX_ENTRIES);
 
+struct wake_key_t {
+    u32 waker;
+    u32 wakee;
+};
+struct wake_val_t {
+    u64 slept_ns;  /* how long the wakee slept before this waker woke it, summed */
+    u64 wakeups;
+};
+BPF_HASH(wakers, struct wake_key_t, struct wake_val_t, WAKE_MAX_ENTRIES);
+
+/* A sleeping thread woken by the current task: count the sleep for that pair. */
+static __always_inline void count_waker(u32 wakee, struct thread_val_t *val, u64 now)
+{
+    if (!val->off_since || val->runnable_since)
+        return;  /* not seen going to sleep, or preempted (already runnable) */
+    struct wake_key_t key = {.waker = (u32)bpf_get_current_pid_tgid(), .wakee = wakee};
+    struct wake_val_t zero = {}, *pair = wakers.lookup_or_try_init(&key, &zero);
+    if (!pair) {
+        count_lost(PROGRAM_RUNQLAT);
+        return;
+    }
+    pair->slept_ns += now - val->off_since;
+    pair->wakeups++;
+}
+
 static __always_inline struct thread_val_t *thread_stats(u32 tid)
 {
     struct thread_val_t *val = threads.lookup(&tid);
@@ -53,24 +86,28 @@ static __always_inline struct thread_val_t *thread_stats(u32 tid)
     return threads.lookup(&tid);
 }
 
-static __always_inline int mark_runnable(u32 tid)
+static __always_inline int mark_runnable(u32 tid, int woken)
 {
     if (!tid)
         return 0;  /* the idle task */
     struct thread_val_t *val = thread_stats(tid);
-    if (val)
-        val->runnable_since = bpf_ktime_get_ns();
+    if (!val)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    if (woken)
+        count_waker(tid, val, now);
+    val->runnable_since = now;
     return 0;
 }
 
 TRACEPOINT_PROBE(sched, sched_wakeup)
 {
-    return mark_runnable(args->pid);
+    return mark_runnable(args->pid, 1);
 }
 
 TRACEPOINT_PROBE(sched, sched_wakeup_new)
 {
-    return mark_runnable(args->pid);
+    return mark_runnable(args->pid, 0);
 }
 
 TRACEPOINT_PROBE(sched, sched_switch)
@@ -131,7 +168,26 @@ class ThreadRecord:
     preempted: int
 
 
-def read(bpf: Any) -> list[ThreadRecord]:
+@dataclass
+class Wakers:
+    """The threads' records and, per woken thread, its wakers: tid → {waker tid: slept ns}."""
+
+    threads: list[ThreadRecord]
+    woken_by: dict[int, dict[int, int]]
+
+
+WAKERS_KEPT = 5  # per thread, its wakers by the sleep they ended, the longest first
+
+
+def read(bpf: Any) -> Wakers:
+    woken_by: dict[int, dict[int, int]] = {}
+    for key, val in bpf[b"wakers"].items():
+        if key.waker != key.wakee:
+            woken_by.setdefault(key.wakee, {})[key.waker] = val.slept_ns
+    return Wakers(_threads(bpf), woken_by)
+
+
+def _threads(bpf: Any) -> list[ThreadRecord]:
     return [
         ThreadRecord(
             tid=tid.value,
@@ -148,9 +204,9 @@ def read(bpf: Any) -> list[ThreadRecord]:
     ]
 
 
-def merge(graph: Graph, records: list[ThreadRecord], scope: Scope) -> None:
+def merge(graph: Graph, found: Wakers, scope: Scope) -> None:
     window_ms = scope.window_s * 1000
-    for record in records:
+    for record in found.threads:
         # a thread that ran all through the window was never seen leaving the CPU
         tgid = record.tgid or tgid_of(record.tid)
         if not tgid or not scope.includes(graph, tgid):
@@ -169,6 +225,11 @@ def merge(graph: Graph, records: list[ThreadRecord], scope: Scope) -> None:
         }
         for name, value in values.items():
             node.set(name, value, SOURCE)
+        wakers = found.woken_by.get(record.tid)
+        if wakers:
+            longest = sorted(wakers.items(), key=lambda item: -item[1])[:WAKERS_KEPT]
+            node.set("ebpf_woken_by", {ids.thread(tid): round(ns / NS_PER_MS, 3)
+                                       for tid, ns in longest}, SOURCE)  # fmt: skip
 
 
 PROGRAM = Program(
@@ -182,5 +243,5 @@ PROGRAM = Program(
     c_text=C_TEXT,
     read=read,
     merge=merge,
-    limits={"THREAD_MAX_ENTRIES": 16384},
+    limits={"THREAD_MAX_ENTRIES": 16384, "WAKE_MAX_ENTRIES": 16384},
 )

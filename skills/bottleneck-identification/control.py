@@ -18,12 +18,14 @@ from ..thresholds import (
     INVOL_BUSY,
     INVOL_SWITCHES,
     LOAD_OVER_CPUS,
+    PEER_WAIT_GAP,
     PSI_SOME,
     RANK_DELAY_SHARE,
     RANK_RUN_DELAY,
     RUN_DELAY,
     SHARED_CPUS_QUIET,
 )
+from ..waitfor import PEER_WAITS, WAIT_WORDS, shares_text
 from .compute import USE_METHOD
 from .contention import (
     NAMED,
@@ -181,6 +183,19 @@ def _fewer_workers(ctx: RuleContext, found: Contention, cpus: int | None) -> str
     ranks = len(found.group.members)
     if not cpus or not any(ctx.analysis.dataloaders.get(r) for r in found.group.members):
         return "The job's own processes want more CPU than it has: fewer threads per rank."
+    workers = [w for r in found.group.members for w in ctx.analysis.dataloaders.get(r, [])]
+    wanted = sum(demand(node) for node in filter(None, map(ctx.graph.node, workers)))
+    if wanted < found.job_demand / 3:  # the extra demand is the ranks' own work
+        by_rank = {r: demand(n) for r in found.group.members if (n := ctx.graph.node(r))}
+        busiest = max(by_rank, key=lambda r: (by_rank[r], r))
+        least = min(by_rank.values())
+        uneven = f", {by_rank[busiest] / least:.1f}× the least busy" if least > 0 else ""
+        return (
+            f"The ranks' own work is the demand (their loader workers want only ≈ {wanted:.0f} "
+            f"% of a CPU): {busiest} wants ≈ {by_rank[busiest]:.0f} % of a CPU{uneven} (see "
+            "L6.rank-imbalance). Balance the ranks' work or give the job more CPUs; fewer "
+            "workers would not help."
+        )
     fit = workers_that_fit(cpus, ranks)
     return (
         f"Its busy processes outnumber the CPUs: set num_workers={fit} per rank on this host "
@@ -358,48 +373,157 @@ def _move_off(ctx: RuleContext, proc: Node, reserved: set[int]) -> str | None:
 @rule(
     "L6.rank-imbalance",
     6,
-    "Ranks of one group progress unevenly",
-    "max/min cpu_pct across the ranks of a group",
-    f"{IMBALANCE} with the busiest {IMBALANCE_BUSY}",
+    "Ranks of one group progress unevenly: the others wait for the slowest",
+    "the ranks' shares of the window waiting on their peers (time breakdown), else max/min "
+    "cpu_pct across the ranks of a group",
+    f"{PEER_WAIT_GAP} more waiting on peers than the slowest rank, else {IMBALANCE} with the "
+    f"busiest {IMBALANCE_BUSY} (P2 when the slowest is itself held back: CPU, disk, a chain)",
 )
 def rank_imbalance(ctx: RuleContext) -> list[Finding]:
+    """The slow rank of a synchronous job is the one the others wait for: it waits least on
+    its peers, and what it does instead is why (it computes longer, waits for a CPU, blocks
+    on a disk or a pipe)."""
     if not ctx.analysis.groups:
         raise NotEvaluable("no rank group found (no processes working together)")
     out, measured = [], False
     for group in ctx.analysis.groups:
         nodes = [n for n in map(ctx.graph.node, group.members) if n is not None]
-        load: dict[str, float] = {
-            n.id: n.get("cpu_pct") for n in nodes if n.get("cpu_pct") is not None
-        }
-        if len(load) < 2:
-            ctx.skip(group.label, "fewer than two of its ranks have cpu_pct")
-            continue
-        measured = True
-        hot, cold = max(load, key=load.__getitem__), min(load, key=load.__getitem__)
-        ratio = load[hot] / max(load[cold], 1e-6)
-        if not (IMBALANCE_BUSY.reached(load[hot]) and IMBALANCE.reached(ratio)):
-            continue
-        out.append(
-            ctx.finding(
-                subject=cold,
-                value=round(ratio, 2),
-                priority="P1",
-                title=f"{group.label}: {cold} at {load[cold]:.0f} % CPU vs {hot} at {load[hot]:.0f} %",
-                evidence=[
-                    Evidence(
-                        "aggregate",
-                        list(load),
-                        {m: round(v, 1) for m, v in load.items()},
-                        ctx.window_s,
-                    )
-                ],
-                action=f"{cold} differs from its peers: check its data loader (layer 7), its "
-                "links (layer 4) and what shares its CPUs (layer 6); the group waits on stragglers.",
+        waiting = {n.id: peer_wait(ctx, n.id) for n in nodes}
+        if all(w is not None for w in waiting.values()) and len(waiting) >= 2:
+            measured = True
+            found = _slowest_by_waits(
+                ctx, group, {k: v for k, v in waiting.items() if v is not None}
             )
-        )
+        else:
+            load = {n.id: n.get("cpu_pct") for n in nodes if n.get("cpu_pct") is not None}
+            if len(load) < 2:
+                ctx.skip(group.label, "fewer than two of its ranks have cpu_pct")
+                continue
+            measured = True
+            found = _slowest_by_cpu(ctx, group, load)
+        if found is not None:
+            out.append(found)
     if not measured:
         raise NotEvaluable("no cpu_pct for the ranks (needs a collection window)")
     return out
+
+
+def peer_wait(ctx: RuleContext, rank: str) -> float | None:
+    return ctx.analysis.waits.peer_wait(rank)
+
+
+def _main_id(ctx: RuleContext, rank: str) -> str | None:
+    main = ctx.analysis.waits.main_thread(rank)
+    return main.id if main is not None else None
+
+
+def _slowest_by_waits(ctx: RuleContext, group, waiting: dict[str, float]) -> Finding | None:
+    slow = min(waiting, key=lambda r: (waiting[r], r))
+    waiter = max(waiting, key=lambda r: (waiting[r], r))
+    gap = waiting[waiter] - waiting[slow]
+    if not PEER_WAIT_GAP.reached(100 * gap):
+        return None
+    waits = ctx.analysis.waits
+    slow_shares, waiter_shares = waits.shares_of(slow), waits.shares_of(waiter)
+    reason, held_back = _what_slow_does(ctx, group, slow, slow_shares, waiter_shares)
+    peers = [r for r in waiting if r != slow]
+    title = (
+        f"{ctx.label(waiter)} waits {100 * waiting[waiter]:.0f} % of the window for "
+        f"{ctx.label(slow)} ({shares_text(_only(waiter_shares, PEER_WAITS), 2)}); "
+        f"{ctx.label(slow)} {reason}"
+    )
+    evidence = [
+        Evidence("entity", [r], _pct(waits.shares_of(r)), ctx.window_s,
+                 f"{'the slowest rank' if r == slow else 'waits on its peers'}; "
+                 "time shares of its main thread, % of the window")
+        for r in [slow, *sorted(peers, key=lambda r: -waiting[r])[:WORST_SHOWN]]
+    ]  # fmt: skip
+    return _imbalance_finding(ctx, group, slow, round(100 * gap, 1), title, evidence, held_back)
+
+
+def _what_slow_does(
+    ctx: RuleContext, group, slow: str, shares: dict[str, float], waiter: dict[str, float]
+) -> tuple[str, str | None]:
+    """(what the slowest rank does instead of waiting, the rule that owns it when it is
+    itself held back)."""
+    owner = ctx.analysis.facts.thread_owner
+    chains = [
+        c
+        for c in ctx.analysis.waits.chains_of(slow)
+        if c.victim == _main_id(ctx, slow)
+        and owner.get(c.end, c.end) not in set(group.members) - {slow}
+    ]
+    if chains and chains[0].end_kind in ("busy", "sleeping", "blocked", "link"):
+        chain = chains[0]
+        return (
+            f"itself waits {100 * chain.share:.0f} % {chain.first.how} on {chain.end}",
+            "L6.wait-chain",
+        )
+    on_cpu, other = shares.get("on_cpu", 0.0), waiter.get("on_cpu", 0.0)
+    runnable = shares.get("runnable", 0.0)
+    computes_more = other > 0 and IMBALANCE.reached(on_cpu / other)
+    if RANK_RUN_DELAY.reached(100 * runnable) and not computes_more:
+        return f"waits for a CPU {100 * runnable:.0f} % of the window", "L6.run-queue-delay"
+    for klass, rule_id in (("disk_io", "L5.d-state"), ("page_fault", "layer 2"),
+                           ("stopped", "L6.rank-stalled")):  # fmt: skip
+        if shares.get(klass, 0.0) >= 0.2:
+            return f"is {WAIT_WORDS[klass]} {100 * shares[klass]:.0f} % of the window", rule_id
+    times = f"{on_cpu / other:.1f}× as long as its peers" if other > 0 else "while they wait"
+    also = f" (and waits for a CPU {100 * runnable:.0f} %)" if runnable >= 0.05 else ""
+    return f"computes {100 * on_cpu:.0f} % of the window, {times}{also}", None
+
+
+def _slowest_by_cpu(ctx: RuleContext, group, load: dict[str, float]) -> Finding | None:
+    """Without time shares: the busiest rank computes longest per step, the least busy
+    waits for it."""
+    hot, cold = max(load, key=load.__getitem__), min(load, key=load.__getitem__)
+    ratio = load[hot] / max(load[cold], 1e-6)
+    if not (IMBALANCE_BUSY.reached(load[hot]) and IMBALANCE.reached(ratio)):
+        return None
+    title = (
+        f"{group.label}: {ctx.label(hot)} at {load[hot]:.0f} % CPU vs {ctx.label(cold)} at "
+        f"{load[cold]:.0f} %: the others wait for {hot}"
+    )
+    evidence = [Evidence("aggregate", list(load), {m: round(v, 1) for m, v in load.items()},
+                         ctx.window_s, "the ranks' cpu_pct")]  # fmt: skip
+    node = ctx.graph.node(hot)
+    delayed = node is not None and RANK_RUN_DELAY.reached(node.get("run_delay_pct"))
+    return _imbalance_finding(ctx, group, hot, round(ratio, 2), title, evidence,
+                              "L6.run-queue-delay" if delayed else None)  # fmt: skip
+
+
+def _imbalance_finding(ctx: RuleContext, group, slow: str, value: float, title: str,
+                       evidence: list[Evidence], held_back: str | None) -> Finding:  # fmt: skip
+    node = ctx.graph.node(slow)
+    pid = node.get("pid") if node is not None else None
+    if held_back:
+        action = (f"{slow} is the slowest rank, and it is held back itself: {held_back} "
+                  "names what holds it; remove that and the group moves at its peers' pace.")  # fmt: skip
+    else:
+        action = (
+            f"{slow} is the straggler: every collective waits for it. It does more work per "
+            "step than its peers (an uneven shard or batch size, work only it does: "
+            "evaluation, logging, checkpoints): balance the work across the ranks or take "
+            "that work off the step; py-spy shows what it computes."
+        )
+    return ctx.finding(
+        subject=slow,
+        value=value,
+        priority="P2" if held_back else "P1",
+        title=title,
+        evidence=evidence,
+        impact=f"{group.label} moves at {slow}'s pace",
+        action=action,
+        command=f"py-spy dump --pid {pid}" if pid and not held_back else None,
+    )
+
+
+def _only(shares: dict[str, float], keys: tuple[str, ...]) -> dict[str, float]:
+    return {k: v for k, v in shares.items() if k in keys}
+
+
+def _pct(shares: dict[str, float]) -> dict[str, float]:
+    return {k: round(100 * v, 1) for k, v in shares.items()}
 
 
 @rule(

@@ -114,7 +114,8 @@ _WORK = {
     "other": "waiting in the kernel",
     "paging": "faulting their pages back in from disk",
 }
-_IDLE_WAITS = ("fd_wait", "futex")  # a worker waiting for the next index, or on a lock
+# a worker waiting for the next index, on a lock, or on its full queue (the trainer is late)
+_IDLE_WAITS = ("fd_wait", "futex", "pipe_write")
 _WORK_ACTIONS = {
     "running": "Each batch costs CPU: move decoding/augmentation to the device or do it offline, ",
     "io": "The loaders wait on storage: cache the dataset in memory or on local NVMe and read "

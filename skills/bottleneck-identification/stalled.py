@@ -17,6 +17,7 @@ from ..analysis import Group
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 from ..thresholds import BLOCKED_OFF_CPU, STALLED_CPU, STALLED_LINK
+from ..waitfor import WAIT_WORDS, Chain
 
 MIB = 1 << 20
 STOPPED_STATES = ("T", "t")  # stopped by a signal (T) or by a tracer (t)
@@ -148,22 +149,64 @@ def _silent_job_finding(ctx: RuleContext, group: Group, ranks: list[RankState]) 
     window = _window(ctx, ranks[0])
     names = ", ".join(ctx.label(r.node.id) for r in ranks[:4])
     before = max(r.links.lifetime_bytes for r in ranks if r.links) / MIB
+    held = _held_outside(ctx, group)
+    blocked = ctx.graph.node(held.process) if held is not None else None
+    target = blocked if blocked is not None else ranks[0].node
+    if held is not None:
+        impact = (
+            f"{ctx.label(held.process)} waits {100 * held.share:.0f} % of the window "
+            f"{WAIT_WORDS[held.first.how]} {held.first.via or ''} on {held.end} (see "
+            "L6.wait-chain), and the other ranks wait for it"
+        )
+        action = (
+            f"The job stands still because {held.process} is blocked outside it: remove what "
+            f"holds it ({held.end}, named by L6.wait-chain); its stack shows the call it "
+            "blocks in."
+        )
+    else:
+        impact = "every rank waits: a hang (a collective one rank never joined, a lock, a "
+        impact += "peer that left)"
+        action = (
+            "Dump every rank's Python stack (`py-spy dump --pid PID`) to see which "
+            "collective or lock they wait in; a rank that never entered it is the culprit."
+        )
+    evidence = [e for r in ranks for e in _evidence(ctx, r, [])]
+    evidence += [e for e in (_shares_evidence(ctx, r.node.id) for r in ranks) if e is not None]
     return ctx.finding(
-        subject="+".join(r.node.id for r in ranks),
+        subject=held.process if held is not None else "+".join(r.node.id for r in ranks),
         value=round(window, 1),
         priority="P0",
         title=f"Job of {group.label} made no progress for the whole {window:.1f} s window: "
         f"{names} ran {STALLED_CPU} and their links carried {STALLED_LINK} "
         f"(up to {before:.0f} MiB before)",
-        evidence=[e for r in ranks for e in _evidence(ctx, r, [])],
-        impact="every rank waits: a hang (a collective one rank never joined, a lock, a "
-        "peer that left)",
-        action="Dump every rank's Python stack (`py-spy dump --pid PID`) to see which "
-        "collective or lock they wait in; a rank that never entered it is the culprit.",
-        command=f"py-spy dump --pid {ranks[0].node.get('pid')}"
-        if ranks[0].node.get("pid")
-        else None,
+        evidence=evidence,
+        impact=impact,
+        action=action,
+        command=f"py-spy dump --pid {target.get('pid')}" if target.get("pid") else None,
     )
+
+
+def _held_outside(ctx: RuleContext, group: Group) -> Chain | None:
+    """The longest wait of a rank's main thread that leads out of the rank group (a full
+    pipe, a lock held by its own thread…): what a stalled job is really stuck on."""
+    waits, owner = ctx.analysis.waits, ctx.analysis.facts.thread_owner
+    found = []
+    for rank in group.members:
+        main = waits.main_thread(rank)
+        for chain in waits.chains_of(rank):
+            leads_out = owner.get(chain.end, chain.end) not in set(group.members) - {rank}
+            if main is not None and chain.victim == main.id and leads_out:
+                found.append(chain)
+    return max(found, key=lambda c: c.share, default=None)
+
+
+def _shares_evidence(ctx: RuleContext, rank: str) -> Evidence | None:
+    main = ctx.analysis.waits.main_thread(rank)
+    if main is None:
+        return None
+    shares = {k: round(100 * v, 1) for k, v in (main.get("time_shares") or {}).items()}
+    return Evidence("entity", [main.id], shares, ctx.window_s,
+                    "main thread's time shares, % of the window")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- readings

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from wp_mcp.graph import Graph, Node
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.query import host_prefix
 
 from ..analysis import Analysis, confidence
 from ..report import Evidence, Finding, Report, Section, code, safe
@@ -134,7 +135,7 @@ def run(graph: Graph, top: int = 10, analysis: Analysis | None = None) -> Report
             and item.klass != "idle"
             and not analysis.is_profiler(item.thread)
         ):
-            finding = _finding(graph, item)
+            finding = _finding(graph, item, _action(analysis, item))
             report.findings.append(finding)
             section.finding_ids.append(finding.id)
     section.status = "findings" if section.finding_ids else "clean"
@@ -241,7 +242,39 @@ _ACTIONS = {
 }
 
 
-def _finding(graph: Graph, item: ThreadScore) -> Finding:
+def _action(analysis: Analysis, item: ThreadScore) -> str:
+    """What to do about a hot thread, for this host: NUMA advice only where there is a
+    device and more than one node to choose from; a thread its own process waits on (a lock
+    it holds while it runs: the GIL) is pointed at its wait-for chain, where pinning cannot
+    help."""
+    starved = [
+        chain
+        for chain in (analysis.waits.chains_of(item.process) if item.process else [])
+        if chain.end == item.thread and chain.first.how == "futex"
+    ]
+    if starved:
+        victim = starved[0]
+        return (
+            f"Its process's {victim.victim} waits on a lock {100 * victim.share:.0f} % of the "
+            "window while it runs (with Python, the GIL: pinning or more CPUs cannot help): "
+            "see L6.wait-chain; move its work out of the process or into code that releases "
+            "the GIL."
+        )
+    if item.klass == "compute":
+        placed = bool(item.process and analysis.devices_of(item.process))
+        nodes = len(analysis.numa_nodes.get(host_prefix(item.thread), {}))
+        if placed and nodes > 1:
+            return _ACTIONS["compute"]
+        owner = analysis.graph.node(item.process) if item.process else None
+        pid = (owner.get("pid") if owner is not None else None) or "PID"
+        return (
+            f"It keeps a CPU busy: `py-spy dump --pid {pid}` shows what it runs. It slows the "
+            "job only where others wait for it (L6.wait-chain) or for its CPU (run delay)."
+        )
+    return _ACTIONS.get(item.klass, "Inspect it with wp_entity.")
+
+
+def _finding(graph: Graph, item: ThreadScore, action: str) -> Finding:
     node = graph.node(item.thread)
     values = {
         k: getattr(item, k)
@@ -264,6 +297,6 @@ def _finding(graph: Graph, item: ThreadScore) -> Finding:
         threshold_kind="proposed",
         evidence=[Evidence("entity", [item.thread], values, graph.meta.window_s, item.why)],
         confidence=score,
-        action=_ACTIONS.get(item.klass, "Inspect it with wp_entity."),
+        action=action,
         subject=node.id if node else item.thread,
     )

@@ -9,7 +9,10 @@ done a step, then runs until its stdin closes.
 
 The options put the faults of ``benchmarks/faults`` inside the job itself: a slow or
 CPU-heavy ``__getitem__``, more loader workers, checkpoints, synchronous direct writes, ranks
-pinned to CPUs or placed in network namespaces. With ``--steplog PREFIX`` each rank appends
+pinned to CPUs or placed in network namespaces, one rank doing more work per step, a busy
+Python thread beside a rank's main thread, chatty logging into a stdout pipe the launcher
+drains slowly; or, with ``--serve-preprocess-ms``, a serving front end (the launcher) feeding
+model workers (the ranks) through one preprocessing thread. With ``--steplog PREFIX`` each rank appends
 the wall-clock time of every finished step to ``PREFIX.rank<R>``: the ground truth of how
 fast the job runs.
 """
@@ -23,6 +26,7 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -87,12 +91,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--netns", help="network namespace per rank, ','-separated ('' = own)")
     p.add_argument("--store-host", default="127.0.0.1", help="address ranks reach the store at")
     p.add_argument("--ifname", default="lo", help="interface gloo uses (GLOO_SOCKET_IFNAME)")
+    p.add_argument("--extra-ms", default="",
+                   help="RANK:MS — that rank computes MS ms more CPU per step (a slow rank)")  # fmt: skip
+    p.add_argument("--busy-thread-rank", type=int, default=-1,
+                   help="that rank runs a busy Python thread beside its main thread (the GIL)")  # fmt: skip
+    p.add_argument("--log-kb-per-step", type=int, default=0,
+                   help="each rank writes this much log to its stdout every step")  # fmt: skip
+    p.add_argument("--log-reader-kb-per-s", type=float, default=0.0,
+                   help="the launcher reads each rank's stdout at this rate (0: not at all)")  # fmt: skip
+    p.add_argument("--serve-preprocess-ms", type=float, default=0.0,
+                   help="serve instead of train: the launcher is a front end whose one "
+                   "preprocessing thread spends MS ms of Python per request, and the ranks are "
+                   "model workers answering the requests it hands them")  # fmt: skip
     return p.parse_args(argv)
 
 
 def rank_main(rank: int, world: int, store_port: int, args: argparse.Namespace) -> None:
     if args.cpus:
         os.sched_setaffinity(0, _cpulist(args.cpus.split("|")[rank]))
+    if args.serve_preprocess_ms:
+        serve_worker(rank, args)
+        return
     store = dist.TCPStore(args.store_host, store_port, world, is_master=False,
                           timeout=timedelta(seconds=60))  # fmt: skip
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -102,14 +121,68 @@ def rank_main(rank: int, world: int, store_port: int, args: argparse.Namespace) 
     optimiser = torch.optim.SGD(model.parameters(), lr=1e-4)
     loader = DataLoader(Batches(args.item_ms, args.decode_ms, args.dataset), batch_size=8,
                         num_workers=args.workers, persistent_workers=args.workers > 0)  # fmt: skip
+    if args.busy_thread_rank == rank:
+        threading.Thread(target=_busy_python, name="busy-stats", daemon=True).start()
     log_path = f"{args.steplog}.rank{rank}" if args.steplog else None
     with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as steplog:
         train(model, optimiser, loader, args, rank, steplog)
 
 
+def serve_worker(rank: int, args: argparse.Namespace) -> None:
+    """A model worker: one forward pass per request read from stdin (the front end's pipe),
+    each answered request a line of the step log."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, FEATURES))  # fmt: skip
+    log_path = f"{args.steplog}.rank{rank}" if args.steplog else None
+    with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as steplog:
+        requests = sys.stdin.buffer
+        for served in range(1 << 62):
+            if not requests.readline():
+                return
+            with torch.no_grad():
+                model(torch.full((8, FEATURES), 1.0))
+            if steplog:
+                steplog.write(f"{time.time():.4f}\n")
+            if served == 0:
+                print("ready", flush=True)
+
+
+def _preprocess(pipes: list, cost_ms: float) -> None:
+    """The front end's one preprocessing stage: Python work per request (tokenising,
+    resizing), then the request goes to the next worker."""
+    for n in range(1 << 62):
+        end = time.thread_time() + cost_ms / 1000
+        while time.thread_time() < end:
+            sum(range(100))
+        pipe = pipes[n % len(pipes)]
+        pipe.write(b"request\n")
+        pipe.flush()
+
+
+def _busy_python() -> None:
+    """Pure-Python work that holds the GIL but for the interpreter's switch interval."""
+    while True:
+        sum(i * i for i in range(10_000))
+
+
+def _compute(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 def train(model, optimiser, loader, args: argparse.Namespace, rank: int, steplog) -> None:
     direct = _DirectWriter(args, rank)
+    extra_rank, _, extra_ms = args.extra_ms.partition(":")
+    extra_s = float(extra_ms) / 1000 if extra_ms and int(extra_rank) == rank else 0.0
+    log_line = ("x" * 1023 + "\n") * args.log_kb_per_step
     for step, batch in enumerate(loader):
+        if extra_s:
+            _compute(extra_s)  # more work per step than its peers'
+        if log_line and step:
+            sys.stdout.write(log_line)  # chatty logging into the launcher's pipe
+            sys.stdout.flush()
         loss = (model(batch) - batch).pow(2).mean()
         optimiser.zero_grad()
         loss.backward()  # DDP all-reduces the gradients over the rank links here
@@ -149,6 +222,12 @@ def _checkpoint(model: torch.nn.Module, args: argparse.Namespace, rank: int) -> 
         os.fsync(out.fileno())
 
 
+def _slow_reader(stream, kb_per_s: float) -> None:
+    """Drain a rank's stdout at ``kb_per_s``: a log shipper that cannot keep up."""
+    while stream.read1(4096):
+        time.sleep(4 / kb_per_s)
+
+
 def _cpulist(text: str) -> set[int]:
     cpus: set[int] = set()
     for part in text.split(","):
@@ -167,10 +246,20 @@ def launcher(args: argparse.Namespace, argv: list[str]) -> None:
     for r in range(world):
         enter = ["ip", "netns", "exec", namespaces[r]] if namespaces[r] else []
         command = [*enter, sys.executable, __file__, "rank", str(r), str(store.port), *argv]
-        ranks.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env))
+        serving = subprocess.PIPE if args.serve_preprocess_ms else None
+        ranks.append(subprocess.Popen(command, stdout=subprocess.PIPE, stdin=serving,
+                                      text=True, env=env))  # fmt: skip
+    if args.serve_preprocess_ms:  # requests are bytes, into each worker's stdin
+        pipes = [proc.stdin.buffer for proc in ranks]
+        threading.Thread(target=_preprocess, args=(pipes, args.serve_preprocess_ms),
+                         name="preprocess", daemon=True).start()  # fmt: skip
     try:
         for proc in ranks:
             assert proc.stdout.readline().strip() == "ready"
+        if args.log_reader_kb_per_s:
+            for proc in ranks:
+                threading.Thread(target=_slow_reader, args=(proc.stdout.buffer,
+                                 args.log_reader_kb_per_s), daemon=True).start()  # fmt: skip
         print(json.dumps({"launcher": os.getpid(), "store_port": store.port,
                           "ranks": [p.pid for p in ranks]}), flush=True)  # fmt: skip
         sys.stdin.read()

@@ -120,8 +120,10 @@ def test_thread_records_become_thread_attributes_under_their_process():
     g.add("thread", "thr:6", source="procfs", tid=6, pid=5)
     g.link("has_thread", "proc:5", "thr:6")
     record = runqlat.ThreadRecord(6, 5, "worker", 500_000_000, 20_000_000, 100, 1_000_000, 120, 90)
-    runqlat.merge(g, [record], Scope(window_s=2.0))
+    woken_by = {6: {7: 3_000_000, 8: 500_000}}  # thread 7 ended 3 ms of its sleep, 8 0.5 ms
+    runqlat.merge(g, runqlat.Wakers([record], woken_by), Scope(window_s=2.0))
     node = g.nodes["thr:6"]
+    assert node.get("ebpf_woken_by") == {"thr:7": 3.0, "thr:8": 0.5}
     assert node.get("ebpf_run_delay_ms") == 500.0
     assert node.get("ebpf_run_delay_pct") == 25.0
     assert node.get("ebpf_run_delay_max_ms") == 20.0

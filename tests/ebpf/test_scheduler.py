@@ -71,3 +71,47 @@ def test_run_queue_latency_agrees_with_the_kernels_schedstat(peers):
         ebpf_ms = graph.nodes[f"thr:{tid}"].get("ebpf_run_delay_ms")
         # eBPF's window starts a little before and ends a little after schedstat's
         assert kernel_ms * 0.8 <= ebpf_ms <= kernel_ms * 1.25 + 50, (tid, kernel_ms, ebpf_ms)
+
+
+WAKER = """
+import json, os, threading, time
+ready = threading.Semaphore(0)
+tids = {}
+
+def sleeper():
+    tids["sleeper"] = threading.get_native_id()
+    while True:
+        ready.acquire()  # a lock: woken by whoever releases it
+
+def waker():
+    tids["waker"] = threading.get_native_id()
+    while True:
+        time.sleep(0.02)
+        ready.release()
+
+for target in (sleeper, waker):
+    threading.Thread(target=target, daemon=True).start()
+time.sleep(0.2)
+print(json.dumps(tids), flush=True)
+os.read(0, 1)
+"""
+
+
+def test_a_thread_woken_by_its_sibling_names_it_as_its_waker():
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", WAKER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        tids = json.loads(proc.stdout.readline())
+        ctx = Context(window_s=1.5, pids={proc.pid}, ebpf="on")
+        graph = collect_snapshot(ctx, [ProcfsCollector(), EbpfCollector()])
+    finally:
+        proc.kill()
+        proc.wait()
+    woken_by = graph.nodes[f"thr:{tids['sleeper']}"].get("ebpf_woken_by")
+    # it sleeps ~20 ms between wakeups, each ended by the waker: most of the window
+    assert max(woken_by, key=woken_by.get) == f"thr:{tids['waker']}", woken_by
+    assert woken_by[f"thr:{tids['waker']}"] > 500, woken_by

@@ -173,3 +173,13 @@ def test_outside_io_is_not_the_jobs_problem_while_the_job_does_no_io():
     graph.nodes["proc:200"].io_write_bytes_per_s = 50e6
     found = {o.rule.id: o.result for o in evaluate(graph)}
     assert [f.priority for r in ("L5.psi-io", "L5.iowait") for f in found[r]] == ["P1", "P1"]
+
+
+def test_a_job_whose_ranks_are_the_surplus_is_not_told_to_cut_its_workers():
+    """One rank doing more work per step fills the CPUs: the workers are not the demand."""
+    graph = small_host(load1=6.0)
+    ranks = job(graph, rank_cpu=60.0, rank_delay=45.0, worker_cpu=6.0, worker_delay=1.0)
+    graph.nodes[ranks[1]].cpu_pct, graph.nodes[ranks[1]].run_delay_pct = 95.0, 60.0
+    (main,) = serious(cpu_findings(graph))
+    assert main.rule_id == "L6.run-queue-delay" and "the job itself" in main.title
+    assert "num_workers" not in main.action and ranks[1] in main.action

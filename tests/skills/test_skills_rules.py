@@ -22,6 +22,7 @@ from .builders import (
     two_node_host,
 )
 from .test_job_rules import stalled_loaders, stalled_rank
+from .test_wait_chain import blocked_log_pipe
 
 # --------------------------------------------------------------------------- layer 1
 
@@ -509,6 +510,7 @@ CASES = {
     "L6.rank-imbalance": (imbalance(20.0), imbalance(85.0)),
     "L6.ranks-share-cpus": (shared_pins("1-2"), shared_pins("2-3")),
     "L6.rank-stalled": (stalled_rank("T"), stalled_rank(None)),
+    "L6.wait-chain": (blocked_log_pipe(0.7), blocked_log_pipe(0.05)),
     "L7.dataloader-saturated": (loaders(20.0, 99.0, 1.0), loaders(95.0, 99.0, 1.0)),
     "L7.dataloader-stalled": (stalled_loaders(True), stalled_loaders(False)),
     "L7.frontend-saturated": (front_end(100.0), front_end(30.0)),
