@@ -145,13 +145,14 @@ def test_findings_appear_escalate_and_resolve() -> None:
 
 def test_a_regression_must_beat_the_noise_both_ways() -> None:
     cpu, retrans, locality = (FAMILIES[name] for name in
-                              ("rank_cpu_pct", "rank_retrans_per_s", "rank_numa_locality"))  # fmt: skip
-    base = Metric(cpu, "proc:1", 100.0)
-    assert regressed(Metric(cpu, "proc:1", 60.0), base, 20)
-    assert not regressed(Metric(cpu, "proc:1", 85.0), base, 20)  # within 20 %
-    assert not regressed(Metric(cpu, "proc:1", 160.0), base, 20)  # better, not worse
-    small = Metric(cpu, "proc:1", 4.0)
-    assert not regressed(Metric(cpu, "proc:1", 0.5), small, 20)  # within 5 points
+                              ("rank_cpu_seconds_per_second", "rank_tcp_retransmits_per_second",
+                               "rank_numa_locality_ratio"))  # fmt: skip
+    base = Metric(cpu, "proc:1", 1.0)
+    assert regressed(Metric(cpu, "proc:1", 0.6), base, 20)
+    assert not regressed(Metric(cpu, "proc:1", 0.85), base, 20)  # within 20 %
+    assert not regressed(Metric(cpu, "proc:1", 1.6), base, 20)  # better, not worse
+    small = Metric(cpu, "proc:1", 0.04)
+    assert not regressed(Metric(cpu, "proc:1", 0.005), small, 20)  # within 5 points
     zero = Metric(retrans, "proc:1", 0.0)
     assert not regressed(Metric(retrans, "proc:1", 0.5), zero, 20)  # below 1/s
     assert regressed(Metric(retrans, "proc:1", 30.0), zero, 20)
@@ -161,16 +162,16 @@ def test_a_regression_must_beat_the_noise_both_ways() -> None:
 
 
 def test_a_regression_is_said_when_it_begins_and_when_it_ends() -> None:
-    cpu = FAMILIES["rank_cpu_pct"]
-    metric, base = Metric(cpu, "proc:1", 10.0), Metric(cpu, "proc:1", 90.0)
+    cpu = FAMILIES["rank_cpu_seconds_per_second"]
+    metric, base = Metric(cpu, "proc:1", 0.1), Metric(cpu, "proc:1", 0.9)
     began = metric_events(set(), {metric.key: (metric, base)})
     assert [(e["kind"], e["subject"], e["baseline"], e["worse"]) for e in began] == [
-        ("metric.regressed", "proc:1", 90.0, "lower")
+        ("metric.regressed", "proc:1", 0.9, "lower")
     ]
     assert metric_events({metric.key}, {metric.key: (metric, base)}) == []
     ended = metric_events({metric.key}, {})
     assert [(e["kind"], e["metric"], e["subject"]) for e in ended] == [
-        ("metric.recovered", "rank_cpu_pct", "proc:1")
+        ("metric.recovered", "rank_cpu_seconds_per_second", "proc:1")
     ]
 
 
@@ -247,7 +248,7 @@ def test_cycles_over_a_captured_graph_say_a_regression_then_its_recovery(
     second, third = monitor.run_cycle(), monitor.run_cycle()
     assert {e["kind"] for e in first.events} == {"finding.appeared"}
     assert [(e["kind"], e["metric"], e["subject"], e["baseline"]) for e in second.events] == [
-        ("metric.regressed", "rank_numa_locality", "proc:1895089", 0.5623)
+        ("metric.regressed", "rank_numa_locality_ratio", "proc:1895089", 0.5623)
     ]
     assert [(e["kind"], e["subject"]) for e in third.events] == [
         ("metric.recovered", "proc:1895089")
