@@ -4,6 +4,9 @@ its interval is said, never piled up), and MCP's resources/subscribe for older c
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -290,14 +293,56 @@ def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_config_file")
-def test_print_unit_runs_this_installation_with_its_config(tmp_path: Path, capsys) -> None:
-    config = tmp_path / "monitor.toml"
-    config.write_text("[monitor]\ninterval_s = 30\n")
-    assert main(["--config", str(config), "monitor", "--print-unit"]) == 0
+def test_print_unit_runs_this_installation_with_its_config(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as `python -m wp_mcp` (here: from pytest), the unit runs this Python the same way;
+    the config by its absolute path; the store in systemd's state directory."""
+    monkeypatch.chdir(tmp_path)
+    Path("monitor.toml").write_text("[monitor]\ninterval_s = 30\n")
+    assert main(["--config", "monitor.toml", "monitor", "--print-unit"]) == 0
     unit = capsys.readouterr().out
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert start.endswith(f"wp-mcp --config {config} monitor")
+    config = tmp_path / "monitor.toml"
+    assert start == f"ExecStart={sys.executable} -m wp_mcp --config {config} monitor"
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit and "KillSignal=SIGTERM" in unit
+    assert "StateDirectory=wp-mcp" in unit and "Environment=WP_MCP_STORE=/var/lib/wp-mcp" in unit
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_print_unit_names_the_wp_mcp_script_that_runs(tmp_path: Path) -> None:
+    """The installed script prints a unit that starts that same script (never a
+    /usr/local/bin/wp-mcp that does not exist), which runs."""
+    script = Path(sys.executable).parent / "wp-mcp"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WP_MCP_")}
+    env.update(PATH="/usr/bin:/bin", XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run([str(script), "monitor", "--print-unit"], capture_output=True,
+                          text=True, env=env, timeout=120, check=True)  # fmt: skip
+    start = next(line for line in done.stdout.splitlines() if line.startswith("ExecStart="))
+    command = start.removeprefix("ExecStart=").split()
+    assert command == [str(script), "monitor"] and done.stderr == ""
+    assert (
+        subprocess.run([*command[:1], "--version"], capture_output=True, timeout=120).returncode
+        == 0
+    )
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_print_unit_warns_of_a_throwaway_environment_and_follows_a_configured_store(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cached = tmp_path / ".cache" / "uv" / "archive-v0" / "abc" / "bin" / "wp-mcp"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(cached)])
+    config = tmp_path / "monitor.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "store"}"\n')
+    assert main(["--config", str(config), "monitor", "--print-unit"]) == 0
+    out, err = capsys.readouterr()
+    assert f"ExecStart={cached} --config {config} monitor" in out
+    assert "temporary environment" in err and err.count("\n") == 1
+    assert "WP_MCP_STORE" not in out and f"store.path is used instead: {tmp_path / 'store'}" in out
 
 
 @pytest.mark.usefixtures("no_config_file")
