@@ -11,9 +11,12 @@ DEV := $(VENV)/.dev-stamp
 
 venv: $(DEV)
 
+# No setuptools in the venv (9 MB): pip builds the editable install in an isolated environment,
+# and the test extras bring it back for the packaging tests.
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
+	$(PY) -m pip uninstall -q -y setuptools
 
 $(RUNTIME): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[gpu]'

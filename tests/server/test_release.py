@@ -118,3 +118,24 @@ def test_the_readme_leads_with_what_works_before_a_release() -> None:
     assert first.startswith("git clone ") and "pipx install wp-mcp" not in first
     assert "No release is on the package index yet" in install and "make release" in install
     assert install.index(".whl") < install.index("Once a release is published: `pipx install")
+
+
+@pytest.mark.slow
+def test_make_run_installs_the_runtime_only_within_80_mb(tmp_path: Path) -> None:
+    """`make run`'s venv (its runtime stamp, from a copy of the checkout): the command works,
+    no test tool or build backend is in it, and it takes at most 80 MB."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    source = copy_sources(tmp_path / "source")
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", f"VENV={venv}", f"{venv}/.runtime-stamp"], cwd=source,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    version = subprocess.run([str(venv / "bin" / "wp-mcp"), "--version"], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert version.stdout.strip() == f"wp-mcp {__version__}"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    extras = {"pytest", "mypy", "playwright", "hypothesis", "ruff", "setuptools", "twine"}
+    assert not [p.name for p in site.iterdir() if p.name in extras]
+    size = sum(p.lstat().st_size for p in venv.rglob("*") if not p.is_dir())
+    assert size <= 80 * 2**20, f"{size / 2**20:.1f} MiB"
