@@ -27,7 +27,7 @@ from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Node
 from wp_mcp.graph.query import cpu_set, cpu_share, device_numa_node, page_share
 
-from .text import fmt_byte_rate, fmt_bytes, fmt_per_node
+from .text import fmt_byte_rate, fmt_bytes, word
 
 PRIORITY_ORDER = ("P0", "P1", "P2")
 ACCELERATORS = ("gpu", "npu")
@@ -469,8 +469,18 @@ def _numa_detail(node: Node) -> list[tuple[str, str]]:
             value = node.get(key)
             detail.append((key, fmt_bytes(value) if key.endswith("bytes") else str(value)))
     if node.get("distances"):
-        detail.append(("distances", fmt_per_node(node.get("distances"), limit=16, min_share=0)))
+        detail.append(("distances", _distance_row(node.get("distances"))))
     return detail
+
+
+def _distance_row(distances: dict[str, Any]) -> str:
+    """The node's row of the SLIT distance matrix, as `numactl -H` prints it: plain
+    relative costs (10 = local), in node id order: ``{0:10,1:12,2:32}``."""
+    ordered = sorted(
+        distances, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0, str(k))
+    )
+    shown = ",".join(f"{word(str(k), 12)}:{word(str(distances[k]), 12)}" for k in ordered[:64])
+    return "{" + shown + (f",+{len(ordered) - 64}" if len(ordered) > 64 else "") + "}"
 
 
 def _device_label(device: Node) -> str:

@@ -121,7 +121,16 @@ def view_items(
     index = index_for(graph)
     items = _all_items(index, view, entity, depth)
     parsed = filtering.parse(filters)
-    return index.filtered((view, entity, depth, parsed.items), items, parsed.predicate(graph))
+    return index.filtered((view, entity, depth, parsed.items), items, _keep(parsed, graph, view))
+
+
+def _keep(parsed: filtering.Filters, graph: Graph, view: str) -> Callable[[Item], bool] | None:
+    """What the filters keep; an entity's own lines always (its filters narrow the
+    neighbours)."""
+    narrow = parsed.predicate(graph)
+    if view != "entity" or narrow is None:
+        return narrow
+    return lambda item: item.indent == 0 or item.kind == "attribute" or narrow(item)
 
 
 def _all_items(index: ViewIndex, view: str, entity: str | None, depth: int) -> list[Item]:
@@ -205,7 +214,9 @@ def _request(
 ) -> _Request:
     parsed = filtering.parse(filters)
     all_items = _all_items(index, view, entity, depth)
-    items = index.filtered((view, entity, depth, parsed.items), all_items, parsed.predicate(graph))
+    items = index.filtered(
+        (view, entity, depth, parsed.items), all_items, _keep(parsed, graph, view)
+    )
     scope, scope_text = parsed.digest, parsed.describe()
     if view == "entity":  # the entity id can be long: the cursor keeps only a digest
         scope = blake2b(f"{scope}\0{entity}\0{depth}".encode(), digest_size=6).hexdigest()

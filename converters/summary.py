@@ -180,10 +180,9 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         # a top line cut to nothing for room is left out, not called "no data"
         lines.append(f"{name} {cost} ({layer['items']})" + (f": {top}" if top else ""))
     # a cluster's next step is a host (its per-host view, then one host's filter)
-    more = (
-        "hosts filter host=H entity search" if facts["cluster"] else "topology flows entity search"
-    )
-    lines.append(f"#end more: {more}")
+    # views by name; an entity and a search are asked for otherwise (a tool, a command)
+    more = "views hosts topology, filter host=H" if facts["cluster"] else "views topology flows"
+    lines.append(f"#end more: {more}; one entity by id; search for ids")
     return "\n".join(lines)
 
 

@@ -132,6 +132,16 @@ class WebhooksConfig(_Section):
         5, ge=0, le=100, description="more tries of an event the receiver answered with an error"
     )
     queue: Count = Field(1000, ge=1, le=1_000_000, description="events held per URL at most")
+    min_priority: Literal["P0", "P1", "P2"] = Field(
+        "P2", description="push findings of this priority or higher (P0 highest)"
+    )
+    hold_s: Number = Field(
+        0.0,
+        ge=0,
+        le=7 * 86400,
+        description="push a finding or regression once it has lasted this long (Prometheus' "
+        "`for`); one that ends sooner is never pushed",
+    )
 
     @field_validator("urls")
     @classmethod

@@ -9,6 +9,8 @@ value came from; `config init` writes a commented default file. docs/monitoring.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
 import shutil
 import sys
@@ -29,7 +31,10 @@ After=network-online.target
 
 [Service]
 Type=simple
-ExecStart={command} monitor
+# /var/lib/wp-mcp, made by systemd (0700): the store{store_note}
+StateDirectory=wp-mcp
+StateDirectoryMode=0700
+{environment}ExecStart={command} monitor
 ExecReload=/bin/kill -HUP $MAINPID
 KillSignal=SIGTERM
 TimeoutStopSec=90
@@ -106,12 +111,52 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         outputs.close()
 
 
+SERVICE_STORE = "/var/lib/wp-mcp"  # StateDirectory=wp-mcp of a system service
+# where uvx, `pipx run` and pip's builds put a throwaway environment
+_EPHEMERAL = re.compile(r"/\.cache/|/archive-v\d+/|/pipx/\.cache/|^/tmp/|^/var/tmp/")
+
+
 def unit_text(args: argparse.Namespace) -> str:
-    """The unit for this installation: the `wp-mcp` on PATH, with --config if one was given."""
-    command = [shutil.which("wp-mcp") or "/usr/local/bin/wp-mcp"]
+    """The unit for this installation: the wp-mcp that is running now (its script, or this
+    Python with ``-m wp_mcp``), with --config if one was given, storing under
+    /var/lib/wp-mcp unless the config or the environment names a store."""
+    command = running_command()
     if getattr(args, "config", None):
-        command += ["--config", args.config]
-    return UNIT.format(command=shlex.join(command))
+        command += ["--config", os.path.abspath(args.config)]
+    loaded = load_config(args)
+    source = loaded.source("store.path")
+    if source == "default":
+        environment, note = f"Environment=WP_MCP_STORE={SERVICE_STORE}\n", ""
+    elif source.startswith("file"):
+        environment, note = (
+            "",
+            f" (this config's store.path is used instead: {loaded.config.store.path})",
+        )
+    else:  # $WP_MCP_STORE or --store of this command
+        environment, note = (
+            f"Environment={shlex.quote(f'WP_MCP_STORE={loaded.config.store.path}')}\n",
+            "",
+        )
+    if _EPHEMERAL.search(command[0]):
+        sys.stderr.write(
+            f"wp-mcp: warning: {escape(command[0], 300, 'line')} is a temporary environment "
+            "(uvx or pipx run): the unit stops working when its cache is cleaned; install "
+            "wp-mcp for good (`uv tool install`, `pipx install` or a venv) and print the "
+            "unit from there\n"
+        )
+    return UNIT.format(command=shlex.join(command), environment=environment, store_note=note)
+
+
+def running_command() -> list[str]:
+    """How to start the wp-mcp running now: its ``wp-mcp`` script by the absolute path it
+    was started from (a link such as ~/.local/bin/wp-mcp is kept, so an upgrade behind it
+    is followed), else this interpreter with ``-m wp_mcp``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "wp-mcp":
+        path = argv0 if os.sep in argv0 else (shutil.which(argv0) or "")
+        if path and os.access(path, os.X_OK):
+            return [os.path.abspath(path)]
+    return [os.path.abspath(sys.executable), "-m", "wp_mcp"]
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:

@@ -45,15 +45,17 @@ class WpServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
-        if tool is not None:
-            valid = sorted(tool.parameters.get("properties", {}))
-            unknown = sorted(set(arguments) - set(valid))
-            if unknown:
-                shown = ", ".join(excerpt(arg, 40) for arg in unknown[:10])
-                raise ToolError(
-                    f"{name}: unknown argument(s) {shown}; valid arguments: "
-                    f"{', '.join(valid) or '(none)'}"
-                )
+        if tool is None:  # the protocol's answer to a tool that does not exist: -32602
+            known = ", ".join(t.name for t in self._tool_manager.list_tools())
+            raise MCPError(INVALID_PARAMS, f"unknown tool {excerpt(name, 40)}; tools: {known}")
+        valid = sorted(tool.parameters.get("properties", {}))
+        unknown = sorted(set(arguments) - set(valid))
+        if unknown:
+            shown = ", ".join(excerpt(arg, 40) for arg in unknown[:10])
+            raise ToolError(
+                f"{name}: unknown argument(s) {shown}; valid arguments: "
+                f"{', '.join(valid) or '(none)'}"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

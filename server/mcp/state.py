@@ -42,6 +42,7 @@ DEFAULT_MAX_FILE_MB = DEFAULT_MAX_BYTES / 2**20  # the graph readers' own limit
 # would let a few huge answers hold gigabytes.
 ANSWER_CACHE_BYTES = 64 << 20
 _OPAQUE_BYTES = 1 << 20  # what an answer without text (a report, a diff) is taken to weigh
+_NAME_MAX = 255  # bytes of one file or folder name (NAME_MAX)
 _PATH_MAX = 4096  # Linux: no longer path names a file
 
 
@@ -271,6 +272,9 @@ class ServerState:
                 f"{excerpt(path, MAX_PATH_EXCERPT)} is relative: over HTTP give an absolute "
                 f"path below an allowed root ({listed})"
             )
+        problem = _unusable(path)
+        if problem is not None:
+            raise UserError(f"{excerpt(path, MAX_PATH_EXCERPT)}: {problem}")
         real = _resolve(path)
         if real is None or not any(real == root or real.is_relative_to(root) for root in roots):
             raise UserError(
@@ -311,6 +315,25 @@ class ServerState:
     @property
     def max_file_bytes(self) -> int:
         return int(self.max_file_mb * 2**20)
+
+
+def _unusable(path: str) -> str | None:
+    """Why no file can have this path, when none can: a NUL byte, or a path or one of its
+    names past the kernel's limits (a relative path counts with the working directory)."""
+    if "\x00" in path:
+        return "a path cannot hold a NUL byte"
+    full = Path(path).expanduser()
+    if not full.is_absolute():
+        full = Path.cwd() / full
+    if len(str(full)) >= _PATH_MAX:
+        return (
+            f"too long: {len(str(full)):,} characters as an absolute path, the limit is "
+            f"{_PATH_MAX - 1:,}; give a shorter path"
+        )
+    longest = max((len(part.encode()) for part in full.parts), default=0)
+    if longest > _NAME_MAX:
+        return f"a name in it is {longest:,} bytes, the limit is {_NAME_MAX}; give a shorter path"
+    return None
 
 
 def _resolve(path: str) -> Path | None:

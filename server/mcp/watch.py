@@ -21,6 +21,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from mcp import types
+from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 from wp_mcp.graph.safetext import escape
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 LATEST_URI = "wp://snapshots/latest"
 FINDINGS_URI = "wp://findings"
+WATCHED = (LATEST_URI, FINDINGS_URI)  # what subscriptions can be to
+RESOURCE_NOT_FOUND = -32002  # the protocol's code for a resource that does not exist
 WATCH_INTERVAL_S = 1.0
 _FINDING_EVENTS = ("finding.appeared", "finding.resolved", "finding.escalated")
 
@@ -47,6 +50,8 @@ class StoreWatch:
         self._token: Any = None
         self._latest: str | None = None
         self._cursor = 0
+        self._report: str | None = None  # the newest report, and what its findings are
+        self._findings: frozenset[tuple[str, str, str]] = frozenset()
 
     def ensure_running(self) -> None:
         """Start the watching thread once, bound to the server's event loop."""
@@ -64,11 +69,27 @@ class StoreWatch:
         latest = newest[0].id if newest else None
         events = store.events_since(self._cursor, limit=1_000_000)
         uris = [LATEST_URI] if latest != self._latest else []
-        if any(event["kind"] in _FINDING_EVENTS for event in events):
+        if any(event["kind"] in _FINDING_EVENTS for event in events) or self._new_findings():
             uris.append(FINDINGS_URI)
         self._latest = latest
         self._cursor = events[-1]["seq"] if events else self._cursor
         return uris
+
+    def _new_findings(self) -> bool:
+        """Whether a report stored since the last look (by any skill run, not only the
+        monitor's) has other findings than the newest one before it: which rule, on which
+        subject, at which priority (their values move with every cycle)."""
+        reports = self.state.store.list_reports()
+        newest = reports[0].id if reports else None
+        if newest == self._report:
+            return False
+        data = self.state.store.get_report(newest).data if newest else {}
+        findings = frozenset(
+            (f["rule_id"], str(f.get("subject")), f["priority"]) for f in data.get("findings", [])
+        )
+        changed = findings != self._findings
+        self._report, self._findings = newest, findings
+        return changed
 
     def _run(self) -> None:
         while True:
@@ -108,6 +129,12 @@ class StoreWatch:
     # ------------------------------------------------------------------ handlers
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        if str(params.uri) not in WATCHED:  # nothing would ever be said of it
+            raise MCPError(
+                RESOURCE_NOT_FOUND,
+                f"no resource {escape(str(params.uri), 80)} to subscribe to; "
+                f"subscribable: {', '.join(WATCHED)}",
+            )
         self.ensure_running()
         session = ctx.session
         self._sessions.setdefault(id(session), (session, set()))[1].add(str(params.uri))

@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +27,8 @@ from wp_mcp.collectors import Context, collect_snapshot, default_collectors
 from wp_mcp.collectors.ebpf.compiled import keep_compiled
 from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
+from wp_mcp.graph.ids import split_host
+from wp_mcp.graph.safetext import escape
 from wp_mcp.graph.store import Store
 from wp_mcp.skills import Report, diagnose
 from wp_mcp.skills.analysis import Analysis
@@ -46,29 +48,35 @@ _UNHEALTHY = ("P0", "P1")  # a snapshot with neither is healthy enough to be the
 
 @dataclass(frozen=True)
 class Family:
-    """A key metric: where it is read, which way is worse, and the smallest move that is
-    more than noise in its own unit (wp_diff's noise: 5 points for a percentage, 0.05 for a
-    locality)."""
+    """A key metric: where it is read, in which unit it is said, which way is worse, and
+    the smallest move that is more than noise in that unit (wp_diff's noise: 5 points for
+    a percentage, 0.05 for a locality).
+
+    ``name`` is the metric's name in events and, with ``wp_`` before it, on ``/metrics``
+    (Prometheus' conventions: base units, ``_ratio`` for 0–1, ``_per_second`` for a rate
+    over the window); the graph's attribute is multiplied by ``scale`` into that unit."""
 
     name: str
     attribute: str  # of the rank's process node, or of the talks_to edge of a flow
     worse: Literal["higher", "lower"]
     floor: float
     help: str
+    scale: float = 1.0
 
 
 RANK_FAMILIES = (
-    Family("rank_cpu_pct", "cpu_pct", "lower", PCT_NOISE_POINTS,
-           "rank CPU use over the window (100 = one CPU)"),
-    Family("rank_run_delay_pct", "run_delay_pct", "higher", PCT_NOISE_POINTS,
-           "share of the window a rank's threads waited to run"),
-    Family("rank_numa_locality", "numa_locality", "lower", SHARE_NOISE,
-           "P(CPU time and pages on the same NUMA node)"),
-    Family("rank_retrans_per_s", "retrans_per_s", "higher", 1.0,
+    Family("rank_cpu_seconds_per_second", "cpu_pct", "lower", PCT_NOISE_POINTS / 100,
+           "CPU seconds a rank used per second of the window (1 = one CPU busy)", 0.01),
+    Family("rank_run_delay_seconds_per_second", "run_delay_pct", "higher", PCT_NOISE_POINTS / 100,
+           "seconds a rank's threads waited for a CPU per second of the window, summed "
+           "over its threads (1 = one thread waiting the whole window)", 0.01),
+    Family("rank_numa_locality_ratio", "numa_locality", "lower", SHARE_NOISE,
+           "share (0-1) of a rank's CPU time and pages on the same NUMA node"),
+    Family("rank_tcp_retransmits_per_second", "retrans_per_s", "higher", 1.0,
            "TCP retransmissions per second on the rank's sockets"),
 )  # fmt: skip
 FLOW_FAMILIES = (
-    Family("flow_bytes_per_s", "bytes_per_s", "lower", 0.0,
+    Family("flow_bytes_per_second", "bytes_per_s", "lower", 0.0,
            "bytes per second on a flow between ranks"),
 )  # fmt: skip
 FAMILIES = {family.name: family for family in RANK_FAMILIES + FLOW_FAMILIES}
@@ -77,28 +85,62 @@ FAMILIES = {family.name: family for family in RANK_FAMILIES + FLOW_FAMILIES}
 @dataclass(frozen=True)
 class Metric:
     family: Family
-    subject: str  # the graph id (a rank) or "src->dst" (a flow)
+    subject: str  # the graph id (a rank) or "src->dst" (a flow): events name it
     value: float
+    # what /metrics labels it with: the rank's place in its job ("group/rank"), never a pid
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.family.name}{{{self.subject}}}"
 
 
-def key_metrics(graph: Graph) -> dict[str, Metric]:
+def rank_places(analysis: Analysis) -> dict[str, str]:
+    """Each rank's stable name, ``group/rank``: its job's place among the rank groups and
+    its own in the job (the rank it declares, else its place in start order), the same
+    after a restart that gives every process a new pid."""
+    places: dict[str, str] = {}
+    graph = analysis.graph
+    for index, group in enumerate(analysis.groups):
+        ordered = sorted(group.members, key=lambda m: _start_order(graph, m))
+        for position, member in enumerate(ordered):
+            declared = _declared_rank(graph, member)
+            places.setdefault(member, f"{index}/{position if declared is None else declared}")
+    for rank in analysis.ranks - set(places):  # declared by a cluster collection, no group
+        places[rank] = f"-/{_declared_rank(graph, rank)}"
+    return places
+
+
+def _declared_rank(graph: Graph, proc_id: str) -> Any:
+    node = graph.node(proc_id)
+    return node.get("rank") if node is not None else None
+
+
+def _start_order(graph: Graph, proc_id: str) -> tuple[float, int, str]:
+    node = graph.node(proc_id)
+    started = node.get("started_at") if node is not None else None
+    pid = node.get("pid") if node is not None else None
+    return (started if started is not None else float("inf"), pid or 0, proc_id)
+
+
+def key_metrics(graph: Graph, analysis: Analysis | None = None) -> dict[str, Metric]:
     """The metrics a regression is judged on: per rank and per flow between ranks."""
-    ranks = Analysis(graph).ranks
-    metrics = [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank)]
+    analysis = analysis or Analysis(graph)
+    ranks = analysis.ranks
+    places = rank_places(analysis)
+    metrics = [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank, places[rank])]
     for edge in graph.edges("talks_to"):
         if edge.src in ranks and edge.dst in ranks:
+            labels = (("src", places[edge.src]), ("dst", places[edge.dst]))
             for family in FLOW_FAMILIES:
                 value = getattr(edge, family.attribute, None)
                 if value is not None:
-                    metrics.append(Metric(family, f"{edge.src}->{edge.dst}", float(value)))
+                    subject = f"{edge.src}->{edge.dst}"
+                    metrics.append(Metric(family, subject, float(value) * family.scale, labels))
     return {metric.key: metric for metric in metrics}
 
 
-def _rank_metrics(graph: Graph, rank: str) -> list[Metric]:
+def _rank_metrics(graph: Graph, rank: str, place: str) -> list[Metric]:
     node = graph.node(rank)
     if node is None:
         return []
@@ -109,16 +151,66 @@ def _rank_metrics(graph: Graph, rank: str) -> list[Metric]:
     known = [value for value in retrans if value is not None]
     values["retrans_per_s"] = sum(known) if known else None
     return [
-        Metric(family, rank, float(values[family.attribute]))
+        Metric(family, rank, float(values[family.attribute]) * family.scale, (("rank", place),))
         for family in RANK_FAMILIES
         if values[family.attribute] is not None
     ]
 
 
+# the node kinds whose ids name the thing itself and stay the same across restarts
+_STABLE_KINDS = frozenset({"host", "numa", "gpu", "npu", "nic", "rdma", "pci", "disk"})
+_ROLE_CHARS = 40
+
+
+def subject_roles(analysis: Analysis, subjects: Iterable[str | None]) -> dict[str | None, str]:
+    """Each finding subject's role, a name that survives a restart (``/metrics`` labels a
+    finding with it: a pid, tid or socket inode would be a new series for every process):
+    a rank's ``rank G/R``, a dataloader, a front end or a rendezvous, else the process's
+    name; a thread or socket the role of its process and its kind; a NUMA node, device,
+    NIC, disk or the host its own id; anything else its kind (the events name the subject)."""
+    places = rank_places(analysis)
+    facts = analysis.facts
+    out: dict[str | None, str] = {}
+    for subject in subjects:
+        if subject not in out:
+            out[subject] = _role(analysis, places, facts, subject)
+    return out
+
+
+def _role(analysis: Analysis, places: dict[str, str], facts: Any, subject: str | None) -> str:
+    if not subject:
+        return "host"
+    host, local = split_host(subject)
+    kind = local.partition(":")[0]
+    if kind == "proc":
+        role = _process_role(analysis, places, local)
+    elif kind == "thr":
+        owner = facts.thread_owner.get(subject)
+        role = f"{_process_role(analysis, places, owner)} thread" if owner else "thread"
+    elif kind == "sock":
+        owners = facts.socket_owners(subject)
+        role = f"{_process_role(analysis, places, owners[0])} socket" if owners else "socket"
+    elif kind in _STABLE_KINDS:
+        role = local
+    else:
+        role = kind or "other"
+    return f"{host}/{role}" if host else role
+
+
+def _process_role(analysis: Analysis, places: dict[str, str], proc_id: str) -> str:
+    if proc_id in places:
+        return f"rank {places[proc_id]}"
+    if proc_id in analysis.roles:
+        return analysis.roles[proc_id]
+    node = analysis.graph.node(proc_id)
+    name = (node.get("name") if node is not None else None) or "process"
+    return escape(str(name), _ROLE_CHARS, "line")
+
+
 def regressed(metric: Metric, baseline: Metric, noise_pct: float) -> bool:
     """Worse than the baseline by more than the noise: by more than the family's floor in
     its own unit and more than ``noise_pct`` of the baseline's value (so 0 → 0.5
-    retransmissions/s or 90 % → 86 % CPU is not a regression)."""
+    retransmissions/s or 0.90 → 0.86 CPU seconds per second is not a regression)."""
     change = metric.value - baseline.value
     if metric.family.worse == "lower":
         change = -change
@@ -199,6 +291,7 @@ class Cycle:
     report: Report
     metrics: dict[str, Metric]
     events: list[dict[str, Any]]
+    roles: dict[str | None, str] = field(default_factory=dict)  # finding subject -> its role
     finished: float = field(default_factory=time.time)
 
 
@@ -235,7 +328,9 @@ class Monitor:
             return None
         report = diagnose(graph)
         findings = {_finding_key(f): f for f in report.to_dict()["findings"]}
-        metrics = key_metrics(graph)
+        analysis = Analysis(graph)
+        metrics = key_metrics(graph, analysis)
+        roles = subject_roles(analysis, (finding.subject for finding in report.findings))
         regressions = self._regressions(metrics)
         events = self._events(findings, regressions)
         data = {**report.to_dict(), "monitor": {"regressions": sorted(regressions)}}
@@ -246,7 +341,7 @@ class Monitor:
         self.state.findings, self.state.regressions = findings, set(regressions)
         if self.state.baseline_id is None and _healthy(findings):
             events.append(self._set_baseline(snapshot_id, metrics))
-        cycle = Cycle(snapshot_id, report_id, graph, report, metrics, events)
+        cycle = Cycle(snapshot_id, report_id, graph, report, metrics, events, roles)
         self._publish(cycle)
         return cycle
 

@@ -14,9 +14,11 @@ every control character, so a line can never be forged.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
+import platform
 import stat
 import sys
 import time
@@ -26,11 +28,14 @@ from typing import IO, Any
 
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
+from wp_mcp.graph.safetext import escape
 from wp_mcp.server.monitoring.metrics_http import MetricsServer
-from wp_mcp.server.monitoring.webhooks import DRAIN_S, Webhook, event_line
+from wp_mcp.server.monitoring.webhooks import DRAIN_S, Gate, Webhook, event_line
+
+from wp_mcp import __version__
 
 from ..config import Config, EventsFileConfig, WebhooksConfig, parse_bind
-from .monitor import FAMILIES
+from .monitor import FAMILIES, FLOW_FAMILIES, RANK_FAMILIES, Family
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +95,34 @@ def _reason(exc: Exception) -> str:
 
 class Metrics:
     """`/metrics` for Prometheus: findings, per-rank and per-flow metrics, collector
-    durations and statuses, snapshot age, cycles, events and missed deadlines."""
+    durations and statuses, snapshot age, cycles, events, webhook deliveries and the build.
 
-    def __init__(self, bind: str, webhooks: Callable[[], list[Webhook]] = list) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+    Named by Prometheus' conventions (``promtool check metrics`` is silent on them): base
+    units, ``_total`` counters, ``_ratio`` for 0–1, no ``_created`` series. Every label is
+    bounded by what the host runs, never by time: a finding is labelled by its rule, layer,
+    priority and its subject's role (``monitor.subject_roles``), the value the number of
+    such findings; ranks and flows by their place in their job (``group/rank``). Pids are in
+    ``wp_rank_info`` (one series per live rank) and in the events."""
 
+    def __init__(
+        self,
+        bind: str,
+        webhooks: Callable[[], list[Webhook]] = list,
+        gate: Callable[[], Gate | None] = lambda: None,
+    ) -> None:
+        import prometheus_client
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+
+        prometheus_client.disable_created_metrics()  # a `_created` gauge per counter is noise
         self.registry = registry = CollectorRegistry()
-        self.finding = Gauge("wp_finding", "1 per current finding",
-                             ["rule", "layer", "priority", "subject"], registry=registry)  # fmt: skip
+        self.finding = Gauge("wp_finding", "current findings by rule, layer, priority and subject role",
+                             ["rule", "layer", "priority", "role"], registry=registry)  # fmt: skip
         self.metric = {
-            name: Gauge(f"wp_{name}", family.help, ["subject"], registry=registry)
+            name: Gauge(f"wp_{name}", family.help, _family_labels(family), registry=registry)
             for name, family in FAMILIES.items()
         }
+        self.rank_info = Gauge("wp_rank_info", "1 per live rank: its pid and process name",
+                               ["rank", "pid", "process"], registry=registry)  # fmt: skip
         self.collector_seconds = Gauge("wp_collector_duration_seconds", "last cycle's duration",
                                        ["collector"], registry=registry)  # fmt: skip
         self.collector_status = Gauge("wp_collector_status", "1 for the last cycle's status",
@@ -111,7 +132,10 @@ class Metrics:
               registry=registry).set_function(self._age)  # fmt: skip
         self.cycles = Counter("wp_monitor_cycles", "cycles stored", registry=registry)
         self.events = Counter("wp_monitor_events", "events by kind", ["kind"], registry=registry)
-        registry.register(WebhookCounters(webhooks))
+        Info("wp_build", "the running wp-mcp", registry=registry).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
+        registry.register(WebhookCounters(webhooks, gate))
         host, port = parse_bind(bind)
         try:
             self.server = MetricsServer(host, port, self._exposition)
@@ -128,19 +152,24 @@ class Metrics:
         return time.time() - self.last_snapshot if self.last_snapshot else float("nan")
 
     def cycle(self, cycle: Any) -> None:
-        self.finding.clear()
+        counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         for finding in cycle.report.findings:
-            labels = (
-                finding.rule_id,
-                str(finding.layer or ""),
-                finding.priority,
-                finding.subject or "",
-            )
-            self.finding.labels(*labels).set(1)
+            layer = str(finding.layer) if finding.layer is not None else "none"
+            role = cycle.roles.get(finding.subject) or "host"
+            counts[(finding.rule_id, layer, finding.priority, role)] += 1
+        self.finding.clear()
+        for labels, count in counts.items():
+            self.finding.labels(*labels).set(count)
         for gauge in self.metric.values():
             gauge.clear()
+        self.rank_info.clear()
         for metric in cycle.metrics.values():
-            self.metric[metric.family.name].labels(metric.subject).set(metric.value)
+            self.metric[metric.family.name].labels(*(v for _, v in metric.labels)).set(metric.value)
+            if metric.family in RANK_FAMILIES:
+                node = cycle.graph.node(metric.subject)
+                name = escape(str((node.get("name") if node else None) or "?"), 40, "line")
+                pid = metric.subject.rpartition(":")[2]
+                self.rank_info.labels(metric.labels[0][1], pid, name).set(1)
         self.collector_status.clear()
         for status in cycle.graph.meta.collectors:
             self.collector_seconds.labels(status.name).set(status.duration_s or 0.0)
@@ -157,12 +186,19 @@ class Metrics:
         self.server.server_close()
 
 
+def _family_labels(family: Family) -> list[str]:
+    return ["src", "dst"] if family in FLOW_FAMILIES else ["rank"]
+
+
 class WebhookCounters:
     """Each receiver's delivery counts, read when /metrics is scraped; a receiver is
     labelled by its scheme, host and port (its path and query may hold a secret)."""
 
-    def __init__(self, webhooks: Callable[[], list[Webhook]]) -> None:
+    def __init__(
+        self, webhooks: Callable[[], list[Webhook]], gate: Callable[[], Gate | None]
+    ) -> None:
         self._webhooks = webhooks
+        self._gate = gate
 
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -177,7 +213,11 @@ class WebhookCounters:
             label = f"{index}:{hook.shown}"  # two URLs on one host stay apart
             for name, value in hook.stats().items():
                 families[name].add_metric([label], value)
-        return list(families.values())
+        withheld = CounterMetricFamily("wp_webhook_withheld", "events not pushed: below "
+                                       "outputs.webhooks.min_priority, or ended within hold_s")  # fmt: skip
+        gate = self._gate()
+        withheld.add_metric([], gate.withheld if gate is not None else 0)
+        return [*families.values(), withheld]
 
 
 class Outputs:
@@ -187,6 +227,7 @@ class Outputs:
         self._stdout = stdout or sys.stdout
         self.metrics: Metrics | None = None
         self.webhooks: list[Webhook] = []
+        self.gate: Gate | None = None
         self.events_file: EventsFile | None = None
         self._metrics_bind: str | None = None
         self.reconfigure(config)
@@ -201,9 +242,11 @@ class Outputs:
             self.metrics.close()
             self.metrics = None
         if bind is not None and self.metrics is None:
-            self.metrics = Metrics(bind, lambda: self.webhooks)
+            self.metrics = Metrics(bind, lambda: self.webhooks, lambda: self.gate)
         self._metrics_bind = bind
         self.webhooks = self._webhooks(out.webhooks)
+        if self.gate is None or not self.gate.same(out.webhooks):
+            self.gate = Gate(out.webhooks)  # kept across a reload that leaves it alone
 
     def _webhooks(self, config: WebhooksConfig) -> list[Webhook]:
         """A receiver whose settings did not change keeps its sender and its queue (a reload
@@ -227,6 +270,12 @@ class Outputs:
         self.events(cycle.events)
 
     def events(self, events: list[dict[str, Any]]) -> None:
+        """Every event to stdout, the file and /metrics; those the gate lets out (and those it
+        held that are due now) to the webhooks."""
+        if self.webhooks and self.gate is not None:
+            for event in self.gate(events, time.time()):
+                for hook in self.webhooks:
+                    hook.put(event)
         if not events:
             return
         lines = [event_line(event) for event in events]
@@ -236,9 +285,6 @@ class Outputs:
                 self._stdout.flush()
         if self.events_file is not None:
             self.events_file.write(lines)
-        for hook in self.webhooks:
-            for event in events:
-                hook.put(event)
         if self.metrics is not None:
             self.metrics.count(events)
 

@@ -13,6 +13,10 @@ thread per URL.
   delivers again (not at every retry); ``sent``, ``failures``, ``dropped`` and the queue's
   length are exported on ``/metrics`` (``monitor_outputs.Metrics``).
 
+Which events are pushed is the ``Gate``'s: with ``min_priority`` or ``hold_s`` set, a finding
+below that priority, or a finding or regression that has not lasted ``hold_s`` yet, waits;
+one that ends first is never pushed, nor its end (a flapping finding pages no one).
+
 URLs may carry secrets (a token in the path or the query): logs and metric labels show only
 the scheme, host and port (``shown_url``).
 """
@@ -49,6 +53,78 @@ def shown_url(url: str) -> str:
         return "(unparsable URL)"
     host = f"[{host}]" if ":" in host else host
     return f"{parts.scheme}://{host}{port}"
+
+
+_OPENS = ("finding.appeared", "metric.regressed")
+_CLOSES = ("finding.resolved", "metric.recovered")
+_RANK = {"P0": 0, "P1": 1, "P2": 2}
+
+
+def _episode(event: dict[str, Any]) -> tuple[str, str] | None:
+    """What a finding or regression event is about, from its start to its end; None for the
+    monitor's own events (a missed deadline, a reload), which are always pushed."""
+    if event["kind"].startswith("finding."):
+        return (event["rule"], str(event.get("subject")))
+    if event["kind"].startswith("metric."):
+        return (event["metric"], str(event.get("subject")))
+    return None
+
+
+class Gate:
+    """The events the webhooks get, like an alerting rule's ``for``: a finding or regression
+    is pushed once it has lasted ``hold_s`` (judged at each cycle) and, for a finding, once
+    its priority is ``min_priority`` or higher (an escalation past it pushes it then); its
+    end is pushed only when its start was. ``withheld`` counts the events kept back."""
+
+    def __init__(self, config: WebhooksConfig) -> None:
+        self.hold_s = config.hold_s
+        self.min_rank = _RANK[config.min_priority]
+        self.open = self.hold_s == 0 and config.min_priority == "P2"  # everything passes
+        self._pending: dict[tuple[str, str], dict[str, Any]] = {}  # started, not pushed yet
+        self._pushed: set[tuple[str, str]] = set()
+        self.withheld = 0
+
+    def same(self, config: WebhooksConfig) -> bool:
+        return (self.hold_s, self.min_rank) == (config.hold_s, _RANK[config.min_priority])
+
+    def __call__(self, events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        if self.open:
+            return events
+        out = []
+        for event in events:
+            key = _episode(event)
+            if key is None:
+                out.append(event)
+            elif event["kind"] in _CLOSES:
+                if key in self._pushed:
+                    self._pushed.discard(key)
+                    out.append(event)
+                else:  # ended before it was pushed (or began before this monitor did)
+                    self.withheld += 1 + (self._pending.pop(key, None) is not None)
+            elif key in self._pushed:
+                out.append(event)  # an escalation of a finding already pushed
+            elif key in self._pending:  # escalated while held: it keeps its start time
+                self._pending[key] = {**event, "time": self._pending[key]["time"]}
+            else:
+                self._pending[key] = event
+        return out + self._release(now)
+
+    def _release(self, now: float) -> list[dict[str, Any]]:
+        ready = [
+            key
+            for key, event in self._pending.items()
+            if now - event["time"] >= self.hold_s
+            and _RANK.get(event.get("priority") or "P0", 0) <= self.min_rank
+        ]
+        released = []
+        for key in ready:
+            event = self._pending.pop(key)
+            if event["kind"] == "finding.escalated":  # its start was held: push it as one
+                event = {**event, "kind": "finding.appeared"}
+                event.pop("was", None)
+            released.append(event)
+            self._pushed.add(key)
+        return released
 
 
 class Refused(Exception):

@@ -62,7 +62,9 @@ def test_the_cluster_summary_says_ranks_missing_nodes_skew_loss_and_worst_hosts(
     assert "cluster: 4 ranks (2/host) | not collected 1: h2 | clock skew 3.0ms" in text
     assert "cross-host: 1 flows" in text and "worst: h0 loss 4.0%, h1 rank 3 run-delay 40%" in text
     assert "timed out after 60 s" in text  # the reason, on the coverage line
-    assert text.splitlines()[-1] == "#end more: hosts filter host=H entity search"
+    assert text.splitlines()[-1] == (
+        "#end more: views hosts topology, filter host=H; one entity by id; search for ids"
+    )
 
 
 def test_the_json_summary_carries_the_same_cluster_facts(small_cluster):

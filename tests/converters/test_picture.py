@@ -214,3 +214,21 @@ def test_a_mermaid_picture_steps_down_until_it_fits(witty_picture):
     assert "detail: full" in full.splitlines()[0] and "tcp 906K" in full
     assert count_tokens(small) <= 700 and "detail: full" not in small.splitlines()[0]
     assert "subgraph" in small or "detail: hosts" in small
+
+
+def test_numa_distances_are_the_slit_row_in_node_order_not_percentages() -> None:
+    """The witty capture's NUMA nodes hold their row of the distance matrix (10 = local):
+    the picture shows those numbers as `numactl -H` does, by node id."""
+    from wp_mcp.graph.witty import load_witty
+    from wp_testdata import WITTY_GRAPH
+
+    graph = load_witty(WITTY_GRAPH)
+    picture = build_picture(graph)
+    numa = [node for node in graph.of_kind("numa_node") if node.get("distances")]
+    assert numa
+    for node in numa:
+        shown = dict(picture.box(node.id).detail)["distances"]
+        distances = node.get("distances")
+        ordered = sorted(distances, key=int)
+        assert shown == "{" + ",".join(f"{k}:{distances[k]}" for k in ordered) + "}"
+        assert "%" not in shown

@@ -4,6 +4,9 @@ its interval is said, never piled up), and MCP's resources/subscribe for older c
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -145,13 +148,14 @@ def test_findings_appear_escalate_and_resolve() -> None:
 
 def test_a_regression_must_beat_the_noise_both_ways() -> None:
     cpu, retrans, locality = (FAMILIES[name] for name in
-                              ("rank_cpu_pct", "rank_retrans_per_s", "rank_numa_locality"))  # fmt: skip
-    base = Metric(cpu, "proc:1", 100.0)
-    assert regressed(Metric(cpu, "proc:1", 60.0), base, 20)
-    assert not regressed(Metric(cpu, "proc:1", 85.0), base, 20)  # within 20 %
-    assert not regressed(Metric(cpu, "proc:1", 160.0), base, 20)  # better, not worse
-    small = Metric(cpu, "proc:1", 4.0)
-    assert not regressed(Metric(cpu, "proc:1", 0.5), small, 20)  # within 5 points
+                              ("rank_cpu_seconds_per_second", "rank_tcp_retransmits_per_second",
+                               "rank_numa_locality_ratio"))  # fmt: skip
+    base = Metric(cpu, "proc:1", 1.0)
+    assert regressed(Metric(cpu, "proc:1", 0.6), base, 20)
+    assert not regressed(Metric(cpu, "proc:1", 0.85), base, 20)  # within 20 %
+    assert not regressed(Metric(cpu, "proc:1", 1.6), base, 20)  # better, not worse
+    small = Metric(cpu, "proc:1", 0.04)
+    assert not regressed(Metric(cpu, "proc:1", 0.005), small, 20)  # within 5 points
     zero = Metric(retrans, "proc:1", 0.0)
     assert not regressed(Metric(retrans, "proc:1", 0.5), zero, 20)  # below 1/s
     assert regressed(Metric(retrans, "proc:1", 30.0), zero, 20)
@@ -161,16 +165,16 @@ def test_a_regression_must_beat_the_noise_both_ways() -> None:
 
 
 def test_a_regression_is_said_when_it_begins_and_when_it_ends() -> None:
-    cpu = FAMILIES["rank_cpu_pct"]
-    metric, base = Metric(cpu, "proc:1", 10.0), Metric(cpu, "proc:1", 90.0)
+    cpu = FAMILIES["rank_cpu_seconds_per_second"]
+    metric, base = Metric(cpu, "proc:1", 0.1), Metric(cpu, "proc:1", 0.9)
     began = metric_events(set(), {metric.key: (metric, base)})
     assert [(e["kind"], e["subject"], e["baseline"], e["worse"]) for e in began] == [
-        ("metric.regressed", "proc:1", 90.0, "lower")
+        ("metric.regressed", "proc:1", 0.9, "lower")
     ]
     assert metric_events({metric.key}, {metric.key: (metric, base)}) == []
     ended = metric_events({metric.key}, {})
     assert [(e["kind"], e["metric"], e["subject"]) for e in ended] == [
-        ("metric.recovered", "rank_cpu_pct", "proc:1")
+        ("metric.recovered", "rank_cpu_seconds_per_second", "proc:1")
     ]
 
 
@@ -247,7 +251,7 @@ def test_cycles_over_a_captured_graph_say_a_regression_then_its_recovery(
     second, third = monitor.run_cycle(), monitor.run_cycle()
     assert {e["kind"] for e in first.events} == {"finding.appeared"}
     assert [(e["kind"], e["metric"], e["subject"], e["baseline"]) for e in second.events] == [
-        ("metric.regressed", "rank_numa_locality", "proc:1895089", 0.5623)
+        ("metric.regressed", "rank_numa_locality_ratio", "proc:1895089", 0.5623)
     ]
     assert [(e["kind"], e["subject"]) for e in third.events] == [
         ("metric.recovered", "proc:1895089")
@@ -289,14 +293,56 @@ def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_config_file")
-def test_print_unit_runs_this_installation_with_its_config(tmp_path: Path, capsys) -> None:
-    config = tmp_path / "monitor.toml"
-    config.write_text("[monitor]\ninterval_s = 30\n")
-    assert main(["--config", str(config), "monitor", "--print-unit"]) == 0
+def test_print_unit_runs_this_installation_with_its_config(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as `python -m wp_mcp` (here: from pytest), the unit runs this Python the same way;
+    the config by its absolute path; the store in systemd's state directory."""
+    monkeypatch.chdir(tmp_path)
+    Path("monitor.toml").write_text("[monitor]\ninterval_s = 30\n")
+    assert main(["--config", "monitor.toml", "monitor", "--print-unit"]) == 0
     unit = capsys.readouterr().out
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert start.endswith(f"wp-mcp --config {config} monitor")
+    config = tmp_path / "monitor.toml"
+    assert start == f"ExecStart={sys.executable} -m wp_mcp --config {config} monitor"
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit and "KillSignal=SIGTERM" in unit
+    assert "StateDirectory=wp-mcp" in unit and "Environment=WP_MCP_STORE=/var/lib/wp-mcp" in unit
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_print_unit_names_the_wp_mcp_script_that_runs(tmp_path: Path) -> None:
+    """The installed script prints a unit that starts that same script (never a
+    /usr/local/bin/wp-mcp that does not exist), which runs."""
+    script = Path(sys.executable).parent / "wp-mcp"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WP_MCP_")}
+    env.update(PATH="/usr/bin:/bin", XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run([str(script), "monitor", "--print-unit"], capture_output=True,
+                          text=True, env=env, timeout=120, check=True)  # fmt: skip
+    start = next(line for line in done.stdout.splitlines() if line.startswith("ExecStart="))
+    command = start.removeprefix("ExecStart=").split()
+    assert command == [str(script), "monitor"] and done.stderr == ""
+    assert (
+        subprocess.run([*command[:1], "--version"], capture_output=True, timeout=120).returncode
+        == 0
+    )
+
+
+@pytest.mark.usefixtures("no_config_file")
+def test_print_unit_warns_of_a_throwaway_environment_and_follows_a_configured_store(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cached = tmp_path / ".cache" / "uv" / "archive-v0" / "abc" / "bin" / "wp-mcp"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(cached)])
+    config = tmp_path / "monitor.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "store"}"\n')
+    assert main(["--config", str(config), "monitor", "--print-unit"]) == 0
+    out, err = capsys.readouterr()
+    assert f"ExecStart={cached} --config {config} monitor" in out
+    assert "temporary environment" in err and err.count("\n") == 1
+    assert "WP_MCP_STORE" not in out and f"store.path is used instead: {tmp_path / 'store'}" in out
 
 
 @pytest.mark.usefixtures("no_config_file")

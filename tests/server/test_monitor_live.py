@@ -184,11 +184,13 @@ def test_a_fault_injected_then_removed_appears_then_resolves(
         appeared = daemon.wait_event(hog_event("finding.appeared", hog.pid), "hog appeared")
         assert appeared["priority"] == "P0" and appeared["layer"] == 6
 
-        # Prometheus scraped it: the finding is a series with its labels
-        selector = f'wp_finding{{rule="{HOG_RULE}",subject="proc:{hog.pid}"}}'
+        # Prometheus scraped it: the finding is a series labelled by its subject's role (the
+        # hog's process name, never its pid: that is in the event)
+        selector = f'wp_finding{{rule="{HOG_RULE}",priority="P0"}}'
         series = wait_for(lambda: prometheus(selector), "the series")
-        assert series[0]["metric"]["priority"] == "P0" and series[0]["value"][1] == "1"
-        assert wait_for(lambda: prometheus("wp_rank_cpu_pct"), "rank metrics")
+        assert series[0]["metric"]["role"].startswith("python") and series[0]["value"][1] == "1"
+        ranks = wait_for(lambda: prometheus("wp_rank_cpu_seconds_per_second"), "rank metrics")
+        assert {r["metric"]["rank"] for r in ranks} == {"0/0", "0/1"}
 
         # SIGHUP: the edited config switches the events file on before the next cycle
         events_file = tmp_path / "events.jsonl"

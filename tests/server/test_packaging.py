@@ -5,6 +5,7 @@ repository (wp_mcp/'s links kept), runs its tests against that wheel."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -97,10 +98,29 @@ def registry_errors(manifest: dict) -> list[str]:
     return [error.message for error in validator.iter_errors(manifest)]
 
 
-def test_server_json_validates_against_the_registry_schema() -> None:
+# The registry's current server.json schema (its publisher refuses 2025-09-29 and older as
+# deprecated), and the SHA-256 of the file published at that URL: the vendored copy is that
+# file, byte for byte, so moving to a newer schema is replacing both together.
+REGISTRY_SCHEMA_VERSION = "2025-12-11"
+REGISTRY_SCHEMA_SHA256 = "3fba09590c99f61735d234822279f4223fab9e300c0a81e81c91ab62a4114de0"
+DEPRECATED_SCHEMAS = ("2025-07-09", "2025-09-16", "2025-09-29", "2025-10-17")
+
+
+def test_server_json_validates_against_the_current_registry_schema() -> None:
+    """Validated against the registry's 2025-12-11 schema, which the vendored copy is."""
+    vendored = REGISTRY_SCHEMA.read_bytes()
+    assert hashlib.sha256(vendored).hexdigest() == REGISTRY_SCHEMA_SHA256
+    schema_id = json.loads(vendored)["$id"]
+    assert schema_id == (
+        f"https://static.modelcontextprotocol.io/schemas/{REGISTRY_SCHEMA_VERSION}/server.schema.json"
+    )
     manifest = registry_manifest()
-    assert manifest["$schema"] == json.loads(REGISTRY_SCHEMA.read_text())["$id"]
+    assert manifest["$schema"] == schema_id
+    assert not [old for old in DEPRECATED_SCHEMAS if old in manifest["$schema"]]
     assert registry_errors(manifest) == []
+    # the repository and the website the index and the registry show
+    assert manifest["repository"] == {"url": "https://github.com/wp-mcp/wp-mcp", "source": "github"}
+    assert manifest["websiteUrl"].startswith(manifest["repository"]["url"])
 
 
 def test_the_schema_check_catches_what_the_registry_refuses() -> None:

@@ -3,6 +3,7 @@ stored report (wp_report), and the skills' own documentation (wp_skill_docs)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Annotated, Any, Literal
 
@@ -61,6 +62,8 @@ def wp_run_skill(
         if options:
             raise UserError("options apply to one skill; run that skill alone to use them")
         report = diagnosis(state, sid)  # the one wp_diff computes, when it did
+    elif skill not in SKILLS:
+        raise UserError(f"unknown skill {excerpt(skill)}; skills: {', '.join(SKILLS)} or all")
     else:
         report = run_skill(skill, state.graph(sid), **(options or {}))
     report_id = state.store.put_report(sid, report.skill, report.to_dict(), report.to_markdown())
@@ -104,9 +107,13 @@ def wp_report(
         ("report", report_id, section, finding, fmt),
         lambda: report_text(state, report_id, section, finding, fmt),
     )
-    page = page_text(
-        text, max_tokens=max_tokens, cursor=cursor, again=f"wp_report report={report_id}"
+    # the next page is of the same section or finding in the same format
+    again = f"wp_report report={report_id}" + "".join(
+        f" {name}={json.dumps(value, ensure_ascii=False)}"
+        for name, value in (("section", section), ("finding", finding), ("fmt", fmt))
+        if value is not None and (name, value) != ("fmt", "md")
     )
+    page = page_text(text, max_tokens=max_tokens, cursor=cursor, again=again)
     return result(
         page.text, report_id=report_id, page=page.page, pages=page.pages,
         next_cursor=page.next_cursor,

@@ -85,7 +85,8 @@ def wp_layer(
     annotations=READ_ONLY,
     description=(
         "One node (process, thread, socket, device, NUMA node…) by id with every attribute "
-        "and its neighbours up to depth hops. Find ids with wp_search or wp_layer."
+        "and its neighbours up to depth hops (filters: kind of neighbour). Find ids with "
+        "wp_search or wp_layer."
     ),
 )
 def wp_entity(
@@ -96,13 +97,17 @@ def wp_entity(
     fmt: Literal["txt", "json"] = "txt",
     cursor: Cursor = None,
     max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    filters: Annotated[
+        dict[str, str | int | float] | None,
+        Field(description='the neighbours shown, e.g. {"kind": "thread"}'),
+    ] = None,
 ) -> CallToolResult:
     from wp_mcp.converters import ViewError
 
     try:
         page, sid = state.render(
             snapshot, "entity", entity=id, depth=depth, fmt=fmt, cursor=cursor,
-            max_tokens=max_tokens,
+            max_tokens=max_tokens, filters=filters,
         )  # fmt: skip
     except ViewError as exc:  # the shared message says "search"; here it is a tool
         hint = "call wp_search query=<pid, name or address>"
