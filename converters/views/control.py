@@ -22,6 +22,7 @@ from ..lines import (
     parts,
     sort_desc,
 )
+from ..steps import job_items
 from ..text import IdRanges, fmt_pct, fmt_rate
 from . import view
 
@@ -45,6 +46,7 @@ INVOL_SHOWN_PER_S = 10.0
 def control(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("ctl",))
+    items += job_items(graph)  # who the job waits for, measured at its collectives
     for ctr in sorted(graph.of_kind("container"), key=_throttle_rank):
         members = [e.src for e in graph.in_edges(ctr.id, "in_container")]
         items.append(

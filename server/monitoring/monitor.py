@@ -26,6 +26,7 @@ from typing import Any, Literal
 from wp_mcp.collectors import Context, collect_snapshot, default_collectors
 from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
+from wp_mcp.graph.query import step_jobs
 from wp_mcp.graph.store import Store
 from wp_mcp.skills import Report, diagnose
 from wp_mcp.skills.analysis import Analysis
@@ -70,7 +71,12 @@ FLOW_FAMILIES = (
     Family("flow_bytes_per_s", "bytes_per_s", "lower", 0.0,
            "bytes per second on a flow between ranks"),
 )  # fmt: skip
-FAMILIES = {family.name: family for family in RANK_FAMILIES + FLOW_FAMILIES}
+# the job's own pulse (its step timeline, eBPF): the baseline metric when there is one
+JOB_FAMILIES = (
+    Family("job_steps_per_second", "steps_per_s", "lower", 0.5,
+           "a job's training steps per second, from its step timeline (eBPF)"),
+)  # fmt: skip
+FAMILIES = {family.name: family for family in JOB_FAMILIES + RANK_FAMILIES + FLOW_FAMILIES}
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,13 @@ class Metric:
 def key_metrics(graph: Graph) -> dict[str, Metric]:
     """The metrics a regression is judged on: per rank and per flow between ranks."""
     ranks = Analysis(graph).ranks
-    metrics = [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank)]
+    metrics = [
+        Metric(family, job.label, float(value))
+        for job in step_jobs(graph)
+        for family in JOB_FAMILIES
+        if (value := job.figure(family.attribute)) is not None
+    ]
+    metrics += [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank)]
     for edge in graph.edges("talks_to"):
         if edge.src in ranks and edge.dst in ranks:
             for family in FLOW_FAMILIES:
@@ -175,6 +187,7 @@ def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> li
             "value": m.value,
             "baseline": b.value,
             "worse": m.family.worse,
+            "text": _regression_text(m, b),
         }  # fmt: skip
         for key, (m, b) in sorted(now.items())
         if key not in before
@@ -183,6 +196,12 @@ def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> li
         family, _, subject = key.partition("{")
         events.append({"kind": "metric.recovered", "metric": family, "subject": subject[:-1]})
     return events
+
+
+def _regression_text(metric: Metric, baseline: Metric) -> str:
+    """``steps/s 52 → 31 since the baseline (proc:1+proc:2)``."""
+    name = "steps/s" if metric.family.attribute == "steps_per_s" else metric.family.name
+    return f"{name} {baseline.value:.3g} → {metric.value:.3g} since the baseline ({metric.subject})"
 
 
 # ---------------------------------------------------------------------- the monitor

@@ -27,6 +27,7 @@ from typing import IO, Any
 from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
 from wp_mcp.server.monitoring.metrics_http import MetricsServer
+from wp_mcp.server.monitoring.steps import StepGauges
 from wp_mcp.server.monitoring.webhooks import DRAIN_S, Webhook, event_line
 
 from ..config import Config, EventsFileConfig, WebhooksConfig, parse_bind
@@ -112,6 +113,7 @@ class Metrics:
         self.cycles = Counter("wp_monitor_cycles", "cycles stored", registry=registry)
         self.events = Counter("wp_monitor_events", "events by kind", ["kind"], registry=registry)
         registry.register(WebhookCounters(webhooks))
+        self.steps = StepGauges(registry)  # the jobs' step timelines (steps.py)
         host, port = parse_bind(bind)
         try:
             self.server = MetricsServer(host, port, self._exposition)
@@ -145,6 +147,7 @@ class Metrics:
         for status in cycle.graph.meta.collectors:
             self.collector_seconds.labels(status.name).set(status.duration_s or 0.0)
             self.collector_status.labels(status.name, status.status).set(1)
+        self.steps.update(cycle.graph)
         self.last_snapshot = cycle.finished
         self.cycles.inc()
 

@@ -77,6 +77,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dataset", help="a file each sample reads a slice of (memory-mapped)")
     p.add_argument("--device-ms", type=float, default=10.0,
                    help="per step, the time an accelerator would compute (the CPU waits)")  # fmt: skip
+    p.add_argument("--extra-ms", help="CPU time per step per rank, '|'-separated (a slow rank)")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="micro-steps per all-reduce (gradient accumulation under no_sync)")  # fmt: skip
     p.add_argument("--steplog", help="each rank appends step times to PREFIX.rank<R>")
     p.add_argument("--checkpoint-dir", help="ranks save a checkpoint here (fsync'd)")
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
@@ -109,12 +112,19 @@ def rank_main(rank: int, world: int, store_port: int, args: argparse.Namespace) 
 
 def train(model, optimiser, loader, args: argparse.Namespace, rank: int, steplog) -> None:
     direct = _DirectWriter(args, rank)
+    extra_s = float(args.extra_ms.split("|")[rank]) / 1000 if args.extra_ms else 0.0
     for step, batch in enumerate(loader):
-        loss = (model(batch) - batch).pow(2).mean()
-        optimiser.zero_grad()
-        loss.backward()  # DDP all-reduces the gradients over the rank links here
-        optimiser.step()
+        syncs = (step + 1) % args.accumulate == 0
+        with contextlib.nullcontext() if syncs else model.no_sync():
+            loss = (model(batch) - batch).pow(2).mean()
+            loss.backward()  # DDP all-reduces the gradients over the rank links here
+        if syncs:
+            optimiser.step()
+            optimiser.zero_grad()
         time.sleep(args.device_ms / 1000)
+        busy_until = time.thread_time() + extra_s
+        while time.thread_time() < busy_until:  # this rank's extra compute: a straggler
+            pass
         direct.write()
         if args.checkpoint_dir and step % args.checkpoint_every == args.checkpoint_every - 1:
             _checkpoint(model, args, rank)
