@@ -18,7 +18,7 @@ job's pulse:
   bytes (an exchange the scheduler split in two, a scalar all-reduce of the loss beside the
   gradients': each step all-reduces the same gradients, so a round's volume is known from
   the rounds themselves).
-- **per round**: each rank's *arrival* (its first call of the round), the *last arrival*
+- **per round**: each rank's *arrival* (its first send of the round), the *last arrival*
   (the rank the others waited for) and the round's *end* (its last call). The step time is
   the time between consecutive ends; ``comm_share`` is the time from the last arrival to the
   end (the exchange itself, nobody waiting); a rank's ``wait_share`` is the time from its
@@ -116,10 +116,13 @@ class _Round:
         return max(b.end for b in self.bursts)
 
     def arrivals(self) -> dict[int, float]:
-        """Each rank's first call of the round."""
+        """Each rank's first send of the round: a rank's data leaves once it has reached the
+        collective, while what it receives may be read before (gloo's and NCCL's socket
+        threads read a peer's early chunk as it comes, whatever the rank is doing)."""
         out: dict[int, float] = {}
         for burst in self.bursts:
-            out[burst.pid] = min(out.get(burst.pid, burst.start), burst.start)
+            if burst.first_send is not None:
+                out[burst.pid] = min(out.get(burst.pid, burst.first_send), burst.first_send)
         return out
 
 
