@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ from benchmarks.faults.job import Job, Launch  # noqa: E402
 
 ACCUMULATE = 4
 HOGS = 3
+HOG_NICE = -10
 LOSS_PCT = 5
 
 
@@ -65,10 +67,11 @@ def running(args: list[str]) -> Iterator[Job]:
 
 
 def snapshot(job: Job, window: float) -> tuple[Graph, float, float, list[float]]:
-    """A live snapshot with eBPF, scoped to the job; the log's steps/s over its window and
+    """A live snapshot of the host with eBPF; the log's steps/s over its window and
     the log's step intervals there."""
     marks: list[float] = []
-    ctx = Context(window_s=window, ebpf="on", pids={job.launcher, *job.ranks, *job.workers},
+    # the whole host: a fault's cause (a hog) may be outside the job
+    ctx = Context(window_s=window, ebpf="on",
                   progress=lambda collector, stage, _: _mark(marks, collector, stage))  # fmt: skip
     started = time.time()
     graph = collect_snapshot(ctx)
@@ -186,22 +189,25 @@ def fault_and_fix(name: str, fault: Callable[[Job], contextlib.AbstractContextMa
 
 @contextlib.contextmanager
 def pinned_hogs(job: Job, count: int = HOGS) -> Iterator[list[int]]:
-    """``count`` busy loops pinned onto rank 0's CPU, each in a session of its own: with
-    autogroup scheduling (on by default) CPU time is shared between sessions first, so
-    loops in one session, whatever their nice level, take no more than one session's share."""
+    """``count`` busy loops pinned onto rank 0's CPU, in a session of their own (one process
+    forks the others) whose autogroup runs at nice -10: with autogroup scheduling (on by
+    default) CPU time is shared between sessions first, so a nice level set on the loops
+    alone would not outrank the job's session (``/proc/PID/autogroup`` sets the session's)."""
     cpus = os.sched_getaffinity(job.ranks[0])
-    procs = [
-        subprocess.Popen(inject.python(inject.BUSY_LOOP), stdout=subprocess.DEVNULL,
-                         start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
-        for _ in range(count)
-    ]  # fmt: skip
+    code = (
+        f"import os\nfor _ in range({count - 1}):\n    if os.fork() == 0: break\nwhile True: pass"
+    )
+    hog = subprocess.Popen(inject.python(code), stdout=subprocess.DEVNULL,
+                           start_new_session=True,
+                           preexec_fn=lambda: os.sched_setaffinity(0, cpus))  # fmt: skip
     try:
-        yield [proc.pid for proc in procs]
+        with contextlib.suppress(OSError):  # no autogroup: then the session shares as it is
+            Path(f"/proc/{hog.pid}/autogroup").write_text(f"{HOG_NICE}\n")
+        yield [hog.pid]
     finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(hog.pid, signal.SIGKILL)  # its group: the loops it forked
+        hog.wait()
 
 
 def cpu_hog(opts: argparse.Namespace) -> None:

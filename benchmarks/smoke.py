@@ -36,6 +36,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_seed.py": ["--runs", "1"],
     "bench_skills.py": ["--window", "0.5", "--repeat", "1", "--hosts", "2"],
     "bench_store.py": ["--hosts", "2", "--witty-mb", "0.5", "--runs", "1", "--calls", "2"],
+    "bench_timeline.py": ["--window", "1", "--only", "healthy"],
     "bench_trace.py": ["--mb", "1"],
     "bench_views.py": ["--hosts", "4", "--pages", "1", "--repeat", "1"],  # it opens h3
     "faults": ["--list"],
@@ -67,7 +68,11 @@ def chromium_missing() -> str | None:
     return None if Path("/usr/bin/chromium").exists() else "no /usr/bin/chromium"
 
 
-NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_picture.py": chromium_missing}
+NEEDS = {
+    "bench_ebpf.py": ebpf_missing,
+    "bench_timeline.py": ebpf_missing,
+    "bench_picture.py": chromium_missing,
+}
 
 
 def run(name: str) -> str:

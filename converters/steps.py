@@ -52,7 +52,7 @@ def job_line(job: StepJob) -> str:
     head = (
         f"job {show_id(job.label)} steps/s={job.steps_per_s:.1f} p50={_ms(g('step_ms_p50'))} "
         f"p99={_ms(g('step_ms_p99'))} comm={_pct(g('comm_share'))} "
-        f"excess={_pct(g('comm_excess_share'))}"
+        f"excess={_pct(g('comm_excess_share'))} lost={_pct(g('step_lost_share'))}"
     )
     ranks = [
         f"{r.id} wait={_pct(r.get('wait_share'))} last={_pct(r.get('last_arrival_share'))}"

@@ -301,7 +301,10 @@ def ancestors(graph: Graph, proc_id: str) -> set[str]:
 
 
 # the step timeline (collectors/ebpf/timeline.py): a job's figures sit on each of its ranks
-STEP_FIGURES = ("steps_per_s", "step_ms_p50", "step_ms_p99", "comm_share", "comm_excess_share")
+STEP_FIGURES = (
+    "steps_per_s", "step_ms_p50", "step_ms_p99", "comm_share", "comm_excess_share",
+    "step_lost_share",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ below. The cause shows when the finding names
 
 - a socket of a rank link, or (a network finding) a rank: the exchanges' time beyond the
   median exchange's (loss, a slow link stretch the collectives, not the compute);
-- some of a job's ranks but not all: the time the others wait for the latest of them (a hog
-  on its CPU, a stalled loader, a throttled disk make that rank arrive late).
+- some of a job's ranks but not all: what the latest of them costs (a hog on its CPU, a
+  stalled loader, a throttled disk make that rank arrive late): for the job's straggler the
+  step time beyond the fastest rank's own compute and a quick exchange, else the time the
+  others wait for it alone.
 
 A finding about every rank of a job alike (a quota on the whole job) slows all ranks
 together, which arrivals cannot tell from a slower model: its priority stays the rule's
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
     from .report import Finding, Priority
 
+STRAGGLER_ARRIVALS = 0.7  # of the steps: a rank arriving last this often holds the job back
 P0_SHARE = 0.05
 P1_SHARE = 0.03
 NETWORK_LAYER = 4
@@ -87,7 +90,7 @@ def _cost(
         involved = [rank for rank in job.ranks if rank.id in named]
         if involved and len(involved) < len(job.ranks):
             latest = max(involved, key=lambda r: r.get("late_share") or 0.0)
-            return _lateness(latest), late_text(latest, job)
+            return rank_cost(latest), late_text(latest, job)
     return None
 
 
@@ -99,7 +102,13 @@ def _job_of_links(graph: Graph, links: list[Node], rank_of: dict[str, StepJob]) 
     return None
 
 
-def _lateness(rank: Node) -> float:
+def rank_cost(rank: Node) -> float:
+    """What a rank costs its job: for the straggler (last at ``STRAGGLER_ARRIVALS`` of the
+    steps) all the step time beyond the fastest rank's compute and a quick exchange
+    (``step_lost_share``: it also slows the exchanges it takes part in late), else the time
+    the others waited for it alone."""
+    if (rank.get("last_arrival_share") or 0.0) >= STRAGGLER_ARRIVALS:
+        return rank.get("step_lost_share") or rank.get("late_share") or 0.0
     return rank.get("late_share") or 0.0
 
 

@@ -51,6 +51,7 @@ MIN_ROUNDS = 8  # rounds a link must carry in the window to be one of a job's ra
 WHOLE_ROUND = 0.75  # a round moving less than this share of a whole round's bytes grows on
 SEPARATED = 4.0  # Otsu's two classes of gaps must differ this much (geometric means)
 HICCUPS = 0.1  # the slowest tenth of a rank's rounds, left out of its typical lateness
+QUICK = 0.1  # a quick exchange: this quantile of the window's exchange times
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ class Timeline:
     step_ms_p50: float
     step_ms_p99: float
     comm_share: float
-    comm_excess_share: float  # of the span: exchanges' time beyond the median exchange's
+    comm_excess_share: float  # of the span: exchanges' time beyond a quick one's
+    lost_share: float  # of the span: beyond the fastest rank's compute and a quick exchange
     per_rank: dict[int, RankPulse]
     sockets: frozenset[str] = field(default_factory=frozenset)
 
@@ -178,7 +180,13 @@ def _timeline(ranks: frozenset[int], bursts: list[Burst]) -> Timeline | None:
     arrivals = [r.arrivals() for r in measured]
     last = [max(a.values()) for a in arrivals]
     exchange = [r.end - at for r, at in zip(measured, last, strict=True)]
-    typical = statistics.median(exchange)
+    quick = _quantile(exchange, QUICK)
+    # the fastest rank's own compute each step (from the last round's end to its arrival):
+    # what a step would take were no rank late and every exchange quick
+    computing = [
+        min(a.values()) - previous.end for a, previous in zip(arrivals, rounds, strict=False)
+    ]
+    unhindered = max(0.0, statistics.median(computing)) + quick
     return Timeline(
         ranks=tuple(sorted(ranks)),
         rounds=len(rounds),
@@ -187,7 +195,8 @@ def _timeline(ranks: frozenset[int], bursts: list[Burst]) -> Timeline | None:
         step_ms_p50=_quantile(steps, 0.5) * 1000,
         step_ms_p99=_quantile(steps, 0.99) * 1000,
         comm_share=sum(exchange) / span,
-        comm_excess_share=sum(max(0.0, e - typical) for e in exchange) / span,
+        comm_excess_share=sum(max(0.0, e - quick) for e in exchange) / span,
+        lost_share=max(0.0, 1 - unhindered * len(steps) / span),
         per_rank=_per_rank(ranks, arrivals, span, statistics.median(steps)),
         sockets=frozenset(b.socket for b in bursts if b.socket),
     )
@@ -305,6 +314,7 @@ def write(graph: Graph, found: list[Timeline]) -> None:
                 ("step_ms_p99", round(timeline.step_ms_p99, 2)),
                 ("comm_share", round(timeline.comm_share, 4)),
                 ("comm_excess_share", round(timeline.comm_excess_share, 4)),
+                ("step_lost_share", round(timeline.lost_share, 4)),
                 ("wait_share", round(pulse.wait_share, 4)),
                 ("last_arrival_share", round(pulse.last_arrival_share, 4)),
                 ("late_share", round(pulse.late_share, 4)),

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from wp_mcp.graph.query import no_step_timeline, step_jobs
 
-from ..pulse import late_text, mark_measured, measured_priority
+from ..pulse import STRAGGLER_ARRIVALS, late_text, mark_measured, measured_priority, rank_cost
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 
-STRAGGLER_ARRIVALS = 0.7  # of the steps: it arrives last this often (chance is 1/ranks)
 STRAGGLER_COST = 0.03  # of the step time: what the others wait for it, at least
 
 
@@ -62,6 +61,6 @@ def straggler(ctx: RuleContext) -> list[Finding]:
             "its data loader (layer 7), its disk (layer 5); every other rank waits for it "
             "at each collective.",
         )
-        mark_measured(found, cost, late_text(slow, job))
+        mark_measured(found, rank_cost(slow), late_text(slow, job))
         out.append(found)
     return out
