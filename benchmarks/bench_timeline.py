@@ -170,7 +170,9 @@ def fault_and_fix(name: str, fault: Callable[[Job], contextlib.AbstractContextMa
             graph, rate, _, _ = snapshot(job, opts.window)
         report = diagnose(graph)
         loss = 1 - rate / before if before else 0.0
-        measured = [f for f in report.findings if f.rule_id in rules]
+        ours = {f"proc:{pid}" for pid in job.ranks}
+        ours |= {e.dst for rank in ours for e in graph.out_edges(rank, "holds")}
+        measured = [f for f in report.findings if f.rule_id in rules and _names(f) & ours]
         shown = ", ".join(f"{f.rule_id} {f.priority} {f.impact_basis} "
                           f"{f.impact_share if f.impact_share is not None else '?'}"
                           for f in measured) or "no finding of " + "/".join(rules)  # fmt: skip
@@ -179,7 +181,8 @@ def fault_and_fix(name: str, fault: Callable[[Job], contextlib.AbstractContextMa
               f"measured impact vs loss: {within(best, loss, 0.25)}")  # fmt: skip
         time.sleep(1.0)
         after, recovered, _, _ = snapshot(job, opts.window)
-        lines = diff_graphs(graph, after).steps
+        label = "+".join(f"proc:{pid}" for pid in job.ranks)
+        lines = [line for line in diff_graphs(graph, after).steps if label in line]
         found = the_job(after, job)
         print(f"{name}: diff after removing it: {lines[0] if lines else 'no steps line'}")
         if found is not None:
@@ -208,6 +211,11 @@ def pinned_hogs(job: Job, count: int = HOGS) -> Iterator[list[int]]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(hog.pid, signal.SIGKILL)  # its group: the loops it forked
         hog.wait()
+
+
+def _names(finding) -> set[str]:
+    named = set((finding.subject or "").split("+"))
+    return named.union(*(set(ev.ids) for ev in finding.evidence))
 
 
 def cpu_hog(opts: argparse.Namespace) -> None:

@@ -6,8 +6,9 @@ whose cause shows there carries that share of the step time as ``impact_share``
 (``impact_basis`` "measured"), and its priority follows it: P0 from 5 %, P1 from 3 %, P2
 below. The cause shows when the finding names
 
-- a socket of a rank link, or (a network finding) a rank: the exchanges' time beyond the
-  median exchange's (loss, a slow link stretch the collectives, not the compute);
+- a socket of a rank link, or (a network finding) a rank: the step time lost beyond the
+  fastest rank's compute and a quick exchange that no rank's lateness explains (loss and a
+  slow link stretch the collectives, not the compute);
 - some of a job's ranks but not all: what the latest of them costs (a hog on its CPU, a
   stalled loader, a throttled disk make that rank arrive late): for the job's straggler the
   step time beyond the fastest rank's own compute and a quick exchange, else the time the
@@ -84,14 +85,21 @@ def _cost(
     ranks = [rank_of[i] for i in named if i in rank_of]
     if links or (ranks and found.layer == NETWORK_LAYER):
         job = _job_of_links(graph, links, rank_of) or ranks[0]
-        share = job.figure("comm_excess_share") or 0.0
-        return share, f"its exchanges take {share:.0%} of the step time beyond the median one's"
-    for job in jobs:
-        involved = [rank for rank in job.ranks if rank.id in named]
-        if involved and len(involved) < len(job.ranks):
-            latest = max(involved, key=lambda r: r.get("late_share") or 0.0)
-            return rank_cost(latest), late_text(latest, job)
-    return None
+        share = exchange_cost(job)
+        return share, (
+            f"the exchanges on the rank links take {share:.0%} of the step time beyond what a "
+            "quick exchange and the ranks' own compute need"
+        )
+    costs = [
+        (rank_cost(rank), late_text(rank, job)) for job in jobs for rank in _partly(job, named)
+    ]
+    return max(costs, default=None)
+
+
+def _partly(job: StepJob, named: set[str]) -> list[Node]:
+    """The ranks of ``job`` a finding names, when it names some but not all of them."""
+    involved = [rank for rank in job.ranks if rank.id in named]
+    return involved if len(involved) < len(job.ranks) else []
 
 
 def _job_of_links(graph: Graph, links: list[Node], rank_of: dict[str, StepJob]) -> StepJob | None:
@@ -100,6 +108,16 @@ def _job_of_links(graph: Graph, links: list[Node], rank_of: dict[str, StepJob]) 
             if edge.src in rank_of:
                 return rank_of[edge.src]
     return None
+
+
+def exchange_cost(job: StepJob) -> float:
+    """What the rank links cost the job: the step time lost beyond the fastest rank's compute
+    and a quick exchange that no rank's lateness explains, and at least the exchanges' own
+    excess (a retransmission stalls the exchange, and the rank that resends arrives late at
+    the next one: both are the link's)."""
+    late = max((r.get("late_share") or 0.0 for r in job.ranks), default=0.0)
+    lost = (job.figure("step_lost_share") or 0.0) - late
+    return max(job.figure("comm_excess_share") or 0.0, lost)
 
 
 def rank_cost(rank: Node) -> float:
