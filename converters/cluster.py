@@ -67,8 +67,14 @@ def traffic_of(edges: list[Edge], transport: str | None) -> dict[str, HostTraffi
         for end, side in ((edge.src, "src"), (edge.dst, "dst")):
             host = traffic[ids.split_host(end)[0]]
             host.sent += edge.get(f"{side}_bytes_sent", 0) or 0
-            host.retrans += edge.get(f"{side}_retrans_total", 0) or 0
-            host.segments += edge.get(f"{side}_data_segs_out", 0) or 0
+            if edge.get(f"{side}_window_data_segs_out") is not None:
+                # the window's deltas, less what DSACKs showed needless: what it loses now
+                retrans = edge.get(f"{side}_window_retrans") or 0
+                host.retrans += retrans - min(retrans, edge.get(f"{side}_window_dsack_dups") or 0)
+                host.segments += edge.get(f"{side}_window_data_segs_out") or 0
+            else:  # a graph merged without windows: the connections' lives
+                host.retrans += edge.get(f"{side}_retrans_total", 0) or 0
+                host.segments += edge.get(f"{side}_data_segs_out", 0) or 0
             host.ends.add(end)
     return dict(traffic)
 

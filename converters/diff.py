@@ -41,6 +41,11 @@ _IGNORED = frozenset(
         "invol_ctxt_switches", "major_faults", "io_read_bytes", "io_write_bytes", "bytes_sent",
         "bytes_received", "bytes", "retrans_total", "lost", "numa_stats", "numa_cpu_time",
         "numa_pages", "pages", "rx_queue", "tx_queue", "window_s", "step_rounds",
+        # tcp_info and socket-memory counters since the connection opened (their window_*
+        # deltas are what changes), and a qdisc's counters since it was set up
+        "busy_time_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "dsack_dups", "reord_seen",
+        "rto_count", "bytes_retrans", "segs_out", "data_segs_out", "sk_drops", "qdisc_drops",
+        "qdisc_overlimits", "qdisc_requeues", "qdiscs",
     }
 )  # fmt: skip
 

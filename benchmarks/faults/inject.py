@@ -348,3 +348,22 @@ def netns_link_module():
     import netns_link
 
     return netns_link
+
+
+@contextlib.contextmanager
+def shaped_link(job: Job, setup: dict, rate: str) -> Iterator[list[int]]:
+    """A tbf of ``rate`` on both ends of the ranks' veth pair (each rank's egress): the link
+    is rate-limited, not lossy. Each qdisc is deleted by its namespace and device."""
+    made: list[tuple[str, ...]] = []
+    try:
+        for namespace in setup["netns"].values():
+            tc = ("tc", "-n", namespace)
+            subprocess.run([*tc, "qdisc", "add", "dev", setup["ifname"], "root", "tbf", "rate",
+                            rate, "burst", "64kb", "latency", "200ms"], check=True,
+                           capture_output=True, timeout=30)  # fmt: skip
+            made.append(tc)
+        yield []
+    finally:
+        for tc in made:
+            subprocess.run([*tc, "qdisc", "del", "dev", setup["ifname"], "root"],
+                           capture_output=True, timeout=30)  # fmt: skip

@@ -214,10 +214,14 @@ def prepared(scenario: Scenario, workdir: Path) -> Iterator[tuple[Launch, dict]]
             netns_link = netns_link_module()
             namespaces = stack.enter_context(
                 netns_link.veth_namespaces("wpf", RX_IP, TX_IP, ifname=VETH))  # fmt: skip
+            for namespace in namespaces.values():  # ours: deleted with the namespace
+                for setting in scenario.netns_sysctls:
+                    subprocess.run(["ip", "netns", "exec", namespace, "sysctl", "-q", "-w",
+                                    setting], check=True, capture_output=True, timeout=30)  # fmt: skip
             launch.prefix = ["ip", "netns", "exec", namespaces["rx"]]
             launch.args += ["--netns", f",{namespaces['tx']}", "--store-host", RX_IP,
                             "--ifname", VETH]  # fmt: skip
-            setup.update(netns=namespaces, tx_ip=TX_IP)
+            setup.update(netns=namespaces, tx_ip=TX_IP, ifname=VETH)
         if scenario.cgroups:
             groups = stack.enter_context(job_cgroups(scenario.name, scenario.cgroups))
             launch.cgroup_procs = [group.procs for group in groups.values()]

@@ -15,6 +15,7 @@ from . import inject
 from .score import Expect, expect
 
 LOSS_PCT = 10
+SHAPED_RATE = "40mbit"  # about a tenth of what the job's all-reduce moves on a free veth
 HOG_BYTES = min(1 << 30, int(0.3 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")))
 
 
@@ -29,6 +30,7 @@ class Scenario:
     cgroups: tuple[str, ...] = ()  # controllers the job starts inside a cgroup of
     netns: bool = False  # ranks in two network namespaces joined by a veth pair
     dataset_mb: int = 0  # a memory-mapped dataset file the loaders read
+    netns_sysctls: tuple[str, ...] = ()  # set in each rank namespace before the job starts
 
     @property
     def built_in(self) -> bool:
@@ -161,6 +163,31 @@ SCENARIOS: tuple[Scenario, ...] = (
         functools.partial(inject.outside_load, count=2, nice=0),
         expect("1,6", "injector", victims="job"),
         related=(AROUND_NEIGHBOUR,),
+    ),
+    Scenario(
+        "healthy-netns",
+        "nothing: the healthy job, its ranks in two netns over a veth pair",
+        inject.nothing,
+        None,
+        netns=True,
+    ),
+    Scenario(
+        "shaped-link",
+        f"ranks in two netns over a veth pair; a tbf at {SHAPED_RATE} on each end (not lossy)",
+        functools.partial(inject.shaped_link, rate=SHAPED_RATE),
+        expect("4", "ranks", "L4.qdisc-limit"),
+        related=(expect("4,6", "host"),),
+        netns=True,
+    ),
+    Scenario(
+        "small-socket-buffers",
+        "ranks in two netns over a veth pair; tcp_rmem and tcp_wmem 4096 4096 4096 in both "
+        "namespaces",
+        inject.nothing,
+        expect("4", "ranks", "L4.window-limited"),
+        related=(expect("4,6", "host"),),
+        netns=True,
+        netns_sysctls=("net.ipv4.tcp_rmem=4096 4096 4096", "net.ipv4.tcp_wmem=4096 4096 4096"),
     ),
 )
 

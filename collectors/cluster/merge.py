@@ -6,7 +6,9 @@
   reverse of a socket's on another host is the other end of the same connection; the two
   get a ``peer`` edge (``cross_host: true``) and the processes holding them one ``talks_to``
   edge, derived as the ipc collector derives a local one (``ipc.socket_links``), plus what
-  only two ends can tell: each side's own bytes and retransmissions. A 4-tuple seen on more
+  only two ends can tell: each side's own bytes and retransmissions (over the connection's
+  life and, where the host collected a window, over the window: ``src_window_retrans``,
+  ``src_window_data_segs_out``, ``src_window_dsack_dups`` and the ``dst_`` ones). A 4-tuple seen on more
   than one host (private addresses reused behind NAT or per-host bridges) is ambiguous and
   joins nothing; the count is recorded.
 - **Ranks across hosts**: processes the node collection marked with ``rank``/``world_size``
@@ -257,6 +259,11 @@ def _both_sides(graph: Graph, peers: list[Edge]) -> dict[tuple[str, str], Counte
                 counts["dst_retrans_total"] += server.get("retrans_total", 0)
                 counts["src_data_segs_out"] += client.get("data_segs_out", 0)
                 counts["dst_data_segs_out"] += server.get("data_segs_out", 0)
+                for side, end in (("src", client), ("dst", server)):
+                    if end.get("window_data_segs_out") is not None:  # the window's deltas
+                        for name in ("window_retrans", "window_data_segs_out",
+                                     "window_dsack_dups"):  # fmt: skip
+                            counts[f"{side}_{name}"] += end.get(name) or 0
     return totals
 
 

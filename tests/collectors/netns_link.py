@@ -25,6 +25,14 @@ conn, _ = server.accept()
 while conn.recv(1 << 16):
     pass
 """
+SLOW_RECEIVER = """
+import socket, sys, time
+server = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print("listening", flush=True)
+conn, _ = server.accept()
+while conn.recv(4096):
+    time.sleep(0.002)
+"""
 SENDER = """
 import socket, sys, time
 conn = socket.create_connection((sys.argv[1], int(sys.argv[2])))

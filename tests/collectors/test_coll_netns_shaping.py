@@ -24,14 +24,6 @@ from wp_mcp.graph import Graph, ids
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.slow, needs_root()]
 
 RECEIVER_IP, SENDER_IP, PORT = "10.78.0.1", "10.78.0.2", 5202
-SLOW_RECEIVER = """
-import socket, sys, time
-server = socket.create_server((sys.argv[1], int(sys.argv[2])))
-print("listening", flush=True)
-conn, _ = server.accept()
-while conn.recv(4096):
-    time.sleep(0.002)
-"""
 
 
 def collect(link: dict) -> Graph:
@@ -118,7 +110,7 @@ def test_htb_classes_carry_their_rates_and_the_interface_its_ceiling():
 def test_a_small_receive_buffer_shows_as_receive_window_limited_time():
     with netns_link.streaming_link(
         "wpw", RECEIVER_IP, SENDER_IP, PORT, receiver_sysctls=("net.ipv4.tcp_rmem=4096 4096 4096",),
-        receiver_script=SLOW_RECEIVER,
+        receiver_script=netns_link.SLOW_RECEIVER,
     ) as link:  # fmt: skip
         graph = collect(link)
     sender = flow_socket(graph, link["sender"], RECEIVER_IP)

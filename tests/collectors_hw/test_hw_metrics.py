@@ -211,8 +211,14 @@ def test_real_spinning_and_sleeping_threads(spawn):
     assert len(threads) == 3
     by_cpu = sorted(threads, key=lambda t: t.cpu_pct)
     spinner, napper = by_cpu[-1], by_cpu[1]
-    assert spinner.cpu_pct > 30  # two cores shared with other tests: not a full 100
-    assert napper.vol_switches_per_s > 100  # ~1000/s when the machine is idle
+    # A spinner is always on a CPU or waiting for one, however loaded the host: its CPU share
+    # alone is not (it read 30 % on two cores shared with a busy test run).
+    assert spinner.cpu_pct > 5
+    # (less the moments it hands the GIL to the napper, which are voluntary switches: ~100/s)
+    assert spinner.cpu_pct + spinner.run_delay_pct > 70
+    # the napper switches voluntarily ~1000/s when the machine is idle, fewer when its wake-ups
+    # wait for a CPU
+    assert napper.vol_switches_per_s > 20
     assert all(t.window_s >= 1.0 for t in threads)
     process = graph.node(f"proc:{proc.pid}")
     assert process.cpu_pct >= spinner.cpu_pct * 0.9

@@ -124,3 +124,21 @@ def test_snapshots_of_different_machines_are_said_before_resolved_counts(
     files = [native.dump(graph, tmp_path / f"{name}.json") for name, graph in (("a", before), ("b", other))]  # fmt: skip
     assert main(["--store", str(tmp_path / "s"), "diff", str(files[0]), str(files[1])]) == 0
     assert "share no host" in capsys.readouterr().out
+
+
+def test_lifetime_network_counters_are_not_changes_but_their_window_deltas_are() -> None:
+    """A connection's and a qdisc's counters since they began only grow; what the window
+    saw (``window_*``) is what changed."""
+    from wp_mcp.graph import Graph
+
+    def snapshot(busy_ms, window_rwnd_pct, drops):
+        graph = Graph()
+        graph.add("socket", "sock:1", proto="tcp", busy_time_ms=busy_ms, dsack_dups=busy_ms,
+                  sk_drops=busy_ms, window_rwnd_limited_pct=window_rwnd_pct)  # fmt: skip
+        graph.add("nic", "nic:eth0", ifname="eth0", qdisc_drops=drops, qdisc_overlimits=drops)
+        return graph
+
+    diff = diff_graphs(snapshot(10.0, 5.0, 3), snapshot(90_000.0, 5.0, 9_000))
+    assert diff.empty
+    diff = diff_graphs(snapshot(10.0, 5.0, 3), snapshot(90_000.0, 60.0, 9_000))
+    assert {(c.entity, c.attr) for c in diff.changed} == {("sock:1", "window_rwnd_limited_pct")}
