@@ -151,7 +151,7 @@ class ProcessNode(Node):
     step_ms_p99: Seconds | None = None
     comm_share: float | None = None  # of step time: exchanging, nobody waiting
     comm_excess_share: float | None = None  # exchange time beyond a quick exchange's
-    step_lost_share: float | None = None  # beyond the fastest rank's compute + a quick exchange
+    step_lost_share: float | None = None  # beyond the fastest rank's compute + bytes moving
     wait_share: float | None = None  # this rank, arrived and waiting for the last one
     last_arrival_share: float | None = None  # of the rounds: this rank arrived last
     late_share: float | None = None  # of step time: the others waited for this rank alone

@@ -7,12 +7,12 @@ whose cause shows there carries that share of the step time as ``impact_share``
 below. The cause shows when the finding names
 
 - a socket of a rank link, or (a network finding) a rank: the step time lost beyond the
-  fastest rank's compute and a quick exchange that no rank's lateness explains (loss and a
+  fastest rank's compute and the exchange's moving time that no rank's lateness explains (loss and a
   slow link stretch the collectives, not the compute);
 - some of a job's ranks but not all: what the latest of them costs (a hog on its CPU, a
   stalled loader, a throttled disk make that rank arrive late): for the job's straggler the
-  step time beyond the fastest rank's own compute and a quick exchange, else the time the
-  others wait for it alone.
+  step time beyond the fastest rank's own compute and the exchange's moving time, else the
+  time the others wait for it alone.
 
 A finding about every rank of a job alike (a quota on the whole job) slows all ranks
 together, which arrivals cannot tell from a slower model: its priority stays the rule's
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from .report import Finding, Priority
 
-STRAGGLER_ARRIVALS = 0.7  # of the steps: a rank arriving last this often holds the job back
+STRAGGLER_ARRIVALS = 0.6  # of the steps: a rank arriving last this often (chance: 1/ranks)
+STRAGGLER_LATENESS = 0.7  # of the ranks' summed lateness: the straggler's own
 P0_SHARE = 0.05
 P1_SHARE = 0.03
 NETWORK_LAYER = 4
@@ -87,11 +88,11 @@ def _cost(
         job = _job_of_links(graph, links, rank_of) or ranks[0]
         share = exchange_cost(job)
         return share, (
-            f"the exchanges on the rank links take {share:.0%} of the step time beyond what a "
-            "quick exchange and the ranks' own compute need"
+            f"the exchanges on the rank links take {share:.0%} of the step time beyond what "
+            "the bytes' moving and the ranks' own compute need"
         )
     costs = [
-        (rank_cost(rank), late_text(rank, job)) for job in jobs for rank in _partly(job, named)
+        (rank_cost(rank, job), late_text(rank, job)) for job in jobs for rank in _partly(job, named)
     ]
     return max(costs, default=None)
 
@@ -112,7 +113,7 @@ def _job_of_links(graph: Graph, links: list[Node], rank_of: dict[str, StepJob]) 
 
 def exchange_cost(job: StepJob) -> float:
     """What the rank links cost the job: the step time lost beyond the fastest rank's compute
-    and a quick exchange that no rank's lateness explains, and at least the exchanges' own
+    and the exchange's moving time that no rank's lateness explains, and at least the exchanges' own
     excess (a retransmission stalls the exchange, and the rank that resends arrives late at
     the next one: both are the link's)."""
     late = max((r.get("late_share") or 0.0 for r in job.ranks), default=0.0)
@@ -120,12 +121,20 @@ def exchange_cost(job: StepJob) -> float:
     return max(job.figure("comm_excess_share") or 0.0, lost)
 
 
-def rank_cost(rank: Node) -> float:
-    """What a rank costs its job: for the straggler (last at ``STRAGGLER_ARRIVALS`` of the
-    steps) all the step time beyond the fastest rank's compute and a quick exchange
-    (``step_lost_share``: it also slows the exchanges it takes part in late), else the time
-    the others waited for it alone."""
-    if (rank.get("last_arrival_share") or 0.0) >= STRAGGLER_ARRIVALS:
+def is_straggler(rank: Node, job: StepJob) -> bool:
+    """The rank arrives last more often than chance allows and accounts for most of the
+    time the job's ranks spend late (``STRAGGLER_LATENESS`` of their summed late shares)."""
+    if (rank.get("last_arrival_share") or 0.0) < STRAGGLER_ARRIVALS:
+        return False
+    total = sum(r.get("late_share") or 0.0 for r in job.ranks)
+    return total > 0 and (rank.get("late_share") or 0.0) >= STRAGGLER_LATENESS * total
+
+
+def rank_cost(rank: Node, job: StepJob) -> float:
+    """What a rank costs its job: for the straggler all the step time beyond the fastest
+    rank's compute and the exchange's moving time (``step_lost_share``: it also slows the
+    exchanges it takes part in), else the time the others waited for it alone."""
+    if is_straggler(rank, job):
         return rank.get("step_lost_share") or rank.get("late_share") or 0.0
     return rank.get("late_share") or 0.0
 

@@ -91,7 +91,7 @@ class Timeline:
     step_ms_p99: float
     comm_share: float
     comm_excess_share: float  # of the span: exchanges' time beyond a quick one's
-    lost_share: float  # of the span: beyond the fastest rank's compute and a quick exchange
+    lost_share: float  # of the span: beyond the fastest rank's compute and the bytes' moving
     per_rank: dict[int, RankPulse]
     sockets: frozenset[str] = field(default_factory=frozenset)
 
@@ -116,6 +116,16 @@ class _Round:
     @property
     def end(self) -> float:
         return max(b.end for b in self.bursts)
+
+    def moving(self, since: float) -> float:
+        """How long, after ``since``, some burst of the round was under way."""
+        total, reach = 0.0, since
+        for burst in sorted(self.bursts, key=lambda b: b.start):
+            start = max(burst.start, reach)
+            if burst.end > start:
+                total += burst.end - start
+                reach = burst.end
+        return total
 
     def arrivals(self) -> dict[int, float]:
         """Each rank's first send of the round: a rank's data leaves once it has reached the
@@ -182,11 +192,14 @@ def _timeline(ranks: frozenset[int], bursts: list[Burst]) -> Timeline | None:
     exchange = [r.end - at for r, at in zip(measured, last, strict=True)]
     quick = _quantile(exchange, QUICK)
     # the fastest rank's own compute each step (from the last round's end to its arrival):
-    # what a step would take were no rank late and every exchange quick
+    # what a step would take were no rank late and no exchange waiting
     computing = [
         min(a.values()) - previous.end for a, previous in zip(arrivals, rounds, strict=False)
     ]
-    unhindered = max(0.0, statistics.median(computing)) + quick
+    # and of each exchange, the time some link was moving bytes: its gaps are waits for a
+    # rank that could not run or for a lost segment's retransmission
+    moving = [r.moving(since) for r, since in zip(measured, last, strict=True)]
+    unhindered = max(0.0, statistics.median(computing)) + statistics.median(moving)
     return Timeline(
         ranks=tuple(sorted(ranks)),
         rounds=len(rounds),

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from wp_mcp.graph.query import no_step_timeline, step_jobs
 
-from ..pulse import STRAGGLER_ARRIVALS, late_text, mark_measured, measured_priority, rank_cost
+from ..pulse import (
+    STRAGGLER_ARRIVALS,
+    STRAGGLER_LATENESS,
+    is_straggler,
+    late_text,
+    mark_measured,
+    measured_priority,
+    rank_cost,
+)
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
 
@@ -23,8 +31,8 @@ STRAGGLER_COST = 0.03  # of the step time: what the others wait for it, at least
     6,
     "A rank arrives last at the collectives",
     "last_arrival_share and late_share of a rank (step timeline)",
-    f"last in ≥ {STRAGGLER_ARRIVALS:.0%} of the steps, costing ≥ {STRAGGLER_COST:.0%} of the "
-    "step time",
+    f"last in ≥ {STRAGGLER_ARRIVALS:.0%} of the steps, ≥ {STRAGGLER_LATENESS:.0%} of the ranks' "
+    f"lateness its own, costing ≥ {STRAGGLER_COST:.0%} of the step time",
     supersedes=("L6.rank-imbalance",),
 )
 def straggler(ctx: RuleContext) -> list[Finding]:
@@ -36,7 +44,7 @@ def straggler(ctx: RuleContext) -> list[Finding]:
         slow = job.straggler()
         arrived = slow.get("last_arrival_share") or 0.0
         cost = slow.get("late_share") or 0.0
-        if len(job.ranks) < 2 or arrived < STRAGGLER_ARRIVALS or cost < STRAGGLER_COST:
+        if len(job.ranks) < 2 or not is_straggler(slow, job) or cost < STRAGGLER_COST:
             continue
         late = slow.get("late_ms") or 0.0
         others = [r for r in job.ranks if r.id != slow.id]
@@ -61,6 +69,6 @@ def straggler(ctx: RuleContext) -> list[Finding]:
             "its data loader (layer 7), its disk (layer 5); every other rank waits for it "
             "at each collective.",
         )
-        mark_measured(found, rank_cost(slow), late_text(slow, job))
+        mark_measured(found, rank_cost(slow, job), late_text(slow, job))
         out.append(found)
     return out
