@@ -119,7 +119,9 @@ def healthy(opts: argparse.Namespace) -> None:
         print(f"healthy: step p99 timeline {found.figure('step_ms_p99'):.1f} ms log {p99:.1f} ms"
               f": {within(found.figure('step_ms_p99') or 0, p99, 0.10)}")  # fmt: skip
         print(
-            f"healthy: comm_share {found.figure('comm_share'):.2f}, wait_share "
+            f"healthy: comm_share {found.figure('comm_share'):.2f}, step_lost_share "
+            f"{found.figure('step_lost_share'):.2f}, straggler found: "
+            f"{any(f.rule_id == 'L6.straggler' for f in diagnose(graph).findings)}, wait_share "
             + ", ".join(f"{r.id} {r.get('wait_share'):.2f}" for r in found.ranks)
         )
 
