@@ -2,8 +2,8 @@
 ``collectors/ebpf/timeline.py``): who the job waits for, measured at the collective.
 
 A rank that arrives last at most collectives is the straggler, whatever its CPU share says
-(a slow rank can burn less CPU than the ranks spinning while they wait for it); the share of
-the step time the others spend waiting for it is the finding's measured impact. When a
+(a slow rank can burn less CPU than the ranks spinning while they wait for it); what it costs
+the job (``skills/pulse.py`` ``rank_cost``) is the finding's measured impact. When a
 timeline exists this judges what ``L6.rank-imbalance`` guesses from CPU shares.
 """
 
@@ -51,7 +51,7 @@ def straggler(ctx: RuleContext) -> list[Finding]:
         found = ctx.finding(
             subject=slow.id,
             value=round(arrived, 3),
-            priority=measured_priority(cost),
+            priority=measured_priority(rank_cost(slow, job)),
             title=f"{ctx.who(slow)} arrives last at {arrived:.0%} of the collectives, "
             f"{late:.1f} ms after the next rank; the job runs {job.steps_per_s:.1f} steps/s",
             evidence=[
@@ -63,7 +63,14 @@ def straggler(ctx: RuleContext) -> list[Finding]:
                     ctx.window_s,
                     "wait_share: share of the step time each waited at the collective",
                 ),
-                ctx.entity(slow, "steps_per_s", "step_ms_p50", "step_ms_p99", "comm_share"),
+                ctx.entity(
+                    slow,
+                    "steps_per_s",
+                    "step_ms_p50",
+                    "step_ms_p99",
+                    "comm_share",
+                    "step_lost_share",
+                ),
             ],
             action=f"Make {slow.id} as fast as its peers: what shares its CPUs (layer 6), "
             "its data loader (layer 7), its disk (layer 5); every other rank waits for it "
