@@ -37,6 +37,7 @@ SMOKE: dict[str, list[str]] = {
     "bench_seed.py": ["--runs", "1"],
     "bench_skills.py": ["--window", "0.5", "--repeat", "1", "--hosts", "2"],
     "bench_store.py": ["--hosts", "2", "--witty-mb", "0.5", "--runs", "1", "--calls", "2"],
+    "bench_timeline.py": ["--window", "1", "--only", "healthy"],
     "bench_trace.py": ["--mb", "1"],
     "bench_trace_jobs.py": ["--runs", "1", "--only", "compute2x"],
     "bench_views.py": ["--hosts", "4", "--pages", "1", "--repeat", "1"],  # it opens h3
@@ -75,7 +76,8 @@ def torch_missing() -> str | None:
     return None if importlib.util.find_spec("torch") else "no torch (.ci/setup.d/20-collectors.sh)"
 
 
-NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_picture.py": chromium_missing,
+NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_timeline.py": ebpf_missing,
+         "bench_picture.py": chromium_missing,
          "bench_trace_jobs.py": torch_missing}  # fmt: skip
 
 

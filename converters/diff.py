@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wp_mcp.graph.errors import UserError
+from wp_mcp.graph.query import StepJob, no_step_timeline, step_jobs
 from wp_mcp.graph.safetext import escape, excerpt
 
 from .text import quote, show_id
@@ -39,7 +40,7 @@ _IGNORED = frozenset(
         "inode", "state", "last_cpu", "cpus_used", "cpu_time_s", "vol_ctxt_switches",
         "invol_ctxt_switches", "major_faults", "io_read_bytes", "io_write_bytes", "bytes_sent",
         "bytes_received", "bytes", "retrans_total", "lost", "numa_stats", "numa_cpu_time",
-        "numa_pages", "pages", "rx_queue", "tx_queue", "window_s",
+        "numa_pages", "pages", "rx_queue", "tx_queue", "window_s", "step_rounds",
         # tcp_info and socket-memory counters since the connection opened (their window_*
         # deltas are what changes), and a qdisc's counters since it was set up
         "busy_time_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "dsack_dups", "reord_seen",
@@ -72,6 +73,7 @@ class GraphDiff:
     vanished: list[Node | Edge] = field(default_factory=list)
     changed: list[Change] = field(default_factory=list)
     reused_pids: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)  # the jobs' steps/s before → after
 
     def counts(self) -> dict[str, int]:
         return {
@@ -127,7 +129,48 @@ def diff_graphs(before: Graph, after: Graph) -> GraphDiff:
             result.appeared.append(new_edge)
 
     result.changed.sort(key=lambda c: (-c.weight, c.entity, c.attr))
+    result.steps = step_lines(before, after)
     return result
+
+
+def step_lines(before: Graph, after: Graph) -> list[str]:
+    """What the jobs' step timelines say of the change, one line per job: steps/s before
+    → after (the measure of a fix), or which side could not measure it and why."""
+    old, new = step_jobs(before), step_jobs(after)
+    if not old and not new:
+        return []
+    if not old or not new:
+        missing, there = ("before", new) if not old else ("after", old)
+        reason = no_step_timeline(before if not old else after)
+        shown = ", ".join(f"{j.steps_per_s:.1f} steps/s" for j in there)
+        return [f"steps/s: {shown} {'after' if not old else 'before'}; not measured "
+                f"{missing} ({escape(reason, 160, 'line')})"]  # fmt: skip
+    pairs = _paired_jobs(old, new)
+    return [_step_line(a, b) for a, b in pairs]
+
+
+def _paired_jobs(old: list[StepJob], new: list[StepJob]) -> list[tuple[StepJob, StepJob]]:
+    """Jobs of the same ranks; when each side has one job, those two (a restarted job)."""
+    by_label = {job.label: job for job in new}
+    pairs = [(job, by_label[job.label]) for job in old if job.label in by_label]
+    if not pairs and len(old) == len(new) == 1:
+        pairs = [(old[0], new[0])]
+    return pairs
+
+
+def _step_line(old: StepJob, new: StepJob) -> str:
+    a, b = old.steps_per_s, new.steps_per_s
+    change = f" ({(b - a) / a:+.0%})" if a else ""
+    p50 = (old.figure("step_ms_p50"), new.figure("step_ms_p50"))
+    p99 = (old.figure("step_ms_p99"), new.figure("step_ms_p99"))
+    return (
+        f"steps/s {a:.1f} → {b:.1f}{change} · step p50 {_ms(p50[0])} → {_ms(p50[1])} · "
+        f"p99 {_ms(p99[0])} → {_ms(p99[1])} · job {show_id(new.label)} (step timeline)"
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f} ms"
 
 
 def render_diff(
@@ -150,6 +193,7 @@ def render_diff(
 
     body = _body_lines(diff)
     counts = diff.counts()
+    lead = [*diff.steps, *(lead or [])]
     header = (
         f"# diff {before_id} → {after_id} · appeared {counts['appeared']} · "
         f"vanished {counts['vanished']} · changed {counts['changed']} (beyond noise: "

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from wp_mcp.graph.graph import Graph
+from wp_mcp.graph.query import step_jobs
 from wp_mcp.graph.safetext import escape
 
 from . import filters as filtering
@@ -21,6 +22,7 @@ from .formats import dumps
 from .index import ViewIndex, index_for
 from .items import Item
 from .render import EXACT_LAYOUT_LIMIT, Page, snapshot_label
+from .steps import job_record, summary_line
 from .text import fmt_count, quote, word
 from .tokens import count_tokens
 from .views import View, layers
@@ -92,6 +94,8 @@ def _facts(graph: Graph, index: ViewIndex, snapshot_id: str | None) -> dict[str,
         "layers": _layers(graph, index),
         "cluster": cluster_facts(graph),
         "trace": trace_lines.summary_lines(graph),
+        "steps": (summary_line(graph, 1), summary_line(graph, 0)),
+        "step_jobs": [job_record(job) for job in step_jobs(graph)[:2]],
     }
 
 
@@ -173,6 +177,9 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         lines.append(f"coverage: {_short(coverage_text(coverage), 220 if width else 90)}")
     else:
         lines.append("coverage: no collector statuses (an import)")
+    steps = facts["steps"][0 if width else 1]
+    if steps:
+        lines.append(steps)
     for name, layer in facts["layers"].items():
         tokens, exact = layer["tokens"]
         cost = f"{'' if exact else '~'}{fmt_count(tokens)}tok"
@@ -216,6 +223,7 @@ def _as_json(facts: dict[str, Any], width: int) -> str:
         "coverage": {k: v[:4] for k, v in facts["coverage"].items()},
         "cluster": _cluster_json(facts["cluster"]),
         "trace": [_short(line, max(120, 2 * width + 60)) for line in facts["trace"]] or None,
+        "steps": facts["step_jobs"] or facts["steps"][1],
         "layers": {
             name: {
                 "tokens": layer["tokens"][0],

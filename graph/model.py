@@ -144,6 +144,20 @@ class ProcessNode(Node):
     trace_straggler_cause: str | None = None  # the phase in which it is slower
     trace_comm_own_pct: float | None = None  # step time in collectives, waits excluded
     trace_threads_matched: Id | None = None
+    # the job's step timeline from its rank links' bursts (collectors/ebpf/timeline.py):
+    # the job's figures on each of its ranks, named by step_job, and the rank's own
+    step_job: str | None = None  # its ranks' ids joined by "+"
+    step_rounds: Id | None = None  # rounds of collectives seen whole in the window
+    steps_per_s: float | None = None
+    step_ms_p50: Seconds | None = None
+    step_ms_p99: Seconds | None = None
+    comm_share: float | None = None  # of step time: exchanging, nobody waiting
+    comm_excess_share: float | None = None  # exchange time beyond a quick exchange's
+    step_lost_share: float | None = None  # beyond the fastest rank's compute + bytes moving
+    wait_share: float | None = None  # this rank, arrived and waiting for the last one
+    last_arrival_share: float | None = None  # of the rounds: this rank arrived last
+    late_share: float | None = None  # of step time: the others waited for this rank alone
+    late_ms: Seconds | None = None  # median lateness behind the next-latest rank
 
 
 class ThreadNode(Node):
@@ -215,6 +229,7 @@ class SocketNode(Node):
     sk_drops: int | None = None
     ifname: str | None = None  # the interface holding local_addr, in the socket's netns
     nic: str | None = None  # that interface's node id
+    rank_link: bool | None = None  # carries a job's collectives (its step timeline)
 
 
 class PipeNode(Node):

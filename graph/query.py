@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from dataclasses import dataclass
 
 from . import ids
 from .cpulist import CpuListError, parse_cpulist
@@ -297,3 +298,56 @@ def ancestors(graph: Graph, proc_id: str) -> set[str]:
         found.add(current)
         current = parent_of(graph, current)
     return found
+
+
+# the step timeline (collectors/ebpf/timeline.py): a job's figures sit on each of its ranks
+STEP_FIGURES = (
+    "steps_per_s", "step_ms_p50", "step_ms_p99", "comm_share", "comm_excess_share",
+    "step_lost_share",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StepJob:
+    """One job whose step timeline eBPF measured: its label and its ranks' nodes."""
+
+    label: str
+    ranks: tuple[Node, ...]
+
+    def figure(self, name: str) -> float | None:
+        value = self.ranks[0].get(name)
+        return None if value is None else float(value)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.ranks[0].get("steps_per_s") or 0.0
+
+    def straggler(self) -> Node:
+        """The rank that arrived last most often."""
+        return max(self.ranks, key=lambda r: (r.get("last_arrival_share") or 0.0, r.id))
+
+
+def step_jobs(graph: Graph) -> list[StepJob]:
+    """The jobs with a step timeline, the fastest-stepping first."""
+    found: dict[str, list[Node]] = defaultdict(list)
+    for proc in graph.of_kind("process"):
+        label = proc.get("step_job")
+        if label and proc.get("steps_per_s") is not None:
+            found[label].append(proc)
+    jobs = [
+        StepJob(label, tuple(sorted(ranks, key=lambda r: r.id))) for label, ranks in found.items()
+    ]
+    return sorted(jobs, key=lambda j: (-j.steps_per_s, j.label))
+
+
+def no_step_timeline(graph: Graph) -> str:
+    """Why a graph has no step timeline, in a few words."""
+    ebpf = next((c for c in graph.meta.collectors if c.name == "ebpf"), None)
+    if ebpf is None:
+        return "no eBPF tier in this snapshot (its send/receive bursts make the timeline)"
+    if ebpf.status in ("skipped", "failed", "cancelled"):
+        return f"eBPF {ebpf.status}: {ebpf.reason or 'no reason recorded'}"
+    return (
+        "no periodic traffic between processes over TCP in the window (collectives over "
+        "NVLink, RDMA or shared memory use no socket: not measurable here)"
+    )

@@ -18,8 +18,9 @@ from wp_mcp.graph.safetext import escape, excerpt, json_inert
 Priority = Literal["P0", "P1", "P2"]
 PRIORITIES: tuple[Priority, ...] = ("P0", "P1", "P2")
 PRIORITY_MEANING = {
-    "P0": "fix first: ≥ 5 % estimated impact or a lost fast path",
-    "P1": "3–5 % estimated impact or a published threshold breached",
+    "P0": "fix first: ≥ 5 % impact (measured from the step timeline, else estimated) or a lost "
+    "fast path",
+    "P1": "3–5 % impact (measured or estimated) or a published threshold breached",
     "P2": "hint worth checking",
 }
 
@@ -116,12 +117,16 @@ class Finding:
     impact: str | None = None
     subject: str | None = None  # the graph id the finding is about
     verified: str | None = None  # how its fix was checked (re-diagnosis of a planned copy)
+    # the share of the job's step time its cause costs, from the step timeline (measured),
+    # else None with the priority the rule estimated (skills/pulse.py)
+    impact_share: float | None = None
+    impact_basis: Literal["measured", "estimated"] = "estimated"
 
     def to_markdown(self) -> str:
         lines = [
             f"#### {self.priority} · {prose(self.title)}",
             f"- finding {code(self.id)} · rule {code(self.rule_id)} · "
-            f"confidence {self.confidence:.2f}",
+            f"confidence {self.confidence:.2f} · priority {self.impact_basis}",
             f"- {self.metric} = **{_fmt(self.value)}** (threshold {self.threshold}; "
             f"{_source(self.threshold_kind, self.threshold_source)})",
         ]

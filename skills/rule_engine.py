@@ -18,6 +18,7 @@ from wp_mcp.graph import Graph
 
 from .analysis import Analysis
 from .folders import skill_modules
+from .pulse import measure
 from .report import Finding
 from .rulebook import RULES, NotEvaluable, Rule, RuleContext
 
@@ -80,7 +81,8 @@ def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
             results.append(Outcome(item, ctx.fold(item.check(ctx)), ctx.skipped))
         except NotEvaluable as exc:
             results.append(Outcome(item, str(exc), {}))
-    results = [_about_the_job(outcome, analysis) for outcome in results]
+    results = _superseded([_about_the_job(outcome, analysis) for outcome in results])
+    measure(graph, [f for o in results if not isinstance(o.result, str) for f in o.result])
     setattr(analysis, _OUTCOMES, results)
     return results
 
@@ -88,6 +90,19 @@ def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
 def findings(graph: Graph, analysis: Analysis | None = None) -> list[Finding]:
     """Every finding of every rule that could be evaluated."""
     return [f for o in evaluate(graph, analysis) if not isinstance(o.result, str) for f in o.result]
+
+
+def _superseded(outcomes: list[Outcome]) -> list[Outcome]:
+    """Outcomes with a rule another evaluated rule supersedes (``@rule(supersedes=…)``) made
+    not evaluable, naming the rule that judged instead."""
+    judged = {o.rule.id: o.rule for o in outcomes if not isinstance(o.result, str)}
+    over = {old: r.id for r in judged.values() for old in r.supersedes}
+    return [
+        Outcome(o.rule, f"superseded by {over[o.rule.id]}, which measured it", {})
+        if o.rule.id in over
+        else o
+        for o in outcomes
+    ]
 
 
 def _about_the_job(outcome: Outcome, analysis: Analysis) -> Outcome:

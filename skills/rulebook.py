@@ -48,6 +48,7 @@ class Rule:
     source: str
     kind: Literal["published", "proposed"]
     check: Callable[[RuleContext], list[Finding]]
+    supersedes: tuple[str, ...] = ()  # rules whose findings this one's replace when it runs
 
 
 RULES: list[Rule] = []  # every rule, in the order their modules registered them
@@ -61,10 +62,11 @@ def rule(
     threshold: str,
     source: str = "proposed by wp-mcp",
     kind: Literal["published", "proposed"] = "proposed",
+    supersedes: tuple[str, ...] = (),
 ) -> Callable[[Callable[[RuleContext], list[Finding]]], Callable[[RuleContext], list[Finding]]]:
     def register(check: Callable[[RuleContext], list[Finding]]):
         skill = skill_of(check.__module__)
-        _add(Rule(id, skill, layer, title, metric, threshold, source, kind, check))
+        _add(Rule(id, skill, layer, title, metric, threshold, source, kind, check, supersedes))
         return check
 
     return register

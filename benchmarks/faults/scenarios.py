@@ -222,7 +222,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         inject.nothing,
         expect("6", "rank1", "L6.rank-imbalance"),
         related=(ON_JOB, expect("6", "rank0,rank1")),
-        job_args=("--extra-ms", "1:40"),
+        job_args=("--extra-ms", "0|40"),
     ),
     Scenario(
         "thread-starving-own-process",

@@ -30,13 +30,28 @@ from .common import (
     set_missing,
 )
 from .program import SOURCE, Program, Scope
+from .timeline import Burst, timelines
+from .timeline import write as write_timelines
 
 if TYPE_CHECKING:
     from wp_mcp.graph import Edge, Graph
 
 C_TEXT = r"""
 #define MSG_PEEK_FLAG 2
+#define IPPROTO_TCP_NUM 6
 
+/* One burst of a TCP socket's traffic: calls no more than BURST_GAP_NS apart. */
+struct burst_t {
+    u64 ino;
+    u64 sk;
+    u32 tgid;
+    u32 sent;        /* bytes, saturating at 4 GiB */
+    u64 start;       /* ktime of the first call, ns */
+    u64 end;         /* ktime of the last call */
+    u64 first_send;  /* ktime of its first send, 0 when it only received */
+    u64 first_recv;
+    u64 received;
+};
 struct sock_key_t {
     u64 ino;   /* socket inode, 0 for sockets without a file */
     u64 sk;    /* struct sock address: tells sockets apart when ino is 0 or reused */
@@ -49,8 +64,9 @@ struct sock_val_t {
     u64 sends;
     u64 recvs;
     u32 described;  /* this (process, socket)'s info entry is complete */
-    u32 pad;
+    u32 tcp;        /* a TCP socket: its bursts are kept (the step timeline) */
     char comm[16];
+    struct burst_t open;  /* the burst in progress (start 0: none) */
 };
 struct sock_id_t {
     u64 ino;
@@ -69,6 +85,48 @@ struct sock_info_t {
 };
 BPF_HASH(sock_bytes, struct sock_key_t, struct sock_val_t, SOCK_MAX_ENTRIES);
 BPF_HASH(sock_info, struct sock_id_t, struct sock_info_t, SOCK_MAX_ENTRIES);
+/* The step timeline's input: a ring of the newest closed bursts and how many were closed. */
+BPF_ARRAY(bursts, struct burst_t, BURST_SLOTS);
+BPF_ARRAY(bursts_closed, u64, 1);
+
+/* Adds one call to the socket's open burst; a call after a longer silence first closes it
+   into the ring. One thread moves a connection's bytes in the jobs this is for (gloo's pair,
+   NCCL's socket thread): the burst's fields are updated without atomics. */
+static __always_inline void count_burst(struct sock_val_t *val, const struct sock_key_t *key,
+                                        int ret, int sending)
+{
+    u64 now = bpf_ktime_get_ns();
+    struct burst_t *open = &val->open;
+    if (open->start && now - open->end > BURST_GAP_NS) {
+        int zero = 0;
+        u64 *closed = bursts_closed.lookup(&zero);
+        if (closed) {
+            int slot = __sync_fetch_and_add(closed, 1) & (BURST_SLOTS - 1);
+            struct burst_t *kept = bursts.lookup(&slot);
+            if (kept)
+                __builtin_memcpy(kept, open, sizeof(*kept));
+        }
+        open->start = 0;
+    }
+    if (!open->start) {
+        __builtin_memset(open, 0, sizeof(*open));
+        open->ino = key->ino;
+        open->sk = key->sk;
+        open->tgid = key->tgid;
+        open->start = now;
+    }
+    open->end = now;
+    if (sending) {
+        if (!open->first_send)
+            open->first_send = now;
+        if (open->sent < 0xffffffff - (u32)ret)
+            open->sent += ret;
+    } else {
+        if (!open->first_recv)
+            open->first_recv = now;
+        open->received += ret;
+    }
+}
 
 /* Records the socket's addresses (or UNIX peer); 1 when they are complete. */
 static __always_inline int describe_sock(const void *sk, u64 ino, u16 family, u16 protocol)
@@ -115,6 +173,7 @@ static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol,
         val = sock_bytes.lookup(&key);
         if (!val)
             return 0;
+        val->tcp = protocol == IPPROTO_TCP_NUM && (family == AF_INET || family == AF_INET6);
     }
     if (!val->described)  /* the hot path skips this once the addresses are known */
         val->described = describe_sock(sk, ino, family, protocol);
@@ -125,6 +184,8 @@ static __always_inline int count_bytes(const void *sk, u16 family, u16 protocol,
         __sync_fetch_and_add(&val->received, ret);
         __sync_fetch_and_add(&val->recvs, 1);
     }
+    if (val->tcp)
+        count_burst(val, &key, ret, sending);
     return 0;
 }
 
@@ -161,6 +222,10 @@ class SocketRecord:
     # pid -> [sent, received, sends, recvs]; a socket shared across fork has several
     by_pid: dict[int, list[int]] = field(default_factory=dict)
     comms: dict[int, str] = field(default_factory=dict)
+    # TCP only: (pid, start, end, first send, first receive, sent, received), times in s
+    bursts: list[tuple[int, float, float, float | None, float | None, int, int]] = field(
+        default_factory=list
+    )
 
     @property
     def proto(self) -> str:
@@ -187,7 +252,29 @@ def read(bpf: Any) -> list[SocketRecord]:
             record = records[ident] = _record(key.ino, key.sk, infos.get(ident))
         record.by_pid[key.tgid] = [val.sent, val.received, val.sends, val.recvs]
         record.comms[key.tgid] = comm_of(bytes(val.comm))
+        if val.open.start:  # the burst still open when the window ended
+            record.bursts.append(_burst(val.open))
+    for burst in _closed_bursts(bpf):
+        record = records.get((burst.ino, burst.sk))
+        if record is not None:
+            record.bursts.append(_burst(burst))
     return list(records.values())
+
+
+def _closed_bursts(bpf: Any) -> list[Any]:
+    """The ring's bursts, the newest ``BURST_SLOTS`` when it went round."""
+    closed = bpf[b"bursts_closed"][0].value
+    ring = bpf[b"bursts"]
+    return [ring[slot] for slot in range(min(closed, len(ring)))]
+
+
+def _burst(raw: Any) -> tuple[int, float, float, float | None, float | None, int, int]:
+    def seconds(ns: int) -> float | None:
+        return ns / 1e9 if ns else None
+
+    start, end = raw.start / 1e9, raw.end / 1e9
+    return (raw.tgid, start, end, seconds(raw.first_send), seconds(raw.first_recv),
+            raw.sent, raw.received)  # fmt: skip
 
 
 def _record(ino: int, sk: int, info: Any) -> SocketRecord:
@@ -224,7 +311,9 @@ def merge(graph: Graph, records: list[SocketRecord], scope: Scope) -> None:
                 holds.set("ebpf_bytes_received", received, SOURCE)
         if sock_id is not None:
             socket_ids[(record.ino, record.sk)] = sock_id
-    _merge_flows(graph, [r for r in records if (r.ino, r.sk) in socket_ids], scope.window_s)
+    flows = [r for r in records if (r.ino, r.sk) in socket_ids]
+    _merge_flows(graph, flows, scope.window_s)
+    write_timelines(graph, timelines(_rank_bursts(flows, socket_ids)))
 
 
 def _holds(graph: Graph, proc_id: str, sock_id: str) -> Edge | None:
@@ -261,16 +350,7 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
     A connection's two directions land on the same edge: ``ebpf_bytes_src_to_dst`` and
     ``ebpf_bytes_dst_to_src``, summed in ``ebpf_bytes``.
     """
-    by_tuple = {}
-    unconnected = {}
-    by_sk: dict[int, list[SocketRecord]] = defaultdict(list)
-    for record in records:
-        local = (record.proto, record.laddr, record.lport)
-        if record.rport:
-            by_tuple[(*local, record.raddr, record.rport)] = record
-        elif record.lport:
-            unconnected[local] = record
-        by_sk[record.sk].append(record)
+    by_tuple, unconnected, by_sk = _indexes(records)
     sent: dict[tuple[str, str, str], int] = defaultdict(int)
     flows: dict[tuple[str, str, str], int] = defaultdict(int)
     for record in records:
@@ -290,7 +370,43 @@ def _merge_flows(graph: Graph, records: list[SocketRecord], window_s: float) -> 
             link_flow(graph, src, dst, proto, sent[(src, dst, proto)], count, window_s)
 
 
+def _rank_bursts(
+    records: list[SocketRecord], socket_ids: dict[tuple[int, int], str]
+) -> list[Burst]:
+    """The TCP bursts of every connection whose other end eBPF saw, with the process at
+    that end (the one that moved most of its bytes)."""
+    by_tuple, unconnected, by_sk = _indexes(records)
+    out = []
+    for record in records:
+        peer = _peer(record, by_tuple, unconnected, by_sk) if record.bursts else None
+        if peer is None or not peer.by_pid:
+            continue
+        other = max(peer.by_pid, key=lambda pid: sum(peer.by_pid[pid][:2]))
+        sock_id = socket_ids.get((record.ino, record.sk))
+        for pid, start, end, first_send, first_recv, sent, received in record.bursts:
+            out.append(
+                Burst(pid, other, start, end, first_send, first_recv, sent, received, sock_id)
+            )
+    return out
+
+
 WILDCARDS = ("0.0.0.0", "::")
+
+
+def _indexes(records: list[SocketRecord]) -> tuple[dict, dict, dict[int, list[SocketRecord]]]:
+    """The records by their connection's 5-tuple, by their bound address (unconnected
+    UDP) and by their struct sock (UNIX peers), as :func:`_peer` looks them up."""
+    by_tuple = {}
+    unconnected = {}
+    by_sk: dict[int, list[SocketRecord]] = defaultdict(list)
+    for record in records:
+        local = (record.proto, record.laddr, record.lport)
+        if record.rport:
+            by_tuple[(*local, record.raddr, record.rport)] = record
+        elif record.lport:
+            unconnected[local] = record
+        by_sk[record.sk].append(record)
+    return by_tuple, unconnected, by_sk
 
 
 def _unix_peer(record: SocketRecord, by_sk: dict[int, list[SocketRecord]]) -> SocketRecord | None:
@@ -330,5 +446,7 @@ PROGRAM = Program(
     c_text=C_TEXT,
     read=read,
     merge=merge,
-    limits={"SOCK_MAX_ENTRIES": 16384},
+    # a burst closes after BURST_GAP_NS without a call: far below a training step (a job
+    # at 1,000 steps/s still computes for longer), far above the gaps inside an exchange
+    limits={"SOCK_MAX_ENTRIES": 16384, "BURST_SLOTS": 32768, "BURST_GAP_NS": 500_000},
 )

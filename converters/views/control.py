@@ -23,6 +23,7 @@ from ..lines import (
     parts,
     sort_desc,
 )
+from ..steps import job_items
 from ..text import IdRanges, fmt_pct, fmt_rate, show_id
 from . import view
 
@@ -47,6 +48,7 @@ INVOL_SHOWN_PER_S = 10.0
 def control(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("ctl",))
+    items += job_items(graph)  # who the job waits for, measured at its collectives
     containers = sorted(graph.of_kind("container"), key=_throttle_rank)
     items += _limit_items(facts, containers, "in_container", "cpu_throttled_pct", _container_line)
     # cgroups with a CPU quota (collectors/cgroups.py): the limit and how often it bit

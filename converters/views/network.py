@@ -21,6 +21,7 @@ from ..lines import (
     parts,
     spread,
 )
+from ..steps import job_items
 from ..text import (
     fmt_byte_rate,
     fmt_bytes,
@@ -51,6 +52,7 @@ LEGEND = (
 def network(facts: Facts) -> list[Item]:
     graph = facts.graph
     items = host_items(graph.of_kind("host"), ("net",))
+    items += job_items(graph)  # the exchanges' share of the step, over the rank links
     for nic in sorted(graph.of_kind("nic"), key=_nic_rank):
         items.append(node_item(nic, partial(_nic_line, nic), metrics=partial(_nic_metrics, nic)))
     for rdma in sorted(graph.of_kind("rdma_device"), key=lambda n: n.id):

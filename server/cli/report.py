@@ -112,7 +112,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     changes = diff_graphs(before, after)
     if args.format == "json":
         body = {"before": names[0], "after": names[1],
-                "findings": findings.to_dict(), "graph": changes.counts()}  # fmt: skip
+                "findings": findings.to_dict(), "graph": changes.counts(),
+                "steps": changes.steps}  # fmt: skip
         sys.stdout.write(json_inert(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()) + "\n")
     else:
         page = render_diff(

@@ -28,6 +28,7 @@ from wp_mcp.collectors.ebpf.compiled import keep_compiled
 from wp_mcp.converters.diff import PCT_NOISE_POINTS, SHARE_NOISE
 from wp_mcp.graph import Graph, UserError
 from wp_mcp.graph.ids import split_host
+from wp_mcp.graph.query import step_jobs
 from wp_mcp.graph.safetext import escape
 from wp_mcp.graph.store import Store
 from wp_mcp.skills import Report, diagnose
@@ -79,7 +80,12 @@ FLOW_FAMILIES = (
     Family("flow_bytes_per_second", "bytes_per_s", "lower", 0.0,
            "bytes per second on a flow between ranks"),
 )  # fmt: skip
-FAMILIES = {family.name: family for family in RANK_FAMILIES + FLOW_FAMILIES}
+# the job's own pulse (its step timeline, eBPF): the baseline metric when there is one
+JOB_FAMILIES = (
+    Family("job_steps_per_second", "steps_per_s", "lower", 0.5,
+           "a job's training steps per second, from its step timeline (eBPF)"),
+)  # fmt: skip
+FAMILIES = {family.name: family for family in JOB_FAMILIES + RANK_FAMILIES + FLOW_FAMILIES}
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,13 @@ def key_metrics(graph: Graph, analysis: Analysis | None = None) -> dict[str, Met
     analysis = analysis or Analysis(graph)
     ranks = analysis.ranks
     places = rank_places(analysis)
-    metrics = [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank, places[rank])]
+    metrics = [
+        Metric(family, job.label, float(value))
+        for job in step_jobs(graph)
+        for family in JOB_FAMILIES
+        if (value := job.figure(family.attribute)) is not None
+    ]
+    metrics += [m for rank in sorted(ranks) for m in _rank_metrics(graph, rank, places[rank])]
     for edge in graph.edges("talks_to"):
         if edge.src in ranks and edge.dst in ranks:
             labels = (("src", places[edge.src]), ("dst", places[edge.dst]))
@@ -268,6 +280,7 @@ def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> li
             "value": m.value,
             "baseline": b.value,
             "worse": m.family.worse,
+            "text": _regression_text(m, b),
         }  # fmt: skip
         for key, (m, b) in sorted(now.items())
         if key not in before
@@ -276,6 +289,12 @@ def metric_events(before: set[str], now: dict[str, tuple[Metric, Metric]]) -> li
         family, _, subject = key.partition("{")
         events.append({"kind": "metric.recovered", "metric": family, "subject": subject[:-1]})
     return events
+
+
+def _regression_text(metric: Metric, baseline: Metric) -> str:
+    """``steps/s 52 → 31 since the baseline (proc:1+proc:2)``."""
+    name = "steps/s" if metric.family.attribute == "steps_per_s" else metric.family.name
+    return f"{name} {baseline.value:.3g} → {metric.value:.3g} since the baseline ({metric.subject})"
 
 
 # ---------------------------------------------------------------------- the monitor

@@ -30,6 +30,7 @@ from wp_mcp.graph.errors import UserError
 from wp_mcp.graph.outfile import check_target, describe_os_error, shown
 from wp_mcp.graph.safetext import escape
 from wp_mcp.server.monitoring.metrics_http import MetricsServer
+from wp_mcp.server.monitoring.steps import StepGauges
 from wp_mcp.server.monitoring.webhooks import DRAIN_S, Gate, Webhook, event_line
 
 from wp_mcp import __version__
@@ -136,6 +137,7 @@ class Metrics:
             {"version": __version__, "python": platform.python_version()}
         )
         registry.register(WebhookCounters(webhooks, gate))
+        self.steps = StepGauges(registry)  # the jobs' step timelines (steps.py)
         host, port = parse_bind(bind)
         try:
             self.server = MetricsServer(host, port, self._exposition)
@@ -174,6 +176,7 @@ class Metrics:
         for status in cycle.graph.meta.collectors:
             self.collector_seconds.labels(status.name).set(status.duration_s or 0.0)
             self.collector_status.labels(status.name, status.status).set(1)
+        self.steps.update(cycle.graph)
         self.last_snapshot = cycle.finished
         self.cycles.inc()
 

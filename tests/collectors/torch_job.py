@@ -81,6 +81,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dataset", help="a file each sample reads a slice of (memory-mapped)")
     p.add_argument("--device-ms", type=float, default=10.0,
                    help="per step, the time an accelerator would compute (the CPU waits)")  # fmt: skip
+    p.add_argument("--extra-ms", help="CPU time per step per rank, '|'-separated (a slow rank)")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="micro-steps per all-reduce (gradient accumulation under no_sync)")  # fmt: skip
     p.add_argument("--steplog", help="each rank appends step times to PREFIX.rank<R>")
     p.add_argument("--checkpoint-dir", help="ranks save a checkpoint here (fsync'd)")
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
@@ -91,8 +94,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--netns", help="network namespace per rank, ','-separated ('' = own)")
     p.add_argument("--store-host", default="127.0.0.1", help="address ranks reach the store at")
     p.add_argument("--ifname", default="lo", help="interface gloo uses (GLOO_SOCKET_IFNAME)")
-    p.add_argument("--extra-ms", default="",
-                   help="RANK:MS — that rank computes MS ms more CPU per step (a slow rank)")  # fmt: skip
     p.add_argument("--busy-thread-rank", type=int, default=-1,
                    help="that rank runs a busy Python thread beside its main thread (the GIL)")  # fmt: skip
     p.add_argument("--log-kb-per-step", type=int, default=0,
@@ -174,20 +175,22 @@ def _compute(seconds: float) -> None:
 
 def train(model, optimiser, loader, args: argparse.Namespace, rank: int, steplog) -> None:
     direct = _DirectWriter(args, rank)
-    extra_rank, _, extra_ms = args.extra_ms.partition(":")
-    extra_s = float(extra_ms) / 1000 if extra_ms and int(extra_rank) == rank else 0.0
+    extra_s = float(args.extra_ms.split("|")[rank]) / 1000 if args.extra_ms else 0.0
     log_line = ("x" * 1023 + "\n") * args.log_kb_per_step
     for step, batch in enumerate(loader):
-        if extra_s:
-            _compute(extra_s)  # more work per step than its peers'
         if log_line and step:
             sys.stdout.write(log_line)  # chatty logging into the launcher's pipe
             sys.stdout.flush()
-        loss = (model(batch) - batch).pow(2).mean()
-        optimiser.zero_grad()
-        loss.backward()  # DDP all-reduces the gradients over the rank links here
-        optimiser.step()
+        syncs = (step + 1) % args.accumulate == 0
+        with contextlib.nullcontext() if syncs else model.no_sync():
+            loss = (model(batch) - batch).pow(2).mean()
+            loss.backward()  # DDP all-reduces the gradients over the rank links here
+        if syncs:
+            optimiser.step()
+            optimiser.zero_grad()
         time.sleep(args.device_ms / 1000)
+        if extra_s:
+            _compute(extra_s)  # more work per step than its peers': a straggler
         direct.write()
         if args.checkpoint_dir and step % args.checkpoint_every == args.checkpoint_every - 1:
             _checkpoint(model, args, rank)

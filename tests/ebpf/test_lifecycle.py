@@ -178,7 +178,8 @@ def test_on_fails_with_a_clear_message_when_ebpf_cannot_run(monkeypatch):
 def test_full_maps_are_reported_not_hidden(baseline):
     """With room for 4 sockets, traffic on 40 fills the map: the excess is counted as lost
     and the collector says partial instead of passing off an undercount as complete."""
-    tiny = dataclasses.replace(collector_module.sockbytes.PROGRAM, limits={"SOCK_MAX_ENTRIES": 4})
+    program = collector_module.sockbytes.PROGRAM
+    tiny = dataclasses.replace(program, limits={**program.limits, "SOCK_MAX_ENTRIES": 4})
     collector = EbpfCollector((tiny,))
     ctx = Context(window_s=600.0)
     collector.begin(ctx)

@@ -366,6 +366,23 @@ def imbalance(slow_cpu):
     return build
 
 
+def stepping(last_share, late_share=0.4):
+    """Two ranks with a step timeline: rank 1 arrives last in ``last_share`` of the steps."""
+
+    def build():
+        graph = two_node_host()
+        ranks = tcp_ranks(graph, cpu_pct=50.0)
+        job = {"step_job": "+".join(ranks), "step_rounds": 200, "steps_per_s": 20.0,
+               "step_ms_p50": 50.0, "step_ms_p99": 60.0, "comm_share": 0.1}  # fmt: skip
+        for rank, share in zip(ranks, (1 - last_share, last_share), strict=True):
+            for name, value in {**job, "last_arrival_share": share, "wait_share": 0.0,
+                                "late_share": late_share * share, "late_ms": 20.0}.items():  # fmt: skip
+                graph.nodes[rank].set(name, value)
+        return graph
+
+    return build
+
+
 def shared_pins(second):
     def build():
         graph = two_node_host()
@@ -508,6 +525,7 @@ CASES = {
     "L6.psi-cpu": (psi(cpu_some_avg10=50.0), psi(cpu_some_avg10=1.0)),
     "L6.cpu-hog-on-rank-cpus": (hog("5"), hog("0-1")),
     "L6.rank-imbalance": (imbalance(20.0), imbalance(85.0)),
+    "L6.straggler": (stepping(0.95), stepping(0.5)),
     "L6.ranks-share-cpus": (shared_pins("1-2"), shared_pins("2-3")),
     "L6.rank-stalled": (stalled_rank("T"), stalled_rank(None)),
     "L6.wait-chain": (blocked_log_pipe(0.7), blocked_log_pipe(0.05)),
@@ -581,6 +599,20 @@ def test_pmu_and_trace_rules_say_what_they_need(rule_id):
     reason = outcome(two_node_host(), rule_id)
     assert isinstance(reason, str)
     assert NEEDS_PMU_OR_TRACE[rule_id] in reason
+
+
+def test_a_timeline_judges_stragglers_instead_of_cpu_shares():
+    """With a step timeline the rank arriving last is the straggler, the rank that waits (and
+    burns less CPU) is not, and L6.rank-imbalance's guess from CPU shares gives way."""
+    graph = stepping(0.95)()
+    ranks = sorted(n.id for n in graph.of_kind("process") if n.get("step_job"))
+    graph.nodes[ranks[1]].cpu_pct = 90.0  # the late rank computes; rank 0 idles at its waits
+    graph.nodes[ranks[0]].cpu_pct = 20.0
+    (found,) = outcome(graph, "L6.straggler")
+    assert found.subject == ranks[1] and found.impact_basis == "measured"
+    assert found.impact_share == 0.38 and found.priority == "P0"
+    assert "superseded by L6.straggler" in outcome(graph, "L6.rank-imbalance")
+    assert isinstance(outcome(imbalance(20.0)(), "L6.rank-imbalance"), list)
 
 
 def test_correct_placement_gets_no_cross_numa_finding():

@@ -50,6 +50,6 @@ def wp_diff(
         lead=findings.lines(),
     )  # fmt: skip
     return result(
-        page.text, before=old, after=new, **findings.counts(), **page.counts,
+        page.text, before=old, after=new, steps=diff.steps, **findings.counts(), **page.counts,
         page=page.page, pages=page.pages, tokens=page.tokens, next_cursor=page.next_cursor,
     )  # fmt: skip
