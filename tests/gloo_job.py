@@ -74,7 +74,7 @@ def rank_main(rank: int, world: int, port: int, out: str, job: Job) -> None:
     matrix = torch.randn(256, 256) / 16
     wait = 1 + (job.offset if rank == job.offset_rank else 0)
     steps = wait + 1 + job.active
-    schedule = torch.profiler.schedule(wait=wait, warmup=1, active=job.active)
+    schedule = torch.profiler.schedule(wait=wait, warmup=1, active=job.active, repeat=1)
     handler = torch.profiler.tensorboard_trace_handler(
         out, worker_name=f"rank{rank}", use_gzip=True
     )
