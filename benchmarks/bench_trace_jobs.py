@@ -5,7 +5,7 @@ measured themselves.
     .venv/bin/python benchmarks/bench_trace_jobs.py [--runs 5]
 
 Scenarios: healthy (2 runs); one rank doing 2× the compute (``--runs`` runs, real matrix
-products); one rank with a slow ``__getitem__``; a communication-heavy job (16 MiB of gradients
+products); one rank with a slow ``__getitem__``; a communication-heavy job (48 MiB of gradients
 a step); rank 1's profiler window two steps after rank 0's, with the 2× straggler; two runs'
 traces in one folder. The healthy, slow-input and communication-heavy jobs compute by sleeping:
 on two CPUs shared with other work, two ranks computing alike are not alike (one starved of
@@ -109,30 +109,34 @@ def show(row: dict) -> None:
           flush=True)  # fmt: skip
 
 
+def scenarios(runs: int) -> dict[str, tuple[Job, int | None, str | None]]:
+    """name -> (the job, the straggler expected, its cause)."""
+    out: dict[str, tuple[Job, int | None, str | None]] = {}
+    for i in range(2):
+        out[f"healthy#{i}"] = (Job(sleep_s=0.1), None, None)
+    for i in range(runs):
+        out[f"compute2x#{i}"] = (Job(straggler=1), 1, "compute")
+    out["slow-input"] = (Job(sleep_s=0.1, slow_input_rank=1, getitem_s=0.02), 1, "input")
+    out["comm-heavy"] = (Job(sleep_s=0.05, params_mb=48), None, None)
+    out["windows-apart"] = (Job(straggler=1, offset_rank=1, offset=2), 1, "compute")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of the 2× compute straggler")
-    parser.add_argument(
-        "--only", choices=("compute2x",), help="that scenario alone (the smoke run)"
-    )
+    parser.add_argument("--only", help="scenarios by name prefix, comma-separated (compute2x, "
+                        "healthy, slow-input, comm-heavy, windows-apart, two-runs)")  # fmt: skip
     args = parser.parse_args()
+    wanted = args.only.split(",") if args.only else None
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 CPUs)", flush=True)
     rows: list[dict] = []
-    for i in range(0 if args.only else 2):
-        rows.append(run(f"healthy#{i}", Job(sleep_s=0.1), None, None))
-        show(rows[-1])
-    for i in range(args.runs):
-        rows.append(run(f"compute2x#{i}", Job(straggler=1), 1, "compute"))
-        show(rows[-1])
-    if args.only:
-        return summary(rows)
-    rows.append(run("slow-input", Job(sleep_s=0.1, slow_input_rank=1, getitem_s=0.02), 1, "input"))
-    show(rows[-1])
-    rows.append(run("comm-heavy", Job(sleep_s=0.05, params_mb=16), None, None))
-    show(rows[-1])
-    rows.append(run("windows-apart", Job(straggler=1, offset_rank=1, offset=2), 1, "compute"))
-    show(rows[-1])
-    print(f"two-runs       {two_runs()}")
+    for name, (job, expect, phase) in scenarios(args.runs).items():
+        if wanted is None or any(name.startswith(w) for w in wanted):
+            rows.append(run(name, job, expect, phase))
+            show(rows[-1])
+    if wanted is None or "two-runs" in wanted:
+        print(f"two-runs       {two_runs()}", flush=True)
     return summary(rows)
 
 

@@ -432,10 +432,10 @@ def _waits(
     phases = {
         r.rank: _phases(r, windows[r.rank], common, wait) for r in ranks if r.rank is not None
     }
+    # the median step's share: a host's hiccup that stalls one call (both ranks' gloo
+    # threads off CPU) moves one step, not the job's share
     out["comm_own_pct"] = {
-        str(rank): _pct(
-            sum(p["comm"] - p["wait"] for p in per_step), sum(p["step"] for p in per_step)
-        )
+        str(rank): round(median(_pct(p["comm"] - p["wait"], p["step"]) for p in per_step), 2)
         for rank, per_step in phases.items()
     }
     last = [min(names, key=lambda r: (wait[r, s], r)) for s in common]
@@ -577,5 +577,5 @@ def _one_rank_comm(ranks: list[RankTrace]) -> dict[str, Any]:
         if total <= 0 or rank.rank is None:
             continue
         comm = sorted((c.start, c.start + c.dur) for c in rank.collectives)
-        out[str(rank.rank)] = _pct(sum(_covered(comm, s, e) for s, e in steps), total)
+        out[str(rank.rank)] = round(median(_pct(_covered(comm, s, e), e - s) for s, e in steps), 2)
     return {"comm_own_pct": out} if out else {}

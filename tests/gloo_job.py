@@ -2,7 +2,7 @@
 benchmarks/bench_trace_jobs.py: real processes, real collectives over loopback, real compute.
 
 ``record(out, Job(...))`` runs the ranks to completion (killed by pid if they hang) and
-returns their trace files; each rank also writes ``rankN.steps.json``: per step its compute
+returns their trace files; each rank also writes ``rankN.steps.txt`` (JSON; not named as a trace): per step its compute
 and input time as it measured them (``time.perf_counter``), which the benchmark compares with
 what the trace rules derive. Run as a script (``python gloo_job.py RANK PORT OUT JOB_JSON``)
 it is one rank of the job.
@@ -74,13 +74,13 @@ def rank_main(rank: int, world: int, port: int, out: str, job: Job) -> None:
     matrix = torch.randn(256, 256) / 16
     wait = 1 + (job.offset if rank == job.offset_rank else 0)
     steps = wait + 1 + job.active
-    schedule = torch.profiler.schedule(wait=wait, warmup=1, active=job.active)
+    schedule = torch.profiler.schedule(wait=wait, warmup=1, active=job.active, repeat=1)
     handler = torch.profiler.tensorboard_trace_handler(
         out, worker_name=f"rank{rank}", use_gzip=True
     )
     log = []
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                schedule=schedule, on_trace_ready=handler) as profiler:  # fmt: skip
+                                schedule=schedule, on_trace_ready=handler, record_shapes=True) as profiler:  # fmt: skip
         loader = iter(DataLoader(Samples(), batch_size=4))
         for step in range(steps + (job.offset if rank != job.offset_rank else 0)):
             began = time.perf_counter()
@@ -98,7 +98,7 @@ def rank_main(rank: int, world: int, port: int, out: str, job: Job) -> None:
             optimizer.step()
             log.append({"step": step, "input_s": fed - began, "compute_s": computed - fed})
             profiler.step()
-    Path(out, f"rank{rank}.steps.json").write_text(json.dumps(log))
+    Path(out, f"rank{rank}.steps.txt").write_text(json.dumps(log))
     dist.destroy_process_group()
 
 
@@ -132,7 +132,7 @@ def record(out: Path, job: Job, timeout_s: float = 240) -> list[Path]:
 def measured_steps(out: Path, rank: int) -> dict[int, dict[str, float]]:
     """What the rank measured itself, by profiler step number (the steps count from the
     profiler's start, as ProfilerStep#N does)."""
-    rows = json.loads((out / f"rank{rank}.steps.json").read_text())
+    rows = json.loads((out / f"rank{rank}.steps.txt").read_text())
     return {row["step"]: row for row in rows}
 
 

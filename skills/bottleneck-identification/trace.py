@@ -164,6 +164,8 @@ BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: 
                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}  # fmt: skip
 # A call's fixed cost before bandwidth counts (µs): NCCL/HCCL on a device path, host TCP
 BASE_LATENCY_US = {"device": 20.0, "host": 100.0}
+# Collective bytes per step below which their share of the step is latency, not volume
+SMALL_STEP_BYTES = 1 << 20
 NVLINK_GBYTES = 20.0  # one NVLink's rate per direction, the oldest generation's (conservative)
 SLOW_FACTOR = 2.0  # a collective is slow when it takes more than this × the path's time
 
@@ -516,6 +518,11 @@ def comm_share(ctx: RuleContext) -> list[Finding]:
     first = min(cpu_ranks, key=lambda p: p.get("trace_rank") or 0)
     kinds = first.get("trace_collectives") or {}
     top = max(kinds, key=lambda k: kinds[k].get("total_ms", 0)) if kinds else "collectives"
+    sized = [k for k in kinds.values() if k.get("bytes") is not None]
+    per_step = sum(k["bytes"] for k in sized) / (first.get("trace_steps") or 1) if sized else None
+    # a few KiB a step cannot take a tenth of it by their volume: the calls' latency on a
+    # host short of CPUs does (their threads wait to run), which bigger buckets do not fix
+    small = per_step is not None and per_step < SMALL_STEP_BYTES
     alone = len(cpu_ranks) == 1 and "waited_ms" not in (
         getattr(ctx.graph.meta, "trace", None) or {}
     )
@@ -523,8 +530,13 @@ def comm_share(ctx: RuleContext) -> list[Finding]:
         ctx.finding(
             subject=first.id,
             value=round(share, 1),
-            priority=impact_priority(share),
-            title=f"{share:.0f} % of each step is spent in {top} and the other collectives "
+            priority="P2" if small else impact_priority(share),
+            title=(
+                f"{share:.0f} % of each step is spent in {top} for {per_step / 1024:.0f} KiB a "
+                "step: the calls' latency, not their volume (the host's CPUs, L6)"
+            )
+            if small and per_step is not None
+            else f"{share:.0f} % of each step is spent in {top} and the other collectives "
             f"({first.get('trace_backend') or '?'}, {len(cpu_ranks)} rank(s)"
             + (
                 "; waits for other ranks not separable: one rank traced)"

@@ -72,7 +72,7 @@ def test_a_healthy_job_has_no_p0_or_p1_and_a_heavy_one_is_judged_on_communicatio
     graph, findings = trace_findings(recorded(tmp_path / "healthy", sleep_s=0.1))
     assert all(n.trace_steps == 6 for n in graph.of_kind("process"))
     assert [f.id for f in findings if f.priority in ("P0", "P1")] == []
-    _, heavy = trace_findings(recorded(tmp_path / "heavy", sleep_s=0.05, params_mb=16))
+    _, heavy = trace_findings(recorded(tmp_path / "heavy", sleep_s=0.05, params_mb=48))
     (share,) = by_rule(heavy)["L4.comm-share"]
     assert share.priority in ("P0", "P1") and "all_reduce" in share.title
 

@@ -287,3 +287,13 @@ def test_a_straggler_on_a_host_where_every_rank_waits_for_cpus_is_not_blamed_for
     assert "waits for CPUs more than the other ranks" in " ".join(
         e.note or "" for e in finding.evidence
     )
+
+
+def test_a_step_share_of_a_few_kib_of_collectives_is_their_latency_only_a_hint():
+    rank = {"trace_comm_own_pct": 44.0, "trace_collectives": {
+        "all_reduce": {"count": 4, "bytes": 4096, "p50_us": 20_000, "total_ms": 80}}}  # fmt: skip
+    job = traced_job(None, rank, None, True)()
+    for proc in job.of_kind("process"):
+        proc.trace_collectives = rank["trace_collectives"]
+    (finding,) = outcome(job, "L4.comm-share")
+    assert finding.priority == "P2" and "latency, not their volume" in finding.title
