@@ -7,6 +7,7 @@ the exact names made here — in ``finally`` blocks, so Ctrl-C cleans up too.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import select
 import signal
@@ -342,12 +343,15 @@ def competing_writer(job: Job, setup: dict, file_mb: int = 256) -> Iterator[list
 
 def netns_link_module():
     """tests/collectors/netns_link.py: the namespaces and the receiver-side drop."""
+    return tests_module("netns_link")
+
+
+def tests_module(name: str):
+    """A helper module of tests/ or tests/collectors/ (the suite's workloads live there)."""
     for folder in (REPO_TESTS, REPO_TESTS / "collectors"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    import netns_link
-
-    return netns_link
+    return importlib.import_module(name)
 
 
 @contextlib.contextmanager
@@ -393,43 +397,9 @@ def read_throttle(job: Job, setup: dict, bytes_per_s: int) -> Iterator[list[int]
                     f"{device} rbps=max" if group.v2 else f"{device} 0")  # fmt: skip
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Headless Chromium driven by Playwright (its default flags: `--disable-features=…
-# AvoidCorsURLLoaderRestartOnRedirect…` is in every process's command line), on a page that
-# draws and computes a little every 50 ms, as a browser left open beside a job does.
-BROWSER = """
-import sys, time
-from playwright.sync_api import sync_playwright
-page_html = "<canvas id=c width=400 height=300></canvas><script>" \\
-    "let n=0; setInterval(()=>{let x=0; for(let i=0;i<100000;i++) x+=Math.sqrt(i+n);" \\
-    "n++; const g=document.getElementById('c').getContext('2d');" \\
-    "g.fillStyle='#'+((n*2654435761)%16777215).toString(16).padStart(6,'0');" \\
-    "g.fillRect(n%400,(x|0)%300,20,20);}, 50);</script>"
-with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=sys.argv[1], headless=True,
-                                args=["--no-sandbox"])
-    page = browser.new_page()
-    page.set_content(page_html)
-    print("ready", flush=True)
-    time.sleep(3600)
-"""
-
-
 @contextlib.contextmanager
 def browser(job: Job, setup: dict) -> Iterator[list[int]]:
-    """A headless Chromium (Playwright) beside the job, in a session of its own: stopped by
-    killing that session's process group by its id (the driver, the browser, its
-    renderers), nothing else."""
-    if not CHROMIUM.exists():
-        raise RuntimeError(f"{CHROMIUM} not installed (.ci/setup.d/50-pictures.sh)")
-    env = {**os.environ, "HOME": str(job.workdir)}  # Chromium writes its profile under HOME
-    proc = subprocess.Popen(python(BROWSER, str(CHROMIUM)), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
-    try:
-        _await_line(proc, "ready")
-        yield [proc.pid]
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """A headless Chromium (Playwright) beside the job: ``tests/headless_browser.py``, in a
+    session of its own stopped by that process group's id."""
+    with tests_module("headless_browser").headless_browser(job.workdir) as pid:
+        yield [pid]
