@@ -111,7 +111,6 @@ class Analysis:
         self.graph = graph
         # the views' own Facts of this graph (built once, cached on the graph by its index)
         self.facts = facts or index_for(graph).facts
-        self._host_cpus: dict[str, int | None] = {}
 
     # ------------------------------------------------------------------ hosts
 
@@ -121,16 +120,9 @@ class Analysis:
         return query.hosts_by_prefix(self.graph)
 
     def host_cpus(self, prefix: str) -> int | None:
-        """How many CPUs a host has: its ``cpus`` attribute, else its NUMA nodes' cpulists."""
-        if prefix not in self._host_cpus:
-            host = self.hosts.get(prefix)
-            if host is not None and host.get("cpus"):
-                self._host_cpus[prefix] = int(host.get("cpus"))
-            else:
-                nodes = self.numa_nodes.get(prefix, {}).values()
-                count = sum(len(cpu_set(n.get("cpulist"))) for n in nodes)
-                self._host_cpus[prefix] = count or None
-        return self._host_cpus[prefix]
+        """How many CPUs a host has: its ``cpus`` attribute, else its NUMA nodes' cpulists
+        (``Facts.cpu_hosts``, which the views read too)."""
+        return self.facts.cpu_hosts.get(prefix)
 
     # ------------------------------------------------------------------ NUMA
 

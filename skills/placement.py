@@ -123,10 +123,14 @@ def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:
             f"Bind {place.process} to NUMA {place.device_node} (the node of {place.device}): "
             f"launch it with `{launch}`, or move the running process with the command below."
         )
+    host = host_prefix(place.process)  # a NUMA node of this host, not its namesakes
     peers = [
         f"{b.process} → CPUs {b.cpus}"
         for b in ctx.analysis.bindings.values()
-        if b.node == binding.node and b.process != place.process and b.serves is None
+        if b.node == binding.node
+        and b.process != place.process
+        and b.serves is None
+        and host_prefix(b.process) == host
     ]
     shared = f" (the node's other ranks get their own: {'; '.join(peers)})" if peers else ""
     loaders = [b.process for b in ctx.analysis.bindings.values() if b.serves == place.process]
@@ -158,7 +162,8 @@ def _thread_evidence(ctx: RuleContext, proc) -> list[Evidence]:
 
 def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Finding]:
     """One finding per misplaced rank while few ranks share a device node and a grade; one
-    finding for the node's ranks beyond that (the Fix plan still lists each rank)."""
+    finding for the node's ranks beyond that (the Fix plan still lists each rank); in a
+    cluster graph, one per priority naming its hosts (``RuleContext.by_cause``)."""
     by_cause: dict[tuple[str, int, Priority], list[Placement]] = defaultdict(list)
     for place in misplaced:
         priority = _placement_priority(place)
@@ -169,7 +174,7 @@ def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Fin
             out += [placement_finding(ctx, place) for place in places]
         else:
             out.append(_misplaced_group(ctx, prefix, node, priority, places))
-    return out
+    return ctx.by_cause(out)
 
 
 def _misplaced_group(
