@@ -123,17 +123,11 @@ def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:
             f"Bind {place.process} to NUMA {place.device_node} (the node of {place.device}): "
             f"launch it with `{launch}`, or move the running process with the command below."
         )
-    host = host_prefix(place.process)  # a NUMA node of this host, not its namesakes
-    peers = [
-        f"{b.process} → CPUs {b.cpus}"
-        for b in ctx.analysis.bindings.values()
-        if b.node == binding.node
-        and b.process != place.process
-        and b.serves is None
-        and host_prefix(b.process) == host
-    ]
+    # the ranks bound on this node of this host, not on its namesakes of other hosts
+    same_node = ctx.analysis.plan_by_node.get((host_prefix(place.process), binding.node), [])
+    peers = [f"{b.process} → CPUs {b.cpus}" for b in same_node if b.process != place.process]
     shared = f" (the node's other ranks get their own: {'; '.join(peers)})" if peers else ""
-    loaders = [b.process for b in ctx.analysis.bindings.values() if b.serves == place.process]
+    loaders = [b.process for b in ctx.analysis.plan_of.get(place.process, []) if b.serves]
     if loaders:
         shared += f"; its data loaders {', '.join(loaders)} move with it"
     return (

@@ -10,8 +10,9 @@ report placement (the 7-layer engine, the topology) print a plan only once it is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from wp_mcp.graph import Graph
+from wp_mcp.graph import Edge, Graph, Node
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.query import host_prefix
 
@@ -19,6 +20,7 @@ from .analysis import Analysis, Binding
 from .report import Finding
 from .rule_engine import findings
 
+E = TypeVar("E", Node, Edge)
 _MEMO = "_plan_check"  # the check is cached on the Analysis: diagnose asks twice
 _SHARE_EDGES = ("cpu_on", "mem_on")  # edges carrying a process's per-node shares
 
@@ -114,10 +116,18 @@ def _copy_on_write(graph: Graph, analysis: Analysis, bindings: dict[str, Binding
     changed = set(bindings)
     for proc in filter(None, map(graph.node, bindings)):
         changed.update(t.id for t in analysis.threads_of(proc))
-    nodes = [n.copy() if n.id in changed else n for n in graph.nodes.values()]
-    edges = [e.copy() if e.src in bindings and e.kind in _SHARE_EDGES else e for e in graph.edges()]
+    nodes = [_shallow(n) if n.id in changed else n for n in graph.nodes.values()]
+    edges = [
+        _shallow(e) if e.src in bindings and e.kind in _SHARE_EDGES else e for e in graph.edges()
+    ]
     copy, _, _ = Graph.from_validated(graph.meta, nodes, edges)
     return copy
+
+
+def _shallow(element: E) -> E:
+    """A copy of one element whose attributes the plan may reassign (it never mutates a
+    value in place: every change below assigns a new one), without a deep copy's walk."""
+    return type(element).from_dict(dict(element.__dict__))
 
 
 def _bind_cpus(copy: Graph, copied: Analysis, proc, binding: Binding) -> None:
