@@ -24,7 +24,7 @@ PRIORITY_MEANING = {
 }
 
 # The executive summary names this many P0/P1 causes; the rest are one line counting them.
-_SUMMARY_CAUSES = 6
+_SUMMARY_CAUSES = 5
 # A cause's per-host table shows this many rows in the whole report (all of them when the
 # finding is asked for by id, paged).
 _TABLE_ROWS = 8
@@ -337,8 +337,8 @@ class Report:
         )
 
     def _executive_summary(self) -> str:
-        """At most ``_SUMMARY_LINES`` lines at any size: the counts, the costliest P0/P1
-        causes, one line counting the rest by their subjects, one line of caveats."""
+        """At most 12 lines at any size: the counts, the costliest P0/P1 causes, one line
+        counting the rest by their subjects, one line of caveats."""
         counts = self.counts()
         lines = [f"## {EXECUTIVE_SUMMARY}", ""]
         lines.append(

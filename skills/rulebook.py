@@ -268,12 +268,18 @@ class RuleContext:
             per_host[hosts[0] if hosts else ""].append(item)
         parts = [self._host_part(host, found) for host, found in per_host.items()]
         parts.sort(key=lambda part: (-len(part.subjects), part.host or ""))
+        first = parts[0]
         subjects = [s for part in parts for s in part.subjects]
         noun = self._noun(subjects)
         named = ", ".join(f"{p.host} ({len(p.subjects)})" for p in parts[:HOSTS_NAMED])
         more = f" and {len(parts) - HOSTS_NAMED} more" if len(parts) > HOSTS_NAMED else ""
-        where = "" if noun == "hosts" else f" on {len(parts)} hosts"
-        first = parts[0]
+        where = (
+            ""
+            if noun == "hosts"
+            else f" on {len(parts)} hosts"
+            if len(parts) > 1
+            else (f" on {first.host}")
+        )
         worst = items[0]  # the rule's own order: its first finding is its worst
         found = self.finding(
             subject="cluster",
