@@ -27,7 +27,9 @@ PRIORITY_MEANING = {
 _SUMMARY_CAUSES = 5
 # A cause's per-host table shows this many rows in the whole report (all of them when the
 # finding is asked for by id, paged).
-_TABLE_ROWS = 8
+_TABLE_ROWS = 5
+# The roadmap lists every P0/P1 fix and this many P2 hints; the rest are one line.
+_HINT_STEPS = 5
 
 # Report headings besides the sections: what section= also answers to.
 EXECUTIVE_SUMMARY = "Executive summary"
@@ -375,6 +377,11 @@ class Report:
         for finding_id in section.finding_ids:
             if finding_id in shown:
                 lines += ["", f"- {by_id[finding_id].priority} {code(finding_id)}: see above"]
+            elif finding_id in by_id and not whole and by_id[finding_id].priority == "P2":
+                # a hint in the whole report is its line; its evidence is a request away
+                hint = by_id[finding_id]
+                lines += ["", _line(f"- P2 {code(finding_id)}: {prose(hint.title)}")]
+                shown.add(finding_id)
             elif finding_id in by_id:
                 lines += ["", by_id[finding_id].to_markdown(None if whole else _TABLE_ROWS)]
                 shown.add(finding_id)
@@ -397,6 +404,9 @@ class Report:
         if not ranked:
             return f"## {ROADMAP}\n\nNothing to fix in what this snapshot covers."
         lines = [f"## {ROADMAP}", ""]
+        hints = [f for f in ranked if f.priority == "P2"]
+        if len(hints) > _HINT_STEPS:  # the fixes first; hints beyond a few are one line
+            ranked = [f for f in ranked if f.priority != "P2"] + hints[:_HINT_STEPS]
         for step, item in enumerate(ranked, 1):
             where = f"layer {item.layer}" if item.layer else item.skill
             on = f" on {safe(item.host, 63)}" if item.host else ""
@@ -404,6 +414,13 @@ class Report:
             lines.append(
                 _line(f"{step}. **{item.priority}** ({where}) {prose(item.action)}{command}")
             )
+        if len(hints) > _HINT_STEPS:
+            rest = hints[_HINT_STEPS:]
+            lines.append(
+                _line(f"- … {len(rest)} more P2 hints over {sum(len(f.subjects) for f in rest)} "
+                      f"subjects: {', '.join(code(f.id) for f in rest[:3])}"
+                      + (" …" if len(rest) > 3 else ""))
+            )  # fmt: skip
         return "\n".join(lines)
 
 
@@ -436,8 +453,8 @@ def stored_report_text(
 
 # In the whole report a section shows this much of its body and clean list; the rest is one
 # section request away (wp_report section=…, `wp-mcp report --section`), paged there.
-_BODY_LINES = 40
-_CLEAN_SHOWN = 12
+_BODY_LINES = 10
+_CLEAN_SHOWN = 8
 
 
 def _whole(name: str) -> str:

@@ -294,7 +294,8 @@ class RuleContext:
                     {
                         "hosts": len(parts),
                         "subjects": len(subjects),
-                        "per_host": {p.host or "-": len(p.subjects) for p in parts},
+                        # the most affected; every host is a member (a row of the table)
+                        "most_on": {p.host or "-": len(p.subjects) for p in parts[:WORST_SHOWN]},
                     },
                     self.window_s,
                     f"one cause on {len(parts)} hosts; the value is {worst.id}'s",
@@ -378,10 +379,8 @@ def ids_kind(subject: str) -> str:
 
 
 def _sentence(title: str) -> str:
-    """A rule's title inside a sentence: its first letter lower unless it starts a name."""
+    """A rule's title inside a sentence: its first letter lower, unless its first word is a
+    name (``PCIe``, ``NUMA``, ``L3``)."""
     first = title.split(" ", 1)[0]
-    return (
-        title
-        if first.isupper() or any(c.isdigit() for c in first)
-        else (title[:1].lower() + title[1:])
-    )
+    named = any(c.isupper() for c in first[1:]) or any(c.isdigit() for c in first)
+    return title if named else title[:1].lower() + title[1:]
