@@ -302,8 +302,9 @@ class RuleContext:
                 ),
                 *worst.evidence[:2],
             ],  # fmt: skip
-            action=f"On each host its own fix (its row's finding and command; `wp-mcp plan` "
-            f"writes one file per host). {first.host}'s: {first.action}",
+            action=f"On each host its own fix (its row's finding and command; `wp-mcp "
+            f"diagnose ID --plan-dir DIR` writes the verified plan as one file per host and a "
+            f"script that runs each on its host). {first.host}'s: {first.action}",
             impact=worst.impact,
             certain=all(item.confidence >= worst.confidence for item in items),
         )

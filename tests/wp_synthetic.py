@@ -417,8 +417,10 @@ def planted_cluster(hosts: int = 128, accelerators: int = 8) -> Graph:
         proc.world_size = hosts * accelerators
         proc.run_delay_pct = 60.0 if host == PLANTED_STRAGGLER else 2.0
         rank += 1
-    for host in PLANTED_DOWNTRAINED:
-        graph.nodes[ids.with_host(host, ids.gpu(3))].link_speed_gts = 16.0
+    for host in PLANTED_DOWNTRAINED:  # those of the graph's hosts
+        device = graph.nodes.get(ids.with_host(host, ids.gpu(3)))
+        if device is not None:
+            device.link_speed_gts = 16.0
     return graph
 
 

@@ -100,3 +100,29 @@ def test_the_summary_lists_causes_costliest_first_in_twelve_lines_and_the_report
         assert f"over {sum(len(f.subjects) for f in urgent)} subjects" in more[0]
     assert count_tokens(report.to_markdown()) <= 15_000
     assert count_tokens(report.brief(max_tokens=1400)) <= 1400
+
+
+def test_the_verified_plan_is_one_file_per_host_and_a_dispatcher_chosen_by_collection(
+    tmp_path,
+):
+    from wp_mcp.graph import native
+    from wp_mcp.server.cli import main
+    from wp_mcp.skills.plan import dispatch_of
+
+    graph = planted_cluster(16)  # of the off-node hosts, only h5 is among 16
+    graph.meta.origin = "cluster of 16 node graphs from run1"  # collected from a directory
+    native.dump(graph, tmp_path / "cluster.json")
+    assert main(["diagnose", str(tmp_path / "cluster.json"), "--plan-dir",
+                 str(tmp_path / "plan"), "--out", str(tmp_path / "report.md")]) == 0  # fmt: skip
+    files = {p.name: p.read_text() for p in (tmp_path / "plan").iterdir()}
+    assert dispatch_of(graph) == "srun" and set(files) == {"h5.sh", "dispatch.sh"}
+    script = files["h5.sh"].splitlines()
+    assert script[0] == "#!/bin/sh" and "verified: re-diagnosis" in files["h5.sh"]
+    pids = {int(line.split()[-1]) for line in script if line.startswith("taskset")}
+    ranks = {graph.nodes[f"h5/proc:{pid}"].get("local_rank") for pid in pids} - {None}
+    assert ranks and all(graph.nodes.get(f"h5/proc:{pid}") for pid in pids)  # its own only
+    assert "srun -w h5 -N1 -n1 --overlap sh -s < h5.sh" in files["dispatch.sh"]
+    graph.meta.origin = "ray cluster of 16 nodes"
+    assert dispatch_of(graph) == "ray"
+    graph.meta.origin = "cluster of 16 hosts"
+    assert dispatch_of(graph) == "ssh"
