@@ -203,7 +203,8 @@ def cluster_lines(facts: dict[str, Any], width: int) -> list[str]:
     )
     skew = facts["skew_s"]
     clock = f"clock skew {skew * 1000:.1f}ms" if skew is not None else "clock skew unmeasured"
-    worst = ", ".join(f"{word(h, name_chars)} {why}" for h, why in facts["worst"][:listed])
+    # the loss and the straggler are two causes: both named even when room is short
+    worst = ", ".join(f"{word(h, name_chars)} {why}" for h, why in facts["worst"][: max(listed, 2)])
     signs = [
         _sign_text(facts[key], what, name_chars, 3 if width >= 56 else 1 if width >= 36 else 0)
         for key, what in (("off_node", "off-node"), ("downtrained", "downtrained"))
