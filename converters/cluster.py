@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from wp_mcp.graph import ids
+from wp_mcp.graph import ids, query
 from wp_mcp.graph.graph import Graph
 from wp_mcp.graph.model import Edge, Meta, Node
 from wp_mcp.graph.safetext import escape
@@ -54,8 +54,13 @@ def cross_host_traffic(graph: Graph, transport: str | None = "tcp") -> dict[str,
 
 
 def cross_host_edges(graph: Graph) -> list[Edge]:
-    """The joined cross-host ``talks_to`` edges: one pass over every edge of the graph."""
-    return [edge for edge in graph.edges("talks_to") if edge.get("cross_host")]
+    """The cross-host ``talks_to`` edges: those the merge joined, and any other whose two
+    ends are on two hosts (a graph built whole, or imported): one pass over the edges."""
+    return [
+        edge
+        for edge in graph.edges("talks_to")
+        if edge.get("cross_host") or ids.split_host(edge.src)[0] != ids.split_host(edge.dst)[0]
+    ]
 
 
 def traffic_of(edges: list[Edge], transport: str | None) -> dict[str, HostTraffic]:
@@ -64,8 +69,13 @@ def traffic_of(edges: list[Edge], transport: str | None) -> dict[str, HostTraffi
     for edge in edges:
         if transport not in (None, edge.get("transport")):
             continue
+        # an edge without each side's counters (not joined by the merge): its bytes are
+        # the source's
+        sided = edge.get("src_bytes_sent") is not None or edge.get("dst_bytes_sent") is not None
         for end, side in ((edge.src, "src"), (edge.dst, "dst")):
             host = traffic[ids.split_host(end)[0]]
+            if not sided and side == "src":
+                host.sent += edge.get("bytes", 0) or 0
             host.sent += edge.get(f"{side}_bytes_sent", 0) or 0
             if edge.get(f"{side}_window_data_segs_out") is not None:
                 # the window's deltas, less what DSACKs showed needless: what it loses now
@@ -90,6 +100,36 @@ def ranks_by_host(graph: Graph) -> dict[str, list[Node]]:
     return dict(by_host)
 
 
+@dataclass(slots=True)
+class HostSigns:
+    """What stands out on one host besides its traffic: the processes driving one
+    accelerator from another NUMA node than the device's, and the devices whose PCIe link
+    trained below its capability (what L3.device-numa-mismatch and L3.pcie-downtrained judge)."""
+
+    off_node: list[str] = field(default_factory=list)
+    downtrained: list[str] = field(default_factory=list)
+
+
+def host_signs(facts: Facts) -> dict[str, HostSigns]:
+    """Per host prefix, its off-node accelerator users and downtrained links: one pass over
+    the processes and one over the linked devices."""
+    graph = facts.graph
+    signs: dict[str, HostSigns] = defaultdict(HostSigns)
+    for proc in graph.of_kind("process"):
+        devices = facts.accelerators_of(proc.id)
+        if len(devices) != 1:
+            continue
+        home, _, _ = query.device_numa_node(graph, devices[0])
+        shares = query.cpu_share(graph, proc)
+        if home is not None and shares and max(shares, key=lambda n: shares[n]) != home:
+            signs[ids.split_host(proc.id)[0]].off_node.append(proc.id)
+    for kind in query.LINKED_KINDS:
+        for device in graph.of_kind(kind):
+            if query.link_downtrained(device):
+                signs[ids.split_host(device.id)[0]].downtrained.append(device.id)
+    return dict(signs)
+
+
 def unfinished_nodes(graph: Graph) -> dict[str, str]:
     """Hosts whose ``<host>/collection`` status is not ok (missing, failed, cancelled), with
     the status and reason."""
@@ -105,6 +145,7 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
     """The cluster part of the summary; None for a single-host graph."""
     if len(graph.meta.hosts) < 2:
         return None
+    signs = host_signs(index_for(graph).facts)
     ranks = ranks_by_host(graph)
     cross = cross_host_edges(graph)
     traffic = traffic_of(cross, transport=None)
@@ -124,7 +165,17 @@ def cluster_facts(graph: Graph) -> dict[str, Any] | None:
         "cross_host_bytes": total.sent,
         "cross_host_loss": total.loss,
         "worst": _worst_hosts(traffic, ranks),
+        "off_node": _most(signs, "off_node"),
+        "downtrained": _most(signs, "downtrained"),
     }
+
+
+def _most(signs: dict[str, HostSigns], what: str) -> dict[str, Any]:
+    """How many of one sign on how many hosts, and the hosts with most of it."""
+    counts = {host: len(getattr(sign, what)) for host, sign in signs.items()}
+    counts = {host: n for host, n in counts.items() if n}
+    worst = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:WORST_HOSTS]
+    return {"count": sum(counts.values()), "hosts": len(counts), "worst": worst}
 
 
 def _worst_hosts(
@@ -158,12 +209,26 @@ def cluster_lines(facts: dict[str, Any], width: int) -> list[str]:
     )
     skew = facts["skew_s"]
     clock = f"clock skew {skew * 1000:.1f}ms" if skew is not None else "clock skew unmeasured"
-    worst = ", ".join(f"{word(h, name_chars)} {why}" for h, why in facts["worst"][:listed])
+    # the loss and the straggler are two causes: both named even when room is short
+    worst = ", ".join(f"{word(h, name_chars)} {why}" for h, why in facts["worst"][: max(listed, 2)])
+    signs = [
+        _sign_text(facts[key], what, name_chars, 3 if width >= 56 else 1 if width >= 36 else 0)
+        for key, what in (("off_node", "off-node"), ("downtrained", "downtrained"))
+        if facts.get(key, {}).get("count")
+    ]
     return [
         f"cluster: {ranks} | {nodes} | {clock}",
         f"cross-host: {facts['cross_host_flows']:,} flows {fmt_bytes(facts['cross_host_bytes'])} "
         f"loss {facts['cross_host_loss']:.2%} | worst: {worst or 'none stands out'}",
+        "hosts: " + (" | ".join(signs) or "no off-node rank, no downtrained link"),
     ]
+
+
+def _sign_text(sign: dict[str, Any], what: str, name_chars: int, listed: int) -> str:
+    """``off-node 106 on 53 (h3 4, h7 3, h9 2 …)``: subjects, on how many hosts, the most."""
+    named = ", ".join(f"{word(h, name_chars)} {n}" for h, n in sign["worst"][:listed])
+    more = " …" if sign["hosts"] > listed else ""
+    return f"{what} {sign['count']} on {sign['hosts']}" + (f" ({named}{more})" if named else "")
 
 
 def host_part(graph: Graph, hosts: set[str]) -> Graph:
@@ -210,13 +275,15 @@ def hosts_view(facts: Facts) -> list[Item]:
     graph = facts.graph
     ranks = ranks_by_host(graph)
     traffic = cross_host_traffic(graph, transport=None)
+    signs = host_signs(facts)
     host_nodes = {ids.split_host(n.id)[0]: n for n in graph.of_kind("host")}
     present = graph.meta.hosts or sorted(host_nodes)
     lone = present[0] if len(present) == 1 else None  # a single-host graph's ids are bare
     rows = [
-        _host_row(h, host_nodes.get("" if h == lone else h), ranks.get("" if h == lone else h, []),
-                  traffic.get("" if h == lone else h))
+        _host_row(h, host_nodes.get(key), ranks.get(key, []), traffic.get(key),
+                  signs.get(key) or HostSigns())
         for h in present
+        for key in ("" if h == lone else h,)
     ]  # fmt: skip
     rows.sort(key=lambda row: row.order)
     missing = [
@@ -250,7 +317,8 @@ def _fold_quiet(rows: list[_HostRow]) -> list[Item]:
         def render(count: int = count, names: list[str] = names) -> str:
             return (
                 f"{len(names)}× host ranks={count} quiet (loss<{QUIET_LOSS:.1%} "
-                f"run-max<{QUIET_RUN_PCT:g}% loc≥{QUIET_LOCALITY:g}) {id_ranges(names, 3)}"
+                f"run-max<{QUIET_RUN_PCT:g}% loc≥{QUIET_LOCALITY:g}, no off-node rank or "
+                f"downtrained link) {id_ranges(names, 3)}"
             )
 
         items.append(
@@ -267,7 +335,7 @@ def _fold_quiet(rows: list[_HostRow]) -> list[Item]:
 
 
 def _host_row(
-    host: str, node: Node | None, ranks: list[Node], sent: HostTraffic | None
+    host: str, node: Node | None, ranks: list[Node], sent: HostTraffic | None, signs: HostSigns
 ) -> _HostRow:
     delays = [p.get("run_delay_pct") for p in ranks if p.get("run_delay_pct") is not None]
     local = [p.get("numa_locality") for p in ranks if p.get("numa_locality") is not None]
@@ -277,6 +345,8 @@ def _host_row(
         "locality": sum(local) / len(local) if local else None,
         "bytes": sent.sent if sent else None,
         "retrans": sent.retrans if sent else None,
+        "off_node": len(signs.off_node) or None,
+        "downtrained": len(signs.downtrained) or None,
     }
     loss = sent.loss if sent else 0.0
     numbers = sorted(int(p.get("rank")) for p in ranks)
@@ -289,6 +359,8 @@ def _host_row(
             f"xhost-sent={fmt_bytes(sent.sent)} loss={loss:.2%}" if sent else None,
             kv("run-max", metrics["run"], fmt_pct),
             kv("loc", metrics["locality"], lambda v: f"{v:.2f}"),
+            kv("off-node", metrics["off_node"], str),
+            kv("downtrained", metrics["downtrained"], str),
         )
 
     item = Item(
@@ -300,12 +372,16 @@ def _host_row(
         measure={k: float(v) for k, v in metrics.items() if v is not None},
         nodes=(node,) if node is not None else (),
     )
-    order = (-loss, -(metrics["run"] or 0.0), metrics["locality"] or 1.0, host)
     quiet = (
         loss < QUIET_LOSS
         and (metrics["run"] or 0.0) < QUIET_RUN_PCT
         and (metrics["locality"] if metrics["locality"] is not None else 1.0) >= QUIET_LOCALITY
+        and not signs.off_node
+        and not signs.downtrained
     )
+    # hosts where something stands out first, each by what stands out most
+    order = (quiet, -loss, -(metrics["run"] or 0.0), -len(signs.downtrained),
+             -len(signs.off_node), metrics["locality"] or 1.0, host)  # fmt: skip
     return _HostRow(order, item, quiet, len(numbers))
 
 

@@ -164,9 +164,12 @@ class Facts:
 
     @cached_property
     def cpu_hosts(self) -> dict[str, int]:
-        """Host prefix → CPU count, to tell a restricted affinity from "all CPUs"."""
+        """Host prefix → CPU count: the host's ``cpus``, else what its NUMA nodes' cpulists
+        hold (to tell a restricted affinity from "all CPUs"; the rules read the same)."""
         counts: dict[str, int] = {}
-        for host in self.graph.of_kind("host"):
-            if attr(host, "cpus"):
-                counts[query.host_prefix(host.id)] = int(attr(host, "cpus"))
-        return counts
+        for node in self.graph.of_kind("numa_node"):
+            prefix = query.host_prefix(node.id)
+            counts[prefix] = counts.get(prefix, 0) + len(query.cpu_set(attr(node, "cpulist")))
+        hosts = query.hosts_by_prefix(self.graph)
+        counts.update({p: int(attr(h, "cpus")) for p, h in hosts.items() if attr(h, "cpus")})
+        return {prefix: count for prefix, count in counts.items() if count}

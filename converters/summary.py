@@ -163,7 +163,7 @@ def _as_text(facts: dict[str, Any], width: int) -> str:
         f"#wp summary snap={facts['snapshot']} hosts={len(hosts)}{window}{origin}",
         "#legend layer tokens-for-all-pages (items): top line",
     ]
-    if hosts:
+    if hosts and not facts["cluster"]:  # a cluster's hosts line says what stands out on them
         lines.append(f"hosts: {host_text}")
     if facts["cluster"]:
         lines += cluster_lines(facts["cluster"], width)

@@ -234,6 +234,19 @@ def accelerators_of(graph: Graph, process_id: str) -> list[Node]:
     return [d for d in found if d is not None and d.kind in ACCELERATOR_KINDS]
 
 
+LINKED_KINDS = ("gpu", "npu", "nic", "pci_bridge", "rdma_device")  # devices with a PCIe link
+
+
+def link_downtrained(device: Node) -> bool | None:
+    """Whether a device's PCIe link trained below its capability (speed or width, as lspci
+    flags LnkSta below LnkCap); None when its current or maximum speed is unknown."""
+    speed, top = device.get("link_speed_gts"), device.get("link_max_speed_gts")
+    if speed is None or top is None:
+        return None
+    width, top_width = device.get("link_width"), device.get("link_max_width")
+    return speed < top or (width is not None and top_width is not None and width < top_width)
+
+
 def users_of(graph: Graph, device_id: str) -> list[str]:
     """The processes using a device."""
     return [e.src for e in graph.in_edges(device_id, "uses_device")]

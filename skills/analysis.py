@@ -12,8 +12,8 @@ findings about them: every rule inherits that. Nothing here judges; rules do.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from dataclasses import dataclass, replace
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from wp_mcp.converters.facts import Facts
@@ -90,7 +90,6 @@ class Analysis:
         self.graph = graph
         # the views' own Facts of this graph (built once, cached on the graph by its index)
         self.facts = facts or index_for(graph).facts
-        self._host_cpus: dict[str, int | None] = {}
 
     # ------------------------------------------------------------------ hosts
 
@@ -100,16 +99,9 @@ class Analysis:
         return query.hosts_by_prefix(self.graph)
 
     def host_cpus(self, prefix: str) -> int | None:
-        """How many CPUs a host has: its ``cpus`` attribute, else its NUMA nodes' cpulists."""
-        if prefix not in self._host_cpus:
-            host = self.hosts.get(prefix)
-            if host is not None and host.get("cpus"):
-                self._host_cpus[prefix] = int(host.get("cpus"))
-            else:
-                nodes = self.numa_nodes.get(prefix, {}).values()
-                count = sum(len(cpu_set(n.get("cpulist"))) for n in nodes)
-                self._host_cpus[prefix] = count or None
-        return self._host_cpus[prefix]
+        """How many CPUs a host has: its ``cpus`` attribute, else its NUMA nodes' cpulists
+        (``Facts.cpu_hosts``, which the views read too)."""
+        return self.facts.cpu_hosts.get(prefix)
 
     # ------------------------------------------------------------------ NUMA
 
@@ -219,7 +211,8 @@ class Analysis:
         same CPUs; slicing the node gives every rank its own.
         """
         by_node: dict[tuple[str, int], list[Placement]] = defaultdict(list)
-        single = [p for p in self.placements if self._placed_once(p.process)]
+        placed = Counter(p.process for p in self.placements)
+        single = [p for p in self.placements if placed[p.process] == 1]  # one device each
         for place in single:
             by_node[(host_prefix(place.process), place.device_node)].append(place)
         out: dict[str, Binding] = {}
@@ -248,11 +241,25 @@ class Analysis:
 
     def plan_command(self, rank: str) -> str | None:
         """The running-job commands for a rank and the loaders that move with it."""
-        lines = [b.live for b in self.bindings.values() if rank in (b.process, b.serves)]
+        lines = [b.live for b in self.plan_of.get(rank, [])]
         return " && ".join(line for line in lines if line) or None
 
-    def _placed_once(self, proc_id: str) -> bool:
-        return sum(1 for p in self.placements if p.process == proc_id) == 1
+    @cached_property
+    def plan_of(self) -> dict[str, list[Binding]]:
+        """A rank → its binding, then its loaders' (which move with it), in the plan's order."""
+        out: dict[str, list[Binding]] = defaultdict(list)
+        for binding in self.bindings.values():
+            out[binding.serves or binding.process].append(binding)
+        return out
+
+    @cached_property
+    def plan_by_node(self) -> dict[tuple[str, int], list[Binding]]:
+        """(host prefix, NUMA node) → the ranks the plan binds there (not their loaders)."""
+        out: dict[tuple[str, int], list[Binding]] = defaultdict(list)
+        for binding in self.bindings.values():
+            if binding.serves is None:
+                out[(host_prefix(binding.process), binding.node)].append(binding)
+        return out
 
     def _needs_plan(self, places: list[Placement]) -> bool:
         if any(p.grade != "good" for p in places):

@@ -123,13 +123,11 @@ def _placement_action(ctx: RuleContext, place: Placement, launch: str) -> str:
             f"Bind {place.process} to NUMA {place.device_node} (the node of {place.device}): "
             f"launch it with `{launch}`, or move the running process with the command below."
         )
-    peers = [
-        f"{b.process} → CPUs {b.cpus}"
-        for b in ctx.analysis.bindings.values()
-        if b.node == binding.node and b.process != place.process and b.serves is None
-    ]
+    # the ranks bound on this node of this host, not on its namesakes of other hosts
+    same_node = ctx.analysis.plan_by_node.get((host_prefix(place.process), binding.node), [])
+    peers = [f"{b.process} → CPUs {b.cpus}" for b in same_node if b.process != place.process]
     shared = f" (the node's other ranks get their own: {'; '.join(peers)})" if peers else ""
-    loaders = [b.process for b in ctx.analysis.bindings.values() if b.serves == place.process]
+    loaders = [b.process for b in ctx.analysis.plan_of.get(place.process, []) if b.serves]
     if loaders:
         shared += f"; its data loaders {', '.join(loaders)} move with it"
     return (
@@ -158,7 +156,8 @@ def _thread_evidence(ctx: RuleContext, proc) -> list[Evidence]:
 
 def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Finding]:
     """One finding per misplaced rank while few ranks share a device node and a grade; one
-    finding for the node's ranks beyond that (the Fix plan still lists each rank)."""
+    finding for the node's ranks beyond that (the Fix plan still lists each rank); in a
+    cluster graph, one per priority naming its hosts (``RuleContext.by_cause``)."""
     by_cause: dict[tuple[str, int, Priority], list[Placement]] = defaultdict(list)
     for place in misplaced:
         priority = _placement_priority(place)
@@ -169,7 +168,7 @@ def placement_findings(ctx: RuleContext, misplaced: list[Placement]) -> list[Fin
             out += [placement_finding(ctx, place) for place in places]
         else:
             out.append(_misplaced_group(ctx, prefix, node, priority, places))
-    return out
+    return ctx.by_cause(out)
 
 
 def _misplaced_group(

@@ -9,9 +9,11 @@ report placement (the 7-layer engine, the topology) print a plan only once it is
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from wp_mcp.graph import Graph
+from wp_mcp.graph import Edge, Graph, Node
 from wp_mcp.graph import ids as graph_ids
 from wp_mcp.graph.query import host_prefix
 
@@ -19,6 +21,7 @@ from .analysis import Analysis, Binding
 from .report import Finding
 from .rule_engine import findings
 
+E = TypeVar("E", Node, Edge)
 _MEMO = "_plan_check"  # the check is cached on the Analysis: diagnose asks twice
 _SHARE_EDGES = ("cpu_on", "mem_on")  # edges carrying a process's per-node shares
 
@@ -87,6 +90,7 @@ def annotate(found: list[Finding], checked: PlanCheck) -> None:
     """Findings the plan addresses say how it was checked; an unverified plan is withdrawn."""
     planned = set(checked.bindings)
     for finding in found:
+        annotate(finding.members, checked)  # a cause's hosts, and their ranks
         if not addresses(finding, planned):
             continue
         finding.verified = checked.verdict()
@@ -114,10 +118,18 @@ def _copy_on_write(graph: Graph, analysis: Analysis, bindings: dict[str, Binding
     changed = set(bindings)
     for proc in filter(None, map(graph.node, bindings)):
         changed.update(t.id for t in analysis.threads_of(proc))
-    nodes = [n.copy() if n.id in changed else n for n in graph.nodes.values()]
-    edges = [e.copy() if e.src in bindings and e.kind in _SHARE_EDGES else e for e in graph.edges()]
+    nodes = [_shallow(n) if n.id in changed else n for n in graph.nodes.values()]
+    edges = [
+        _shallow(e) if e.src in bindings and e.kind in _SHARE_EDGES else e for e in graph.edges()
+    ]
     copy, _, _ = Graph.from_validated(graph.meta, nodes, edges)
     return copy
+
+
+def _shallow(element: E) -> E:
+    """A copy of one element whose attributes the plan may reassign (it never mutates a
+    value in place: every change below assigns a new one), without a deep copy's walk."""
+    return type(element).from_dict(dict(element.__dict__))
 
 
 def _bind_cpus(copy: Graph, copied: Analysis, proc, binding: Binding) -> None:
@@ -187,3 +199,99 @@ def addresses(finding: Finding, processes: set[str]) -> bool:
     (or one of a pair's) is a planned process."""
     subjects = set((finding.subject or "").split("+"))
     return finding.rule_id in PLACEMENT_RULES and bool(subjects & processes)
+
+
+# --------------------------------------------------------------------------- per-host files
+
+
+def plan_by_host(check: PlanCheck) -> dict[str, list[str]]:
+    """A verified plan's running-job commands per host prefix (``""`` on one host), each
+    host's own ranks and loaders only; empty when the plan is not offered."""
+    if not check.offered:
+        return {}
+    out: dict[str, list[str]] = {}
+    for binding in check.bindings.values():
+        if binding.live:
+            out.setdefault(host_prefix(binding.process), []).append(binding.live)
+    return out
+
+
+def dispatch_of(graph: Graph) -> str:
+    """How a cluster's plan reaches its hosts, from how the snapshot was collected: a Ray
+    task for a Ray collection, ``srun -w`` for node graphs from a shared directory (Slurm),
+    else ``ssh``."""
+    origin = graph.meta.origin or ""
+    if origin.startswith("ray cluster"):
+        return "ray"
+    if " node graphs from " in origin:
+        return "srun"
+    return "ssh"
+
+
+def plan_files(by_host: dict[str, list[str]], dispatch: str, names: dict[str, str],
+               verdict: str) -> dict[str, str]:  # fmt: skip
+    """File name → content: one runnable ``HOST.sh`` per host (``plan.sh`` on one host) and,
+    for a cluster, ``dispatch.sh`` (ssh, srun) or ``dispatch.py`` (Ray) running each host's
+    file on that host. ``names`` maps a host's id prefix to the name it is reached by."""
+    files = {}
+    for host, commands in sorted(by_host.items()):
+        steps = [step for command in commands for step in command.split(" && ")]
+        files[f"{host or 'plan'}.sh"] = "\n".join([
+            "#!/bin/sh",
+            f"# wp-mcp fix plan for {host or 'this host'}: run it there, as root",
+            f"# {verdict}",
+            "set -e",
+            *steps,
+            "",
+        ])  # fmt: skip
+    hosts = sorted(h for h in by_host if h)
+    if not hosts:
+        return files
+    reach = {h: names.get(h) or h for h in hosts}
+    if dispatch == "ray":
+        files["dispatch.py"] = _ray_dispatch(reach)
+        return files
+    run = {
+        "ssh": "ssh {host} sh -s < {file}",
+        "srun": "srun -w {host} -N1 -n1 --overlap sh -s < {file}",
+    }[dispatch]
+    files["dispatch.sh"] = "\n".join([
+        "#!/bin/sh",
+        f"# runs each host's fix plan on that host ({dispatch}); from this folder",
+        "set -e",
+        'cd "$(dirname "$0")"',
+        *(run.format(host=shlex.quote(reach[h]), file=shlex.quote(f"{h}.sh")) for h in hosts),
+        "",
+    ])  # fmt: skip
+    return files
+
+
+def _ray_dispatch(reach: dict[str, str]) -> str:
+    """A Ray driver that runs each host's file in a task pinned to that host's node."""
+    plans = {name: f"{host}.sh" for host, name in reach.items()}
+    return "\n".join([
+        "# runs each host's fix plan on that host, in a Ray task pinned to its node",
+        "# (python3 dispatch.py, from this folder, where the job's Ray cluster is reachable)",
+        "import pathlib, subprocess, sys",
+        "import ray",
+        "from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy",
+        f"PLANS = {plans!r}  # the node's host name -> its plan",
+        "",
+        "@ray.remote(num_cpus=0)",
+        "def apply(script):",
+        "    done = subprocess.run(['sh', '-s'], input=script, text=True, capture_output=True)",
+        "    return done.returncode, done.stderr[-2000:]",
+        "",
+        "ray.init(address='auto')",
+        "nodes = {n['NodeManagerHostname']: n['NodeID'] for n in ray.nodes() if n['Alive']}",
+        "missing = sorted(set(PLANS) - set(nodes))",
+        "if missing:",
+        "    sys.exit(f'no live Ray node for {missing}')",
+        "here = pathlib.Path(__file__).parent",
+        "runs = {host: apply.options(scheduling_strategy=NodeAffinitySchedulingStrategy(",
+        "    nodes[host], soft=False)).remote((here / plan).read_text())",
+        "    for host, plan in PLANS.items()}",
+        "failed = {h: r for h, r in zip(runs, ray.get(list(runs.values()))) if r[0]}",
+        "sys.exit(f'failed: {failed}' if failed else 0)",
+        "",
+    ])  # fmt: skip

@@ -24,6 +24,14 @@ PRIORITY_MEANING = {
     "P2": "hint worth checking",
 }
 
+# The executive summary names this many P0/P1 causes; the rest are one line counting them.
+_SUMMARY_CAUSES = 5
+# A cause's per-host table shows this many rows in the whole report (all of them when the
+# finding is asked for by id, paged).
+_TABLE_ROWS = 5
+# The roadmap lists every P0/P1 fix and this many P2 hints; the rest are one line.
+_HINT_STEPS = 5
+
 # Report headings besides the sections: what section= also answers to.
 EXECUTIVE_SUMMARY = "Executive summary"
 ROADMAP = "Roadmap"
@@ -121,8 +129,23 @@ class Finding:
     # else None with the priority the rule estimated (skills/pulse.py)
     impact_share: float | None = None
     impact_basis: Literal["measured", "estimated"] = "estimated"
+    host: str | None = None  # in a cluster graph: the host its command runs on
+    # a cause's findings, one per subject or per host (a cluster's cause: rulebook.by_cause)
+    members: list[Finding] = field(default_factory=list)
 
-    def to_markdown(self) -> str:
+    @property
+    def subjects(self) -> list[str]:
+        """The graph ids (or ``host:NAME``) the finding is about: one, or a cause's many."""
+        return [s for s in (self.subject or "").split("+") if s]
+
+    def member(self, finding_id: str) -> Finding | None:
+        """This finding or one of its members (at any depth) with that id."""
+        if self.id == finding_id:
+            return self
+        return next(filter(None, (m.member(finding_id) for m in self.members)), None)
+
+    def to_markdown(self, rows: int | None = None) -> str:
+        """The finding; a cause's per-host table is whole, or its first ``rows`` rows."""
         lines = [
             f"#### {self.priority} · {prose(self.title)}",
             f"- finding {code(self.id)} · rule {code(self.rule_id)} · "
@@ -140,20 +163,49 @@ class Finding:
         if self.command:
             # a fence longer than any backtick run in the command, so none can close it
             fence = "`" * max(3, _longest_backtick_run(self.command) + 1)
-            lines += [f"  {fence}", f"  {self.command}", f"  {fence}"]
+            on = [f"  # on {safe(self.host, 63)}"] if self.host else []
+            lines += [f"  {fence}", *on, f"  {self.command}", f"  {fence}"]
+        if self.members:
+            lines += self._member_table(rows)
         return "\n".join(_line(line) for line in lines)
+
+    def _member_table(self, rows: int | None) -> list[str]:
+        """One row per member (a host's part of a cause): its subjects, its value, its id."""
+        shown = self.members if rows is None else self.members[:rows]
+        per = "host" if len({m.host for m in self.members}) == len(self.members) else "subject"
+        lines = [
+            f"- per {per} ({len(self.members)}; each row's finding has its evidence and "
+            "command: wp_report finding=<id>):",
+            "",
+            "  | host | subjects | value | finding |",
+            "  |---|---|---|---|",
+        ]
+        for item in shown:
+            where = safe(item.host or "-", 63)
+            lines.append(
+                f"  | {where} | {len(item.subjects)} | {_fmt(item.value)} | {code(item.id)} |"
+            )
+        if len(shown) < len(self.members):
+            rest = self.members[len(shown) :]
+            lines.append(
+                f"  | … {len(rest)} more | {sum(len(m.subjects) for m in rest)} | | "
+                f"wp_report finding={code(self.id)} |"
+            )
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, built field by field (``dataclasses.asdict`` deep-copies every value
         through a recursive walk: most of a large report's storing time)."""
         out = dict(self.__dict__)
         out["evidence"] = [dict(ev.__dict__) for ev in self.evidence]
+        out["members"] = [m.to_dict() for m in self.members]
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         fields = dict(data)
         fields["evidence"] = [Evidence(**ev) for ev in data.get("evidence", [])]
+        fields["members"] = [Finding.from_dict(m) for m in data.get("members", [])]
         return cls(**fields)
 
 
@@ -191,9 +243,11 @@ class Report:
         return [EXECUTIVE_SUMMARY, *self.section_names(), ROADMAP]
 
     def finding(self, finding_id: str) -> Finding:
+        """A finding by id, or one member of a cause (its per-host or per-subject detail)."""
         for item in self.findings:
-            if item.id == finding_id:
-                return item
+            found = item.member(finding_id)
+            if found is not None:
+                return found
         known = ", ".join(f.id for f in self.findings[:20]) or "none"
         raise UserError(f"no finding {excerpt(finding_id)} in this report; findings: {known}")
 
@@ -232,8 +286,9 @@ class Report:
         ]
         printed: set[str] = set()  # a plan's commands shared by several findings: once
         for item in self.ranked():
-            steps = item.command.split(" && ") if item.command else []
-            action = f" → {item.command}" if steps else ""
+            on = f"on {item.host}: " if item.host else ""  # a cluster's command names its host
+            steps = [on + step for step in item.command.split(" && ")] if item.command else []
+            action = f" → {on}{item.command}" if steps else ""
             if steps and printed.issuperset(steps):
                 action = " → the commands above"
             printed.update(steps)
@@ -280,20 +335,37 @@ class Report:
         wanted = self.section_name(name)
         return next(s for s in self.sections if s.name == wanted)
 
+    def costliest(self) -> list[Finding]:
+        """Causes, most costly first: by priority, then by how many subjects they hold (a
+        cause on 100 ranks before one on a single rank), then by confidence."""
+        return sorted(
+            self.findings,
+            key=lambda f: (PRIORITIES.index(f.priority), -len(f.subjects), -f.confidence, f.id),
+        )
+
     def _executive_summary(self) -> str:
+        """At most 12 lines at any size: the counts, the costliest P0/P1 causes, one line
+        counting the rest by their subjects, one line of caveats."""
         counts = self.counts()
         lines = [f"## {EXECUTIVE_SUMMARY}", ""]
         lines.append(
             f"{len(self.findings)} findings: "
             + ", ".join(f"**{counts[p]} {p}** ({PRIORITY_MEANING[p]})" for p in PRIORITIES)
         )
-        top = [f for f in self.ranked() if f.priority != "P2"][:5]
+        urgent = [f for f in self.costliest() if f.priority != "P2"]
+        top, rest = urgent[:_SUMMARY_CAUSES], urgent[_SUMMARY_CAUSES:]
         if top:
             lines.append("")
             lines.extend(_line(f"- {f.priority} {prose(f.title)}") for f in top)
+        if rest:
+            subjects = sum(max(1, len(f.subjects)) for f in rest)
+            lines.append(
+                f"- … {len(rest)} more P0/P1 causes over {subjects} subjects "
+                f"({ROADMAP.lower()}: wp_report section={ROADMAP})"
+            )
         if self.notes:
-            lines.append("")
-            lines.extend(_line(f"> {note}") for note in self.notes)
+            more = f" (+{len(self.notes) - 2} more)" if len(self.notes) > 2 else ""
+            lines += ["", _line(f"> {'; '.join(self.notes[:2])}{more}")]
         return "\n".join(lines)
 
     def _section_markdown(
@@ -310,8 +382,13 @@ class Report:
         for finding_id in section.finding_ids:
             if finding_id in shown:
                 lines += ["", f"- {by_id[finding_id].priority} {code(finding_id)}: see above"]
+            elif finding_id in by_id and not whole and by_id[finding_id].priority == "P2":
+                # a hint in the whole report is its line; its evidence is a request away
+                hint = by_id[finding_id]
+                lines += ["", _line(f"- P2 {code(finding_id)}: {prose(hint.title)}")]
+                shown.add(finding_id)
             elif finding_id in by_id:
-                lines += ["", by_id[finding_id].to_markdown()]
+                lines += ["", by_id[finding_id].to_markdown(None if whole else _TABLE_ROWS)]
                 shown.add(finding_id)
         if section.clean:
             clean = section.clean if whole else section.clean[:_CLEAN_SHOWN]
@@ -332,12 +409,23 @@ class Report:
         if not ranked:
             return f"## {ROADMAP}\n\nNothing to fix in what this snapshot covers."
         lines = [f"## {ROADMAP}", ""]
+        hints = [f for f in ranked if f.priority == "P2"]
+        if len(hints) > _HINT_STEPS:  # the fixes first; hints beyond a few are one line
+            ranked = [f for f in ranked if f.priority != "P2"] + hints[:_HINT_STEPS]
         for step, item in enumerate(ranked, 1):
             where = f"layer {item.layer}" if item.layer else item.skill
-            command = f" — {_code_span(item.command)}" if item.command else ""
+            on = f" on {safe(item.host, 63)}" if item.host else ""
+            command = f" —{on} {_code_span(item.command)}" if item.command else ""
             lines.append(
                 _line(f"{step}. **{item.priority}** ({where}) {prose(item.action)}{command}")
             )
+        if len(hints) > _HINT_STEPS:
+            rest = hints[_HINT_STEPS:]
+            lines.append(
+                _line(f"- … {len(rest)} more P2 hints over {sum(len(f.subjects) for f in rest)} "
+                      f"subjects: {', '.join(code(f.id) for f in rest[:3])}"
+                      + (" …" if len(rest) > 3 else ""))
+            )  # fmt: skip
         return "\n".join(lines)
 
 
@@ -370,8 +458,8 @@ def stored_report_text(
 
 # In the whole report a section shows this much of its body and clean list; the rest is one
 # section request away (wp_report section=…, `wp-mcp report --section`), paged there.
-_BODY_LINES = 40
-_CLEAN_SHOWN = 12
+_BODY_LINES = 10
+_CLEAN_SHOWN = 8
 
 
 def _whole(name: str) -> str:

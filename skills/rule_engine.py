@@ -78,7 +78,7 @@ def evaluate(graph: Graph, analysis: Analysis | None = None) -> list[Outcome]:
     for item in rules():
         ctx = RuleContext(graph, analysis, item)
         try:
-            results.append(Outcome(item, ctx.fold(item.check(ctx)), ctx.skipped))
+            results.append(Outcome(item, ctx.fold(ctx.by_cause(item.check(ctx))), ctx.skipped))
         except NotEvaluable as exc:
             results.append(Outcome(item, str(exc), {}))
     results = _superseded([_about_the_job(outcome, analysis) for outcome in results])

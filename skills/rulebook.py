@@ -11,6 +11,7 @@ cited) or ``proposed`` (ours, said so).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +32,27 @@ WORST_SHOWN = 6  # members a group finding names in its title and evidence
 # Whatever a rule groups by itself, it reports at most this many findings one by one; the
 # rest fold into one finding per priority (every subject still named in its evidence).
 RULE_DETAIL = 24
+# In a cluster graph a rule's findings of one priority are one cause: one finding naming its
+# hosts, the count of hosts and subjects, with this many of the most affected hosts in its
+# title (every host is a row of its table, each row a finding of its own).
+HOSTS_NAMED = 3
+_NOUNS = {"proc": "processes", "thr": "threads", "gpu": "devices", "npu": "devices",
+          "numa": "NUMA nodes", "nic": "NICs", "pci": "PCIe links", "host": "hosts",
+          "hosts": "host pairs", "sock": "sockets", "ctr": "containers", "disk": "disks"}  # fmt: skip
+
+
+def subject_hosts(subject: str | None) -> list[str]:
+    """The hosts a finding's subject is on, in order: ``h3/proc:1+h4/proc:2`` → h3, h4;
+    the cluster rules' ``host:h3`` and ``hosts:h1,h2`` name theirs."""
+    hosts: dict[str, None] = {}
+    for part in (subject or "").split("+"):
+        if part.startswith("host:"):
+            hosts[part.removeprefix("host:")] = None
+        elif part.startswith("hosts:"):
+            hosts.update(dict.fromkeys(part.removeprefix("hosts:").split(",")))
+        elif host_prefix(part):
+            hosts[host_prefix(part)] = None
+    return list(hosts)
 
 
 class NotEvaluable(Exception):
@@ -161,6 +183,7 @@ class RuleContext:
         threshold: str | None = None,
     ) -> Finding:
         score, _ = confidence(self.graph, base_confidence, certain=certain)
+        hosts = subject_hosts(subject) if len(self.graph.meta.hosts) > 1 else []
         return Finding(
             id=f"{self.rule.id}@{subject}",
             rule_id=self.rule.id,
@@ -179,6 +202,7 @@ class RuleContext:
             command=command,
             impact=impact,
             subject=subject,
+            host=hosts[0] if len(hosts) == 1 else None,  # where its command runs
         )
 
     def group_finding(
@@ -214,7 +238,110 @@ class RuleContext:
             certain=certain,
         )
         found.subject = "+".join(members)  # plan.addresses reads the members from it
+        hosts = subject_hosts(found.subject) if len(self.graph.meta.hosts) > 1 else []
+        found.host = hosts[0] if len(hosts) == 1 else None
         return found
+
+    # ------------------------------------------------------------------ causes
+
+    def by_cause(self, findings: list[Finding]) -> list[Finding]:
+        """In a cluster graph, the rule's findings of one priority as one cause: a finding
+        with its subjects, its hosts most affected first, and one member per host (that
+        host's finding, or its findings merged), so a report grows with the number of
+        causes, not with the number of hosts. A single-host graph keeps them as they are."""
+        if len(self.graph.meta.hosts) < 2:
+            return findings
+        by_priority: dict[Priority, list[Finding]] = defaultdict(list)
+        for item in findings:
+            by_priority[item.priority].append(item)
+        out = []
+        for priority in PRIORITIES:
+            items = by_priority.get(priority, [])
+            if len(items) == 1:
+                out.append(items[0])
+            elif items:
+                out.append(self._cause(priority, items))
+        return out
+
+    def _cause(self, priority: Priority, items: list[Finding]) -> Finding:
+        per_host: dict[str, list[Finding]] = defaultdict(list)
+        for item in items:
+            hosts = subject_hosts(item.subject or item.id)
+            per_host[hosts[0] if hosts else ""].append(item)
+        parts = [self._host_part(host, found) for host, found in per_host.items()]
+        parts.sort(key=lambda part: (-len(part.subjects), part.host or ""))
+        first = parts[0]
+        subjects = [s for part in parts for s in part.subjects]
+        noun = self._noun(subjects)
+        named = ", ".join(f"{p.host} ({len(p.subjects)})" for p in parts[:HOSTS_NAMED])
+        more = f" and {len(parts) - HOSTS_NAMED} more" if len(parts) > HOSTS_NAMED else ""
+        where = (
+            ""
+            if noun == "hosts"
+            else f" on {len(parts)} hosts"
+            if len(parts) > 1
+            else (f" on {first.host}")
+        )
+        worst = items[0]  # the rule's own order: its first finding is its worst
+        found = self.finding(
+            subject="cluster",
+            value=worst.value,
+            priority=priority,
+            title=f"{len(subjects)} {noun}{where}: {_sentence(self.rule.title)} — most on "
+            f"{named}{more}",
+            evidence=[
+                Evidence(
+                    "aggregate",
+                    subjects,
+                    {
+                        "hosts": len(parts),
+                        "subjects": len(subjects),
+                        # the most affected; every host is a member (a row of the table)
+                        "most_on": {p.host or "-": len(p.subjects) for p in parts[:WORST_SHOWN]},
+                    },
+                    self.window_s,
+                    f"one cause on {len(parts)} hosts; the value is {worst.id}'s",
+                ),
+                *worst.evidence[:2],
+            ],  # fmt: skip
+            action=f"On each host its own fix (its row's finding and command; `wp-mcp "
+            f"diagnose ID --plan-dir DIR` writes the verified plan as one file per host and a "
+            f"script that runs each on its host). {first.host}'s: {first.action}",
+            impact=worst.impact,
+            certain=all(item.confidence >= worst.confidence for item in items),
+        )
+        found.id = f"{self.rule.id}@cluster:{priority}"
+        found.subject = "+".join(subjects)
+        found.confidence = max(item.confidence for item in items)
+        found.members = parts
+        return found
+
+    def _host_part(self, host: str, items: list[Finding]) -> Finding:
+        """One host's part of a cause: its one finding, or its findings as one."""
+        if len(items) == 1:
+            return items[0]
+        subjects = [s for item in items for s in item.subjects]
+        commands = list(dict.fromkeys(i.command for i in items if i.command))
+        part = self.finding(
+            subject=host,
+            value=items[0].value,
+            priority=items[0].priority,
+            title=f"{len(subjects)} {self._noun(subjects)} on {host}: {_sentence(self.rule.title)}",
+            evidence=[ev for item in items[:WORST_SHOWN] for ev in item.evidence[:1]],
+            action=items[0].action,
+            command=" && ".join(commands) if commands else None,
+            impact=items[0].impact,
+        )
+        part.id = f"{self.rule.id}@{host}:{items[0].priority}"
+        part.subject, part.host, part.members = "+".join(subjects), host, items
+        part.confidence = max(item.confidence for item in items)
+        return part
+
+    def _noun(self, subjects: list[str]) -> str:
+        kinds = {ids_kind(s) for s in subjects}
+        if kinds == {"proc"} and all(s in self.analysis.ranks for s in subjects):
+            return "ranks"
+        return _NOUNS.get(next(iter(kinds)), "subjects") if len(kinds) == 1 else "subjects"
 
     def fold(self, findings: list[Finding]) -> list[Finding]:
         """The rule's findings, bounded: the first ``RULE_DETAIL`` by priority and confidence
@@ -228,15 +355,16 @@ class RuleContext:
             rest.setdefault(item.priority, []).append(item)
         out = [f for f in findings if f.id in kept]
         for priority, items in rest.items():
-            subjects = [f.subject or f.id for f in items]
+            # the count is of subjects: a folded finding may itself be a group of many
+            subjects = [s for f in items for s in (f.subjects or [f.id])]
             out.append(
                 self.group_finding(
                     key=f"more-{priority}",
                     members=subjects,
                     worst={f.subject or f.id: f.value for f in items[:WORST_SHOWN]},
                     priority=priority,
-                    title=f"{len(items)} more {priority}: {self.rule.title.lower()} "
-                    f"({', '.join(subjects[:3])}{' …' if len(items) > 3 else ''})",
+                    title=f"{len(subjects)} more {priority}: {self.rule.title.lower()} "
+                    f"({', '.join(subjects[:3])}{' …' if len(subjects) > 3 else ''})",
                     note=f"each as the {RULE_DETAIL} findings above, by priority and confidence",
                     action=items[0].action,
                 )
@@ -246,3 +374,16 @@ class RuleContext:
     def entity(self, node: Node, *attrs: str, note: str | None = None) -> Evidence:
         values = {a: node.get(a) for a in attrs if node.get(a) is not None}
         return Evidence("entity", [node.id], values, self.window_s, note)
+
+
+def ids_kind(subject: str) -> str:
+    """``h3/proc:12`` → ``proc``; ``host:h3`` → ``host``."""
+    return subject.rpartition("/")[2].partition(":")[0] if ":" in subject else subject
+
+
+def _sentence(title: str) -> str:
+    """A rule's title inside a sentence: its first letter lower, unless its first word is a
+    name (``PCIe``, ``NUMA``, ``L3``)."""
+    first = title.split(" ", 1)[0]
+    named = any(c.isupper() for c in first[1:]) or any(c.isdigit() for c in first)
+    return title if named else title[:1].lower() + title[1:]

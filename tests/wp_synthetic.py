@@ -385,3 +385,57 @@ def minimal_kernels_trace(mib: float) -> Iterator[bytes]:
     for _ in range(max(1, round(mib * (1 << 20) / len(chunk)))):
         yield b"," + chunk
     yield b"]}"
+
+
+# ---------------------------------------------------------------------------- planted causes
+
+PLANTED_OFF_NODE = ("h5", "h17", "h40", "h63")  # hosts with ranks on the wrong NUMA node
+PLANTED_DOWNTRAINED = ("h9", "h77")  # hosts with a GPU whose PCIe link trained at half speed
+PLANTED_STRAGGLER = "h100"  # the host whose ranks wait for a CPU most of the window
+
+
+def planted_cluster(hosts: int = 128, accelerators: int = 8) -> Graph:
+    """The synthetic cluster made healthy where it plants causes (every rank on its device's
+    node, every link at full speed, ranks marked with RANK as a cluster collection marks
+    them), then three causes planted: two ranks of each ``PLANTED_OFF_NODE`` host run on the
+    other NUMA node, one GPU of each ``PLANTED_DOWNTRAINED`` host trains at 16 of 32 GT/s,
+    and the ranks of ``PLANTED_STRAGGLER`` wait for a CPU 60 % of the window (the others 2 %)."""
+    graph = cluster_graph(hosts, accelerators)
+    numa = {node.id: node.get("numa_id") for node in graph.of_kind("numa_node")}
+    for device in graph.of_kind("gpu"):
+        device.link_speed_gts = device.link_max_speed_gts
+    rank = 0
+    for proc in graph.of_kind("process"):
+        devices = [e.dst for e in graph.out_edges(proc.id, "uses_device")]
+        if not devices:
+            continue
+        host = ids.split_host(proc.id)[0]
+        home = graph.nodes[devices[0]].get("numa_node")
+        misplaced = host in PLANTED_OFF_NODE and graph.nodes[devices[0]].get("index") in (0, 7)
+        _place(graph, proc.id, (home + 1) % 2 if misplaced else home, numa)
+        proc.rank, proc.local_rank = rank, graph.nodes[devices[0]].get("index")
+        proc.world_size = hosts * accelerators
+        proc.run_delay_pct = 60.0 if host == PLANTED_STRAGGLER else 2.0
+        rank += 1
+    for host in PLANTED_DOWNTRAINED:  # those of the graph's hosts
+        device = graph.nodes.get(ids.with_host(host, ids.gpu(3)))
+        if device is not None:
+            device.link_speed_gts = 16.0
+    return graph
+
+
+def _place(graph: Graph, proc_id: str, node: int, numa: dict[str, Any]) -> None:
+    """A process and its loaders' CPU time and pages all on NUMA ``node`` of their host."""
+    host = ids.split_host(proc_id)[0]
+    target = ids.with_host(host, ids.numa(node))
+    for member in [proc_id, *(c.id for c in graph.successors(proc_id, "parent_of"))]:
+        process = graph.nodes[member]
+        process.numa_cpu_share = process.numa_page_share = {str(node): 1.0}
+        for kind in ("cpu_on", "mem_on"):
+            for edge in graph.out_edges(member, kind):
+                edge.share = 1.0 if edge.dst == target else 0.0
+            if not any(e.dst == target for e in graph.out_edges(member, kind)):
+                graph.link(kind, member, target, share=1.0)
+        for thread in graph.successors(member, "has_thread"):
+            for edge in graph.out_edges(thread.id, "cpu_on"):
+                edge.share = 1.0 if numa.get(edge.dst) == node else 0.0

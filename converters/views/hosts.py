@@ -8,8 +8,10 @@ from . import view
 
 LEGEND = (
     "host ranks (numbers) host-cpu xhost-sent loss (sent across hosts, retransmitted) "
-    "run-max (slowest rank's run delay) loc (ranks' NUMA locality); worst first, nodes not "
-    "collected on top, N× quiet = hosts below every floor; one host: filter host=H"
+    "run-max (slowest rank's run delay) loc (ranks' NUMA locality) off-node (processes "
+    "driving a device from another NUMA node) downtrained (PCIe links below capability); "
+    "hosts where something stands out first, nodes not collected on top, N× quiet = hosts "
+    "below every floor; one host: filter host=H"
 )
 
 view("hosts", legend=LEGEND)(hosts_view)

@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force-pid", action="store_true",
                    help="--trace: join by pid alone, even when the process's name or start "
                    "time differs from the trace's")  # fmt: skip
+    p.add_argument("--plan-dir", metavar="DIR",
+                   help="write the verified fix plan there: one HOST.sh per host and a "
+                   "dispatch script (ssh, srun or Ray, as the snapshot was collected)")  # fmt: skip
     _output_args(p)
     p.set_defaults(handler=cmd_diagnose)
 
@@ -131,7 +134,27 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         report = without_process(report, graph, os.getpid())
     if args.job is not None:
         report = scope_to_job(report, graph, args.job)
+    if args.plan_dir:
+        _write_plan(graph, report, Path(args.plan_dir))
     return _emit(store, snapshot_id, report, args)
+
+
+def _write_plan(graph: Graph, report: Report, folder: Path) -> None:
+    """The verified plan as files (skills/plan.py ``plan_files``), or one line saying none."""
+    from wp_mcp.skills.plan import dispatch_of, plan_files
+
+    data = report.data.get("bottleneck-identification", {})
+    by_host = data.get("plan_by_host") or {}
+    if not by_host:
+        print("no verified fix plan to write (the report says why)", file=sys.stderr)
+        return
+    hosts = (getattr(graph.meta, "cluster", None) or {}).get("hosts") or {}
+    names = {label: facts.get("name") or label for label, facts in hosts.items()}
+    files = plan_files(by_host, dispatch_of(graph), names, data.get("plan_verdict", ""))
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_output(folder / name, text.encode(), mode=0o700)
+    print(f"fix plan: {len(files)} files in {folder}", file=sys.stderr)
 
 
 def cmd_skill_run(args: argparse.Namespace) -> int:

@@ -163,9 +163,9 @@ def _judge(ctx: RuleContext, group: Group, job: set[str], prefix: str) -> Conten
         key=lambda d: -d.delay,
     )
     outside = []
-    for proc in ctx.graph.of_kind("process"):
+    for proc in processes_on(ctx, prefix):
         used = proc.get("cpu_pct")
-        if used is None or host_prefix(proc.id) != prefix or proc.id in ctx.analysis.profiler:
+        if used is None or proc.id in ctx.analysis.profiler:
             continue
         if proc.id in job:
             found.job_cpu += used
@@ -227,14 +227,26 @@ def pinned_hogs(ctx: RuleContext, prefix: str, group: Group, job: set[str]) -> l
     total = ctx.host_cpus(next(iter(job)))
     ours = job | ctx.analysis.ranks | set(ctx.analysis.roles)
     hogs = []
-    for proc in ctx.graph.of_kind("process"):
+    for proc in processes_on(ctx, prefix):
         allowed = cpu_set(proc.get("cpus_allowed"))
-        if proc.id in ours or host_prefix(proc.id) != prefix or not allowed:
+        if proc.id in ours or not allowed:
             continue
         pinned = allowed <= reserved and (total is None or len(allowed) < total)
         if pinned and proc.get("cpu_pct") is not None and HOG_DEMAND.reached(demand(proc)):
             hogs.append(proc.id)
     return hogs
+
+
+def processes_on(ctx: RuleContext, prefix: str) -> list[Node]:
+    """The processes of one host (indexed once per analysis: every rank group on every host
+    reads its own host's, so a cluster costs one pass over its processes, not one each)."""
+    memo = ctx.analysis.__dict__
+    if "_processes_on" not in memo:
+        by_host: dict[str, list[Node]] = {}
+        for proc in ctx.graph.of_kind("process"):
+            by_host.setdefault(host_prefix(proc.id), []).append(proc)
+        memo["_processes_on"] = by_host
+    return memo["_processes_on"].get(prefix, [])
 
 
 def demand(proc: Node) -> float:

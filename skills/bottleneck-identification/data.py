@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from wp_mcp.graph import Node
+from wp_mcp.graph.query import host_prefix
 
 from ..report import Evidence, Finding
 from ..rulebook import NotEvaluable, RuleContext, rule
@@ -325,29 +326,40 @@ def frontend_saturated(ctx: RuleContext) -> list[Finding]:
 def loader_oversubscribed(ctx: RuleContext) -> list[Finding]:
     if not ctx.analysis.dataloaders:
         raise NotEvaluable("no data-loader workers found (no trainer with loader children)")
-    trainers = sorted(ctx.analysis.dataloaders)
-    total = ctx.host_cpus(trainers[0])
-    if not total:
+    by_host: dict[str, list[str]] = {}  # each host's trainers against that host's CPUs
+    for trainer in sorted(ctx.analysis.dataloaders):
+        by_host.setdefault(host_prefix(trainer), []).append(trainer)
+    out = []
+    counted = {host: ctx.host_cpus(trainers[0]) for host, trainers in by_host.items()}
+    if not any(counted.values()):
         raise NotEvaluable("the host's CPU count is unknown")
-    workers = sum(len(w) for w in ctx.analysis.dataloaders.values())
+    for host, trainers in by_host.items():
+        total = counted[host]
+        if not total:
+            ctx.skip(trainers[0], "the host's CPU count is unknown")
+            continue
+        workers = sum(len(ctx.analysis.dataloaders[t]) for t in trainers)
+        busy = len(trainers) + workers
+        if OVERSUBSCRIBED.reached(busy / total):
+            out.append(_oversubscribed(ctx, trainers, workers, total))
+    return out
+
+
+def _oversubscribed(ctx: RuleContext, trainers: list[str], workers: int, total: int) -> Finding:
     busy = len(trainers) + workers
-    if not OVERSUBSCRIBED.reached(busy / total):
-        return []
     fit = workers_that_fit(total, len(trainers))
-    return [
-        ctx.finding(
-            subject=trainers[0],
-            value=round(busy / total, 2),
-            priority="P2",
-            title=f"{len(trainers)} trainers and {workers} loader workers on {total} CPUs",
-            evidence=[Evidence("aggregate", trainers, {"workers": workers, "cpus": total})],
-            action="Loader workers beyond the free CPUs only add switching: set num_workers="
-            f"{fit} per rank on this host ({len(trainers)} ranks + {fit * len(trainers)} "
-            f"workers ≤ {total} CPUs)"
-            + (", i.e. load in the trainer itself" if fit == 0 else "")
-            + ".",
-        )
-    ]
+    return ctx.finding(
+        subject=trainers[0],
+        value=round(busy / total, 2),
+        priority="P2",
+        title=f"{len(trainers)} trainers and {workers} loader workers on {total} CPUs",
+        evidence=[Evidence("aggregate", trainers, {"workers": workers, "cpus": total})],
+        action="Loader workers beyond the free CPUs only add switching: set num_workers="
+        f"{fit} per rank on this host ({len(trainers)} ranks + {fit * len(trainers)} "
+        f"workers ≤ {total} CPUs)"
+        + (", i.e. load in the trainer itself" if fit == 0 else "")
+        + ".",
+    )
 
 
 @rule(

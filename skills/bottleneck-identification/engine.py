@@ -10,7 +10,7 @@ from wp_mcp.graph import Graph
 from wp_mcp.graph.errors import UserError
 
 from ..analysis import Analysis, confidence
-from ..plan import PlanCheck, annotate, launcher_wrapper, verified_plan
+from ..plan import PlanCheck, annotate, launcher_wrapper, plan_by_host, verified_plan
 from ..report import Report, Section, code
 from ..rule_engine import Outcome, evaluate, rules
 
@@ -50,6 +50,8 @@ def run(graph: Graph, layers: list[int] | None = None, analysis: Analysis | None
     if check.bindings:
         annotate(report.findings, check)
         report.sections.append(plan_section(check, graph))
+        report.data["plan_by_host"] = plan_by_host(check)  # wp-mcp diagnose --plan-dir
+        report.data["plan_verdict"] = check.verdict()
     report.data["rules"] = [
         {
             "rule_id": o.rule.id,

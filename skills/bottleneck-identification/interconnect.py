@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wp_mcp.graph.query import cpu_set, host_prefix
+from wp_mcp.graph.query import LINKED_KINDS, cpu_set, host_prefix, link_downtrained
 
 from ..placement import PLACEMENT_THRESHOLD, VENDOR_AFFINITY, placement_findings
 from ..report import Evidence, Finding
@@ -108,9 +108,9 @@ def _resident_pages(ctx: RuleContext, proc) -> int:
 def pcie_downtrained(ctx: RuleContext) -> list[Finding]:
     linked = [
         n
-        for kind in ("gpu", "npu", "nic", "pci_bridge", "rdma_device")
+        for kind in LINKED_KINDS
         for n in ctx.graph.of_kind(kind)
-        if n.get("link_speed_gts") is not None and n.get("link_max_speed_gts") is not None
+        if link_downtrained(n) is not None
     ]
     if not linked:
         raise NotEvaluable("no PCIe link speed (current and max) on any device")
@@ -118,9 +118,7 @@ def pcie_downtrained(ctx: RuleContext) -> list[Finding]:
     for dev in linked:
         speed, top = dev.get("link_speed_gts"), dev.get("link_max_speed_gts")
         width, top_width = dev.get("link_width"), dev.get("link_max_width")
-        slow = speed < top
-        narrow = width is not None and top_width is not None and width < top_width
-        if slow or narrow:
+        if link_downtrained(dev):
             ratio = (speed * (width or 1)) / (top * (top_width or width or 1))
             out.append(
                 ctx.finding(

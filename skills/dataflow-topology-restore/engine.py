@@ -261,6 +261,7 @@ def _locality(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section
 
 def _end_to_end(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Section:
     paths = []
+    nics = _nics_by_node(graph)
     for group in analysis.groups:
         head = []
         if group.front_end:
@@ -280,7 +281,7 @@ def _end_to_end(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Secti
                 chain.append(dev.id)
                 if node is not None:
                     chain.append(f"numa:{node}")
-                    chain.append(_nic_on(graph, host_prefix(dev.id), node))
+                    chain.append(nics.get((host_prefix(dev.id), node), "no NIC on this node"))
             paths.append(chain)
     if not paths:
         return Section("End-to-end paths", "info", "No rank group to trace.")
@@ -292,13 +293,12 @@ def _end_to_end(graph: Graph, analysis: Analysis, data: dict[str, Any]) -> Secti
     )
 
 
-def _nic_on(graph: Graph, prefix: str, node: int) -> str:
-    nics = [
-        n.id
-        for n in graph.of_kind("nic")
-        if host_prefix(n.id) == prefix and n.get("numa_node") == node
-    ]
-    return nics[0] if nics else "no NIC on this node"
+def _nics_by_node(graph: Graph) -> dict[tuple[str, int | None], str]:
+    """(host prefix, NUMA node) → its first NIC (one pass: every rank's path asks)."""
+    found: dict[tuple[str, int | None], str] = {}
+    for nic in graph.of_kind("nic"):
+        found.setdefault((host_prefix(nic.id), nic.get("numa_node")), nic.id)
+    return found
 
 
 def _placement_section(graph: Graph, analysis: Analysis, report: Report) -> None:

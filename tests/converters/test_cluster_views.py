@@ -10,6 +10,8 @@ import pytest
 from view_pages import pages
 from wp_mcp.collectors.cluster import merge_hosts
 from wp_mcp.converters import VIEWS, ViewError, render_view, view_items
+from wp_mcp.converters.cluster import host_signs
+from wp_mcp.converters.facts import Facts
 from wp_mcp.graph import Graph, Meta, ids
 from wp_synthetic import cluster_graph
 
@@ -169,9 +171,40 @@ def ranked_cluster(hosts: int, run_delay: dict[str, float]) -> Graph:
 
 
 def test_quiet_hosts_fold_into_one_line_after_those_that_stand_out():
-    lines = render_view(ranked_cluster(128, {"h7": 50.0}), "hosts").text.splitlines()[2:-1]
+    graph = ranked_cluster(128, {"h7": 50.0})
+    for device in graph.of_kind("gpu"):  # every link trained fully, every rank on its node
+        device.link_speed_gts = device.link_max_speed_gts
+    for proc in graph.of_kind("process"):
+        for device in graph.successors(proc.id, "uses_device"):
+            proc.numa_cpu_share = {str(device.numa_node): 1.0}
+    lines = render_view(graph, "hosts").text.splitlines()[2:-1]
     assert lines[0].startswith("h7 ranks=2 (14-15)") and "run-max=50%" in lines[0]
-    assert lines[1:] == ["127× host ranks=2 quiet (loss<0.5% run-max<10% loc≥0.8) h0..6,8..127"]
+    assert lines[1:] == [
+        "127× host ranks=2 quiet (loss<0.5% run-max<10% loc≥0.8, no off-node rank or "
+        "downtrained link) h0..6,8..127"
+    ]
+
+
+def test_hosts_with_misplaced_ranks_or_downtrained_links_stand_out_before_the_quiet():
+    graph = ranked_cluster(16, {})
+    off_node = {h for h, sign in host_signs(Facts(graph)).items() if sign.off_node}
+    downtrained = {ids.split_host(d.id)[0] for d in graph.of_kind("gpu")
+                   if d.link_speed_gts < d.link_max_speed_gts}  # fmt: skip
+    lines = render_view(graph, "hosts").text.splitlines()[2:-1]
+    standing = [line.split()[0] for line in lines if "quiet" not in line]
+    assert off_node and set(standing) == off_node | downtrained
+    assert "quiet" in lines[-1] and all("off-node=" in lines[i] or "downtrained=" in lines[i]
+                                        for i in range(len(standing)))  # fmt: skip
+    assert not any("quiet" in line for line in lines[: len(standing)])
+
+
+def test_the_summary_counts_every_flow_between_two_hosts_with_its_bytes():
+    graph = cluster_graph(8, 2)  # built whole: no edge carries the merge's cross_host mark
+    between = [e for e in graph.edges("talks_to")
+               if ids.split_host(e.src)[0] != ids.split_host(e.dst)[0]]  # fmt: skip
+    text = render_view(graph, "summary").text
+    assert between and f"cross-host: {len(between):,} flows " in text
+    assert "cross-host: 0 flows" not in text and " 0B loss" not in text
 
 
 def test_the_hosts_view_pages_128_hosts_that_all_stand_out_within_budget():

@@ -1,4 +1,5 @@
-"""An assistant's four steps on the witty capture, replayed through the in-process client.
+"""An assistant's four steps on the witty capture, replayed through the in-process client;
+then a cold assistant on a 128-host cluster with three planted causes.
 
 Each call is decided from the previous answers, as a model would: open the file, read the
 layer the summary points at, run every skill, read each P0/P1 finding. Then every id, section
@@ -166,3 +167,54 @@ async def test_mistakes_get_protocol_codes_and_one_line_that_names_the_fix(
     assert no_entity.is_error and "call wp_search query=" in text(no_entity)
     assert not dash.is_error and not section.is_error
     assert text(section).startswith("## Layer 3 — Interconnect")
+
+
+CLUSTER_CALLS = 8
+CLUSTER_TOKENS = 10_000
+CAUSE = re.compile(r"^(P[01]) (L\d\.[a-z-]+@cluster:P[01]|L\d\.[a-z-]+@[\w/:.-]+) ")
+
+
+async def test_a_cold_assistant_reaches_a_128_host_clusters_three_causes_in_eight_calls(
+    server, allowed
+) -> None:
+    """From the catalog to the three planted causes: open, run every skill, read the P0s and
+    the straggler by the ids the brief printed; each names its hosts."""
+    from wp_synthetic import (
+        PLANTED_DOWNTRAINED,
+        PLANTED_OFF_NODE,
+        PLANTED_STRAGGLER,
+        planted_cluster,
+    )
+
+    native.dump(planted_cluster(128), allowed / "cluster.json")
+    planted = {
+        "L3.device-numa-mismatch": set(PLANTED_OFF_NODE),
+        "L3.pcie-downtrained": set(PLANTED_DOWNTRAINED),
+        "L1.cluster-straggler": {PLANTED_STRAGGLER},
+    }
+    async with Client(server) as client:
+        session = Session(client)
+        await session.catalog()
+        opened = await session.call("wp_open", {"path": str(allowed / "cluster.json")})
+        snapshot = SNAPSHOT.search(opened).group(1)
+        brief = await session.call("wp_run_skill", {"skill": "all", "snapshot": snapshot})
+        report = REPORT.search(brief).group(1)
+        urgent = [m.group(2) for line in brief.splitlines() if (m := CAUSE.match(line))]
+        wanted = [f for f in urgent if f.partition("@")[0] in planted]
+        assert len(wanted) == 3, urgent  # one urgent finding per cause, all in the brief
+        read = {}
+        for finding in wanted:
+            read[finding] = await session.call(
+                "wp_report", {"report": report, "finding": finding, "max_tokens": 1500}
+            )
+        print(f"\nassistant on the 128-host cluster: {session.calls} calls, "
+              f"{session.tokens} tokens including the catalog")  # fmt: skip
+        assert session.calls <= CLUSTER_CALLS and session.tokens <= CLUSTER_TOKENS
+        for finding, answer in read.items():
+            hosts = planted[finding.partition("@")[0]]
+            assert all(re.search(rf"\b{host}\b", answer) for host in hosts), (finding, answer)
+        # a per-host row's finding answers by its id, with the command naming its host
+        row = re.search(r"\| (h\d+) \| 2 \| [^|]+ \| `([^`]+)` \|", read[wanted[0]] if
+                        wanted[0].startswith("L3.device") else "\n".join(read.values()))  # fmt: skip
+        detail = await session.call("wp_report", {"report": report, "finding": row.group(2)})
+        assert f"# on {row.group(1)}" in detail
