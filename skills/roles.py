@@ -34,6 +34,7 @@ QUEUES = frozenset({"pipe", "unix", "shm"})  # how a loader's batches reach its 
 SOCKETS = frozenset({"tcp", "udp", "unix"})
 WORKER_LOOP = "pt_data_worker"  # torch's DataLoader worker loop names its thread so
 _FRONT_END_HINT = re.compile(r"(?<![\w/-])(serve|api_server)(?![\w/.-])", re.I)
+_DEVICES_NAMED = 4  # a group label names this many devices (a cluster job holds thousands)
 _ENV_GROUP_KEYS = ("master_addr", "master_port", "world_size", "launcher_run_id")
 
 
@@ -51,7 +52,9 @@ class Group:
     @property
     def label(self) -> str:
         devices = sorted({d for ds in self.devices.values() for d in ds})
-        on = f" on {', '.join(devices)}" if devices else ""
+        shown = ", ".join(devices[:_DEVICES_NAMED])
+        more = f" and {len(devices) - _DEVICES_NAMED} more" if len(devices) > _DEVICES_NAMED else ""
+        on = f" on {shown}{more}" if devices else ""
         return f"{len(self.members)} {self.kind}{on}"
 
 
