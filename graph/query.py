@@ -121,7 +121,14 @@ def shares(values: dict[str, float] | None) -> dict[int, float]:
     """Per-node values → shares summing to 1 (empty when there is nothing to share)."""
     if not values:
         return {}
-    clean = {int(k): float(v) for k, v in values.items() if v is not None and float(v) > 0}
+    clean: dict[int, float] = {}
+    for key, value in values.items():
+        try:  # a node number and an amount; anything else (a hand-made graph's text) is no share
+            node, amount = int(key), float(value)
+        except (TypeError, ValueError):
+            continue
+        if amount > 0:
+            clean[node] = amount
     total = sum(clean.values())
     return {k: v / total for k, v in clean.items()} if total > 0 else {}
 
