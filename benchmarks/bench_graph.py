@@ -90,6 +90,7 @@ def ensure_witty(mb: float, shape: str) -> Path:
             document = witty_document(mb)
         else:
             document = scaled_capture(orjson.loads(CAPTURE.read_bytes()), mb)
+        path.parent.mkdir(parents=True, exist_ok=True)  # benchmarks/out/ is not in a fresh clone
         path.write_bytes(orjson.dumps(document))
     return path
 

@@ -76,7 +76,11 @@ def torch_missing() -> str | None:
     return None if importlib.util.find_spec("torch") else "no torch (.ci/setup.d/20-collectors.sh)"
 
 
-NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_timeline.py": ebpf_missing,
+def ebpf_or_torch_missing() -> str | None:
+    return ebpf_missing() or torch_missing()
+
+
+NEEDS = {"bench_ebpf.py": ebpf_missing, "bench_timeline.py": ebpf_or_torch_missing,
          "bench_picture.py": chromium_missing,
          "bench_trace_jobs.py": torch_missing}  # fmt: skip
 
