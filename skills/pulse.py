@@ -21,6 +21,7 @@ estimate, and says so.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from wp_mcp.graph.query import StepJob, step_jobs
@@ -121,10 +122,20 @@ def exchange_cost(job: StepJob) -> float:
     return max(job.figure("comm_excess_share") or 0.0, lost)
 
 
+def arrivals_needed(job: StepJob) -> float:
+    """The last-arrival share a straggler reaches: ``STRAGGLER_ARRIVALS``, and three
+    standard deviations above chance (1/ranks) over the rounds seen, so that a short window's
+    luck names no straggler (40 rounds of 2 healthy ranks: 74 %; 250: 60 %)."""
+    chance = 1 / max(len(job.ranks), 2)
+    rounds = max(int(job.figure("step_rounds") or 0), 1)
+    return max(STRAGGLER_ARRIVALS, chance + 3 * math.sqrt(chance * (1 - chance) / rounds))
+
+
 def is_straggler(rank: Node, job: StepJob) -> bool:
-    """The rank arrives last more often than chance allows and accounts for most of the
-    time the job's ranks spend late (``STRAGGLER_LATENESS`` of their summed late shares)."""
-    if (rank.get("last_arrival_share") or 0.0) < STRAGGLER_ARRIVALS:
+    """The rank arrives last more often than chance allows (``arrivals_needed``) and holds
+    most of the time the job's ranks spend late (``STRAGGLER_LATENESS`` of their summed late
+    shares)."""
+    if (rank.get("last_arrival_share") or 0.0) < arrivals_needed(job):
         return False
     total = sum(r.get("late_share") or 0.0 for r in job.ranks)
     return total > 0 and (rank.get("late_share") or 0.0) >= STRAGGLER_LATENESS * total
